@@ -1,0 +1,69 @@
+"""``python -m raftlog.node --config FILE [flags]``: run one raftlog node."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from raftlog.errors import ConfigError
+
+from .config import NODE_CONFIG_KEYS, NodeConfig
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="raftlog node",
+        description="Run one raftlog node. Flags override the config file.",
+        epilog="Config keys: " + ", ".join(NODE_CONFIG_KEYS) + ", and log.<topic config> defaults.",
+    )
+    p.add_argument("--config", help="properties file (key=value lines)")
+    p.add_argument("--node-id", type=int, help="node.id")
+    p.add_argument("--host", help="listen host (listeners)")
+    p.add_argument("--port", type=int, help="listen port (listeners)")
+    p.add_argument("--data-dir", help="data directory (log.dirs)")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="any config key; repeatable"
+    )
+    return p
+
+
+def overrides_from_args(args) -> dict[str, str]:
+    o: dict[str, str] = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
+        o[key.strip()] = value
+    if args.node_id is not None:
+        o["node.id"] = str(args.node_id)
+    if args.host is not None or args.port is not None:
+        o["listeners"] = f"{args.host or '127.0.0.1'}:{args.port if args.port is not None else 9092}"
+    if args.data_dir is not None:
+        o["log.dirs"] = args.data_dir
+    return o
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        config = NodeConfig.load(args.config, overrides_from_args(args))
+    except ConfigError as e:
+        print(f"raftlog node: invalid config: {e}", file=sys.stderr)
+        return 2
+    import trio
+
+    from .node import serve_until_signalled
+
+    try:
+        trio.run(serve_until_signalled, config)
+    except ConfigError as e:
+        print(f"raftlog node: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"raftlog node: cannot start: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,406 @@
+"""Request handlers of a node: pure request -> response logic over the node's partitions.
+
+Handlers are synchronous except where the protocol says to wait (Fetch long-poll).
+A handler returns ``(header_fields, body_pieces)`` where a piece is ``bytes`` or a
+file slice for ``os.sendfile``; the server frames and sends them. Anything a
+client sends yields an error response, never an exception out of here.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import trio
+
+from raftlog.config import LogConfig
+from raftlog.errors import ApiError, ErrorCode, OffsetOutOfRangeError, StorageError
+from raftlog.log import PartitionLog
+from raftlog.protocol import (
+    API_VERSIONS,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    Api,
+    Request,
+    split_body,
+)
+
+from .config import NodeConfig
+from .logfmt import EventLog
+from .partition import Partition, partition_dir
+from .topics import LocalTopicStore, TopicInfo, validate_topic_config, validate_topic_name
+
+Response = tuple[dict, list]
+
+SERVED_APIS = {
+    api: API_VERSIONS[api]
+    for api in (
+        Api.API_VERSIONS,
+        Api.PRODUCE,
+        Api.FETCH,
+        Api.LIST_OFFSETS,
+        Api.METADATA,
+        Api.CREATE_TOPICS,
+        Api.DELETE_TOPICS,
+        Api.DESCRIBE_CLUSTER,
+        Api.CREATE_PARTITIONS,
+        Api.ALTER_CONFIGS,
+    )
+}
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Broker:
+    """The state a node serves requests from: topics, partitions, their logs."""
+
+    def __init__(self, config: NodeConfig, events: EventLog):
+        self.config = config
+        self.events = events
+        os.makedirs(config.data_dir, exist_ok=True)
+        self.store = LocalTopicStore(config.data_dir, config.node_id)
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.log_configs: dict[str, LogConfig] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def open(self) -> None:
+        """Open (and recover) every partition log of every known topic."""
+        for info in self.store.topics.values():
+            self._open_topic(info)
+        self.events.info("logs_opened", partitions=len(self.partitions))
+
+    def _open_topic(self, info: TopicInfo) -> None:
+        cfg = validate_topic_config(info.config, self.config.log_defaults)
+        self.log_configs[info.name] = cfg
+        for p in info.partitions:
+            key = (info.name, p.partition)
+            if key in self.partitions:
+                continue
+            path = partition_dir(self.config.data_dir, info.name, p.partition)
+            log = PartitionLog.open(path, cfg)
+            part = Partition(info.name, p.partition, log, p.leader_epoch)
+            # Single node: the only replica, so everything appended is committed.
+            log.high_watermark = log.log_end_offset
+            self.partitions[key] = part
+
+    def close(self) -> None:
+        """Flush and checkpoint every log: durable when it returns."""
+        for part in self.partitions.values():
+            try:
+                part.close()
+            except Exception as e:  # keep closing the others
+                self.events.error("log_close_failed", partition=part, error=e)
+        self.partitions.clear()
+
+    def flush_all(self) -> None:
+        now = _now_ms()
+        for part in list(self.partitions.values()):
+            try:
+                part.log.maybe_flush(now)
+                part.log.flush()
+            except StorageError as e:
+                self.events.error("flush_failed", partition=part, error=e)
+
+    def retention_all(self) -> int:
+        deleted = 0
+        for part in list(self.partitions.values()):
+            try:
+                deleted += part.log.apply_retention(_now_ms())
+            except StorageError as e:
+                self.events.error("retention_failed", partition=part, error=e)
+        return deleted
+
+    # ------------------------------------------------------------------ dispatch
+
+    def partition(self, topic: str, partition: int) -> Partition:
+        part = self.partitions.get((topic, partition))
+        if part is None:
+            if topic in self.store.topics:
+                raise ApiError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"topic {topic!r} has no partition {partition}",
+                )
+            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}")
+        return part
+
+    def handle_sync(self, req: Request) -> Response:
+        """Every API but FETCH. Raises ApiError for a whole-request failure."""
+        handler = _SYNC_HANDLERS.get(req.api)
+        if handler is None:
+            raise ApiError(ErrorCode.UNKNOWN_API, f"api {req.api.name} is not served by this node")
+        return handler(self, req)
+
+    # ------------------------------------------------------------------ produce
+
+    def produce(self, req: Request) -> Response:
+        acks = req.fields["acks"]
+        if acks not in (-1, 0, 1):
+            raise ApiError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, not {acks}")
+        parts = req.fields["parts"]
+        try:
+            bodies = split_body(req.body, [p[2] for p in parts])
+        except ValueError as e:
+            raise ApiError(ErrorCode.INVALID_REQUEST, str(e)) from None
+        results = []
+        for (topic, partition, _), data in zip(parts, bodies):
+            results.append(self._produce_one(topic, partition, data))
+        return {"parts": results}, []
+
+    def _produce_one(self, topic: str, partition: int, data) -> list:
+        try:
+            if topic not in self.store.topics:
+                self._maybe_auto_create(topic)
+            part = self.partition(topic, partition)
+            cfg = self.log_configs[topic]
+            base, last = part.append_as_leader(bytes(data), cfg.max_message_bytes)
+            part.maybe_increment_high_watermark(last + 1)
+            return [topic, partition, 0, base, -1, ""]
+        except ApiError as e:
+            return [topic, partition, int(e.code), -1, -1, e.message]
+
+    def _maybe_auto_create(self, topic: str) -> None:
+        if not self.config.auto_create_topics_enable:
+            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}")
+        self.create_topic(topic, self.config.num_partitions, 1, {})
+
+    # ------------------------------------------------------------------ fetch
+
+    def fetch_once(self, req: Request) -> tuple[list, list, int, bool]:
+        """Read every requested partition once: (part headers, pieces, bytes, any_error)."""
+        consumer = req.fields["replica_id"] < 0
+        budget = req.fields["max_bytes"]
+        headers, pieces, total, error = [], [], 0, False
+        for topic, partition, offset, part_max, _epoch in req.fields["parts"]:
+            try:
+                part = self.partition(topic, partition)
+                log = part.log
+                max_offset = part.high_watermark if consumer else None
+                limit = min(part_max, budget - total) if total else part_max
+                if limit <= 0 or (max_offset is not None and offset >= max_offset):
+                    if offset > log.log_end_offset or offset < log.log_start_offset:
+                        raise OffsetOutOfRangeError(offset, log.log_start_offset, log.log_end_offset)
+                    n = 0
+                else:
+                    sl = log.read(offset, limit, max_offset=max_offset)
+                    n = sl.length
+                    if n:
+                        pieces.append(sl)
+                total += n
+                headers.append(
+                    [topic, partition, 0, part.high_watermark, log.log_start_offset, n, ""]
+                )
+            except ApiError as e:
+                error = True
+                headers.append([topic, partition, int(e.code), -1, -1, 0, e.message])
+            except OffsetOutOfRangeError as e:
+                error = True
+                headers.append(
+                    [topic, partition, int(ErrorCode.OFFSET_OUT_OF_RANGE), -1,
+                     e.log_start_offset, 0, str(e)]
+                )
+        return headers, pieces, total, error
+
+    async def fetch(self, req: Request) -> Response:
+        """Long-poll: answer once ``min_bytes`` are ready, an error occurs, or
+        ``max_wait_ms`` passes."""
+        deadline = trio.current_time() + req.fields["max_wait_ms"] / 1000
+        while True:
+            headers, pieces, total, error = self.fetch_once(req)
+            if error or total >= req.fields["min_bytes"] or trio.current_time() >= deadline:
+                return {"parts": headers}, pieces
+            ev = trio.Event()
+            parts = [self.partitions.get((t, p)) for t, p, *_ in req.fields["parts"]]
+            parts = [p for p in parts if p is not None]
+            registered = [p for p in parts if p.add_waiter(ev)]
+            try:
+                if len(registered) < len(parts):
+                    return {"parts": headers}, pieces
+                with trio.move_on_at(deadline):
+                    await ev.wait()
+            finally:
+                for p in registered:
+                    p.remove_waiter(ev)
+
+    # ------------------------------------------------------------------ offsets
+
+    def list_offsets(self, req: Request) -> Response:
+        out = []
+        for topic, partition, ts in req.fields["parts"]:
+            try:
+                part = self.partition(topic, partition)
+                log = part.log
+                if ts == EARLIEST_TIMESTAMP:
+                    off, t = log.log_start_offset, -1
+                elif ts == LATEST_TIMESTAMP:
+                    off, t = part.high_watermark, -1
+                elif ts < 0:
+                    raise ApiError(ErrorCode.INVALID_REQUEST, f"timestamp {ts} is not valid")
+                else:
+                    found = log.offset_for_timestamp(ts)
+                    off = found if found is not None and found < part.high_watermark else -1
+                    t = ts if off >= 0 else -1
+                out.append([topic, partition, 0, off, t])
+            except ApiError as e:
+                out.append([topic, partition, int(e.code), -1, -1])
+        return {"parts": out}, []
+
+    # ------------------------------------------------------------------ metadata
+
+    def brokers(self) -> list:
+        host, port = self.config.advertised
+        return [[self.config.node_id, host, port, None, False]]
+
+    def metadata(self, req: Request) -> Response:
+        names = req.fields["topics"]
+        if names is None:
+            names = sorted(self.store.topics)
+        topics = []
+        for name in names:
+            info = self.store.topics.get(name)
+            if info is None and self.config.auto_create_topics_enable and _legal(name):
+                info = self.create_topic(name, self.config.num_partitions, 1, {})
+            if info is None:
+                topics.append(
+                    {"name": name, "error": int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                     "message": f"unknown topic {name!r}", "partitions": []}
+                )
+                continue
+            topics.append(self._describe(info, req.fields["include_configs"]))
+        return {
+            "cluster_id": self.config.cluster_id,
+            "controller_id": self.config.node_id,
+            "node_id": self.config.node_id,
+            "brokers": self.brokers(),
+            "topics": topics,
+        }, []
+
+    def _describe(self, info: TopicInfo, include_configs: bool) -> dict:
+        d = {
+            "name": info.name,
+            "error": 0,
+            "message": "",
+            "topic_id": info.topic_id,
+            "partitions": [
+                [p.partition, 0, p.leader, p.leader_epoch, list(p.replicas), list(p.isr),
+                 list(p.offline_replicas)]
+                for p in info.partitions
+            ],
+        }
+        if include_configs:
+            d["config"] = self.log_configs[info.name].to_dict()
+        return d
+
+    def describe_cluster(self, req: Request) -> Response:
+        return {
+            "cluster_id": self.config.cluster_id,
+            "controller_id": self.config.node_id,
+            "brokers": self.brokers(),
+        }, []
+
+    def api_versions(self, req: Request) -> Response:
+        return {
+            "apis": [[int(a), lo, hi] for a, (lo, hi) in sorted(SERVED_APIS.items())],
+            "node_id": self.config.node_id,
+        }, []
+
+    # ------------------------------------------------------------------ topics admin
+
+    def create_topic(self, name: str, partitions: int, replication_factor: int, config: dict) -> TopicInfo:
+        validate_topic_name(name)
+        if not 1 <= partitions <= 10_000:
+            raise ApiError(ErrorCode.INVALID_PARTITIONS, f"partitions must be 1..10000, not {partitions}")
+        brokers = len(self.brokers())
+        if not 1 <= replication_factor <= brokers:
+            raise ApiError(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"replication factor {replication_factor} must be between 1 and the "
+                f"{brokers} available broker(s)",
+            )
+        validate_topic_config(config, self.config.log_defaults)
+        info = self.store.create(name, partitions, config)
+        self._open_topic(info)
+        self.events.info("topic_created", topic=name, partitions=partitions)
+        return info
+
+    def create_topics(self, req: Request) -> Response:
+        results = []
+        for t in req.fields["topics"]:
+            try:
+                if req.fields["validate_only"]:
+                    validate_topic_name(t["name"])
+                    validate_topic_config(t["config"], self.config.log_defaults)
+                else:
+                    self.create_topic(t["name"], t["partitions"], t["replication_factor"], t["config"])
+                results.append([t["name"], 0, ""])
+            except ApiError as e:
+                results.append([t["name"], int(e.code), e.message])
+        return {"results": results}, []
+
+    def delete_topics(self, req: Request) -> Response:
+        results = []
+        for name in req.fields["names"]:
+            try:
+                info = self.store.delete(name)
+                for p in info.partitions:
+                    part = self.partitions.pop((name, p.partition), None)
+                    if part is not None:
+                        part.delete()
+                self.log_configs.pop(name, None)
+                self.events.info("topic_deleted", topic=name)
+                results.append([name, 0, ""])
+            except ApiError as e:
+                results.append([name, int(e.code), e.message])
+        return {"results": results}, []
+
+    def alter_configs(self, req: Request) -> Response:
+        name = req.fields["topic"]
+        info = self.store.topics.get(name)
+        if info is None:
+            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+        merged = {**info.config, **req.fields["config"]}
+        cfg = validate_topic_config(merged, self.config.log_defaults)
+        self.store.set_config(name, req.fields["config"])
+        self.log_configs[name] = cfg
+        for p in info.partitions:
+            part = self.partitions.get((name, p.partition))
+            if part is not None:
+                part.log.config = cfg
+        return {}, []
+
+    def create_partitions(self, req: Request) -> Response:
+        name, count = req.fields["topic"], req.fields["count"]
+        info = self.store.topics.get(name)
+        if info is None:
+            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+        if not len(info.partitions) < count <= 10_000:
+            raise ApiError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"topic {name!r} has {len(info.partitions)} partitions; the new count {count} "
+                "must be larger (partitions cannot be removed)",
+            )
+        self._open_topic(self.store.add_partitions(name, count))
+        return {}, []
+
+
+def _legal(name: str) -> bool:
+    try:
+        validate_topic_name(name)
+        return True
+    except ApiError:
+        return False
+
+
+_SYNC_HANDLERS = {
+    Api.API_VERSIONS: Broker.api_versions,
+    Api.PRODUCE: Broker.produce,
+    Api.LIST_OFFSETS: Broker.list_offsets,
+    Api.METADATA: Broker.metadata,
+    Api.CREATE_TOPICS: Broker.create_topics,
+    Api.DELETE_TOPICS: Broker.delete_topics,
+    Api.DESCRIBE_CLUSTER: Broker.describe_cluster,
+    Api.CREATE_PARTITIONS: Broker.create_partitions,
+    Api.ALTER_CONFIGS: Broker.alter_configs,
+}

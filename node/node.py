@@ -1,0 +1,76 @@
+"""A raftlog node: lifecycle, background duties and clean shutdown.
+
+``run_node(config)`` opens (and recovers) every log, serves clients until SIGTERM
+or SIGINT, then flushes and checkpoints every log before returning, so a restart
+serves everything that was acknowledged.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import trio
+
+from .broker import Broker
+from .config import NodeConfig
+from .logfmt import EventLog
+from .server import Server
+
+
+class Node:
+    """Owns the broker state and the server. Use :meth:`run` inside trio."""
+
+    def __init__(self, config: NodeConfig, events: EventLog | None = None):
+        self.config = config
+        self.events = events or EventLog(config.node_id)
+        self.broker = Broker(config, self.events)
+        self.server = Server(config, self.broker, self.events)
+        self.address: tuple[str, int] | None = None
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        self.broker.open()
+        try:
+            async with trio.open_nursery() as nursery:
+                self.address = await nursery.start(self.server.serve)
+                nursery.start_soon(self._every, self.config.log_flush_interval_ms, self._flush)
+                nursery.start_soon(
+                    self._every, self.config.log_retention_check_interval_ms, self._retention
+                )
+                task_status.started(self.address)
+        finally:
+            self.broker.close()
+            self.events.info("stopped")
+
+    async def _every(self, interval_ms: int, fn) -> None:
+        while True:
+            await trio.sleep(interval_ms / 1000)
+            try:
+                fn()
+            except Exception as e:  # a duty failing once must not stop the node
+                self.events.error("duty_failed", duty=fn.__name__, error=repr(e))
+
+    def _flush(self) -> None:
+        self.broker.flush_all()
+
+    def _retention(self) -> None:
+        n = self.broker.retention_all()
+        if n:
+            self.events.info("retention", segments_deleted=n)
+
+
+async def serve_until_signalled(config: NodeConfig, events: EventLog | None = None) -> None:
+    node = Node(config, events)
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(node.run)
+            pid_file = os.path.join(config.data_dir, "node.pid")
+            try:
+                with open(pid_file, "w") as f:
+                    f.write(f"{os.getpid()}\n")
+            except OSError:
+                pass
+            async for signum in signals:
+                node.events.info("shutdown", signal=signal.Signals(signum).name)
+                nursery.cancel_scope.cancel()
+                break

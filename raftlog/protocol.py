@@ -1,0 +1,475 @@
+"""The raftlog wire protocol, sans-IO (h11 style): bytes in, events out; events in, bytes out.
+
+Frame layout (little-endian)::
+
+    u32 frame_length     bytes after this field
+    u32 header_length    bytes of the CBOR header that follows
+    CBOR header          a map; requests {"api", "v", "id", ...fields}; responses {"id", "error", ...}
+    raw body             frame_length - 4 - header_length bytes (record batches, never CBOR-wrapped)
+
+One decoder serves the trio node, the blocking client, the tests and the fuzzer:
+``receive_data(bytes)`` then ``next_frame()`` until it returns ``None`` (need more
+data). Requests are validated against per-API field tables (:data:`REQUEST_SCHEMAS`);
+a request that parses as a frame but has bad fields raises :class:`BadRequest`,
+which carries the correlation id so the node answers with an error instead of
+closing. Framing errors raise :class:`RemoteProtocolError`: the connection is
+closed, since there is no way to find the next frame.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import cbor2
+
+from raftlog.errors import ErrorCode, LocalProtocolError, RemoteProtocolError
+
+PREFIX = struct.Struct("<II")
+PREFIX_SIZE = PREFIX.size
+DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
+MAX_HEADER_BYTES = 16 * 1024 * 1024
+
+
+class Api(enum.IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    CREATE_TOPICS = 4
+    DELETE_TOPICS = 5
+    API_VERSIONS = 6
+    DESCRIBE_CLUSTER = 7
+    CREATE_PARTITIONS = 8
+    ALTER_CONFIGS = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    SYNC_GROUP = 12
+    HEARTBEAT = 13
+    LEAVE_GROUP = 14
+    OFFSET_COMMIT = 15
+    OFFSET_FETCH = 16
+    LIST_GROUPS = 17
+    DESCRIBE_GROUPS = 18
+    DELETE_GROUPS = 19
+    INIT_PRODUCER_ID = 20
+    OFFSETS_FOR_LEADER_EPOCH = 21
+    ELECT_LEADERS = 22
+    ALTER_PARTITION = 23
+
+
+# Special timestamps of ListOffsets, as Kafka.
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One decoded frame: the header map and the raw body."""
+
+    header: dict
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    api: Api
+    version: int
+    id: int
+    fields: dict
+    body: bytes
+
+
+class BadRequest(Exception):
+    """A well-framed request with bad contents: answer with ``code``, keep the connection."""
+
+    def __init__(self, request_id: int, code: ErrorCode, message: str, api: int | None = None):
+        super().__init__(f"{code.name}: {message}")
+        self.request_id = request_id
+        self.code = code
+        self.message = message
+        self.api = api
+
+
+# --------------------------------------------------------------------------- framing
+
+
+def encode_frame(header: dict, body: bytes = b"") -> bytes:
+    """A whole frame as one bytes object."""
+    h = cbor2.dumps(header)
+    return PREFIX.pack(4 + len(h) + len(body), len(h)) + h + body
+
+
+def encode_frame_head(header: dict, body_length: int) -> bytes:
+    """The frame up to (not including) a body of ``body_length`` bytes sent separately
+    (for example with ``os.sendfile``)."""
+    h = cbor2.dumps(header)
+    return PREFIX.pack(4 + len(h) + body_length, len(h)) + h
+
+
+class FrameDecoder:
+    """Incremental frame decoder. Never raises anything but RemoteProtocolError."""
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES):
+        assert max_frame_bytes > PREFIX_SIZE
+        self.max_frame_bytes = max_frame_bytes
+        self._buf = bytearray()
+        self._pos = 0
+
+    def receive_data(self, data: bytes) -> None:
+        if self._pos and self._pos >= len(self._buf) // 2:
+            del self._buf[: self._pos]
+            self._pos = 0
+        self._buf += data
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf) - self._pos
+
+    def next_frame(self) -> Frame | None:
+        """The next complete frame, or None when more data is needed."""
+        buf, pos = self._buf, self._pos
+        if len(buf) - pos < 4:
+            return None
+        (length,) = struct.unpack_from("<I", buf, pos)
+        if length > self.max_frame_bytes:
+            raise RemoteProtocolError(
+                f"frame of {length} bytes exceeds the maximum of {self.max_frame_bytes} "
+                "(max.frame.bytes)"
+            )
+        if length < 4:
+            raise RemoteProtocolError(f"frame length {length} is shorter than its header length field")
+        end = pos + 4 + length
+        if len(buf) < end:
+            return None
+        (hlen,) = struct.unpack_from("<I", buf, pos + 4)
+        if hlen > length - 4 or hlen > MAX_HEADER_BYTES or hlen == 0:
+            raise RemoteProtocolError(f"header length {hlen} does not fit frame of {length} bytes")
+        hstart = pos + PREFIX_SIZE
+        try:
+            header = cbor2.loads(bytes(buf[hstart : hstart + hlen]))
+        except Exception as e:  # cbor2 raises several types on garbage
+            raise RemoteProtocolError(f"frame header is not valid CBOR: {e}") from None
+        if not isinstance(header, dict):
+            raise RemoteProtocolError(f"frame header is a {type(header).__name__}, not a map")
+        body = bytes(buf[hstart + hlen : end])
+        self._pos = end
+        if self._pos == len(buf):
+            buf.clear()
+            self._pos = 0
+        return Frame(header, body)
+
+
+# --------------------------------------------------------------------------- field tables
+# A validator takes a value and returns it (possibly normalised) or raises ValueError.
+
+
+def _int(v):
+    if type(v) is not int:
+        raise ValueError("must be an integer")
+    return v
+
+
+def _nonneg(v):
+    if type(v) is not int or v < 0:
+        raise ValueError("must be a non-negative integer")
+    return v
+
+
+def _str(v):
+    if type(v) is not str:
+        raise ValueError("must be a string")
+    return v
+
+
+def _bool(v):
+    if type(v) is not bool:
+        raise ValueError("must be a boolean")
+    return v
+
+
+def _opt(f):
+    def check(v):
+        return None if v is None else f(v)
+
+    return check
+
+
+def _list(f, max_len: int = 100_000):
+    def check(v):
+        if type(v) is not list:
+            raise ValueError("must be a list")
+        if len(v) > max_len:
+            raise ValueError(f"has more than {max_len} entries")
+        return [f(x) for x in v]
+
+    return check
+
+
+def _tuple(*fs):
+    def check(v):
+        if type(v) is not list or len(v) != len(fs):
+            raise ValueError(f"must be a list of {len(fs)} fields")
+        return tuple(f(x) for f, x in zip(fs, v))
+
+    return check
+
+
+def _str_map(v):
+    if type(v) is not dict:
+        raise ValueError("must be a map of string to string")
+    out = {}
+    for k, x in v.items():
+        if type(k) is not str or not (x is None or type(x) in (str, int, float, bool)):
+            raise ValueError("must be a map of string to string")
+        out[k] = None if x is None else str(x)
+    return out
+
+
+def _any(v):
+    return v
+
+
+def _record(**fields):
+    """A map with the given fields (each a (validator, default) pair; default ... = required)."""
+
+    def check(v):
+        if type(v) is not dict:
+            raise ValueError("must be a map")
+        return _apply_fields(fields, v, "")
+
+    return check
+
+
+REQUIRED = ...
+
+
+def _apply_fields(table: dict, given: dict, prefix: str) -> dict:
+    out = {}
+    for name, (check, default) in table.items():
+        if name in given:
+            try:
+                out[name] = check(given[name])
+            except ValueError as e:
+                raise ValueError(f"field {prefix}{name!r} {e}") from None
+        elif default is REQUIRED:
+            raise ValueError(f"field {prefix}{name!r} is required")
+        else:
+            out[name] = default
+    return out
+
+
+_TOPIC = _str
+# Produce partitions: [topic, partition, body_length]
+_PRODUCE_PART = _tuple(_TOPIC, _nonneg, _nonneg)
+# Fetch partitions: [topic, partition, fetch_offset, partition_max_bytes, current_leader_epoch]
+_FETCH_PART = _tuple(_TOPIC, _nonneg, _int, _nonneg, _int)
+# ListOffsets partitions: [topic, partition, timestamp (-1 latest, -2 earliest)]
+_LIST_PART = _tuple(_TOPIC, _nonneg, _int)
+
+REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
+    Api.API_VERSIONS: {},
+    Api.PRODUCE: {
+        "acks": (_int, 1),
+        "timeout_ms": (_nonneg, 30_000),
+        "parts": (_list(_PRODUCE_PART, 10_000), REQUIRED),
+    },
+    Api.FETCH: {
+        "replica_id": (_int, -1),
+        "max_wait_ms": (_nonneg, 500),
+        "min_bytes": (_nonneg, 1),
+        "max_bytes": (_nonneg, 50 * 1024 * 1024),
+        "parts": (_list(_FETCH_PART, 10_000), REQUIRED),
+    },
+    Api.LIST_OFFSETS: {"parts": (_list(_LIST_PART, 10_000), REQUIRED)},
+    Api.METADATA: {
+        "topics": (_opt(_list(_TOPIC)), None),
+        "include_configs": (_bool, False),
+    },
+    Api.CREATE_TOPICS: {
+        "topics": (
+            _list(
+                _record(
+                    name=(_str, REQUIRED),
+                    partitions=(_int, 1),
+                    replication_factor=(_int, 1),
+                    config=(_str_map, {}),
+                ),
+                1000,
+            ),
+            REQUIRED,
+        ),
+        "timeout_ms": (_nonneg, 30_000),
+        "validate_only": (_bool, False),
+    },
+    Api.DELETE_TOPICS: {"names": (_list(_str, 1000), REQUIRED), "timeout_ms": (_nonneg, 30_000)},
+    Api.DESCRIBE_CLUSTER: {},
+    Api.CREATE_PARTITIONS: {
+        "topic": (_str, REQUIRED),
+        "count": (_int, REQUIRED),
+        "timeout_ms": (_nonneg, 30_000),
+    },
+    Api.ALTER_CONFIGS: {
+        "topic": (_str, REQUIRED),
+        "config": (_str_map, REQUIRED),
+        "timeout_ms": (_nonneg, 30_000),
+    },
+    Api.OFFSETS_FOR_LEADER_EPOCH: {
+        "replica_id": (_int, -1),
+        # [topic, partition, leader_epoch]
+        "parts": (_list(_tuple(_TOPIC, _nonneg, _int), 10_000), REQUIRED),
+    },
+    Api.ELECT_LEADERS: {"parts": (_opt(_list(_tuple(_TOPIC, _nonneg))), None)},
+    Api.INIT_PRODUCER_ID: {"timeout_ms": (_nonneg, 30_000)},
+    Api.FIND_COORDINATOR: {"key": (_str, REQUIRED)},
+    Api.JOIN_GROUP: {
+        "group": (_str, REQUIRED),
+        "member_id": (_str, ""),
+        "group_instance_id": (_opt(_str), None),
+        "session_timeout_ms": (_nonneg, 10_000),
+        "rebalance_timeout_ms": (_nonneg, 300_000),
+        "protocols": (_list(_tuple(_str, _any), 16), REQUIRED),
+    },
+    Api.SYNC_GROUP: {
+        "group": (_str, REQUIRED),
+        "generation": (_int, REQUIRED),
+        "member_id": (_str, REQUIRED),
+        "assignments": (_list(_tuple(_str, _any), 10_000), []),
+    },
+    Api.HEARTBEAT: {
+        "group": (_str, REQUIRED),
+        "generation": (_int, REQUIRED),
+        "member_id": (_str, REQUIRED),
+    },
+    Api.LEAVE_GROUP: {"group": (_str, REQUIRED), "member_id": (_str, REQUIRED)},
+    Api.OFFSET_COMMIT: {
+        "group": (_str, REQUIRED),
+        "generation": (_int, -1),
+        "member_id": (_str, ""),
+        # [topic, partition, offset, metadata]
+        "offsets": (_list(_tuple(_TOPIC, _nonneg, _nonneg, _opt(_str)), 100_000), REQUIRED),
+    },
+    Api.OFFSET_FETCH: {
+        "group": (_str, REQUIRED),
+        "parts": (_opt(_list(_tuple(_TOPIC, _nonneg))), None),
+    },
+    Api.LIST_GROUPS: {},
+    Api.DESCRIBE_GROUPS: {"groups": (_list(_str, 1000), REQUIRED)},
+    Api.DELETE_GROUPS: {"groups": (_list(_str, 1000), REQUIRED)},
+    Api.ALTER_PARTITION: {"payload": (_any, REQUIRED)},
+}
+
+#: (min, max) version of every API this codec knows.
+API_VERSIONS: dict[Api, tuple[int, int]] = {api: (0, 0) for api in REQUEST_SCHEMAS}
+
+
+def encode_request(api: Api, request_id: int, fields: dict, body: bytes = b"", version: int = 0) -> bytes:
+    """Encode a request frame. Raises LocalProtocolError for a bad field (our bug)."""
+    try:
+        checked = _apply_fields(REQUEST_SCHEMAS[api], fields, "")
+    except (ValueError, KeyError) as e:
+        raise LocalProtocolError(f"{Api(api).name} request: {e}") from None
+    checked["api"] = int(api)
+    checked["v"] = version
+    checked["id"] = request_id
+    return encode_frame(checked, body)
+
+
+def parse_request(frame: Frame, supported: dict[Api, tuple[int, int]] | None = None) -> Request:
+    """Validate a request frame against its field table.
+
+    Raises:
+        RemoteProtocolError: no usable correlation id: the caller must close.
+        BadRequest: well-framed but unusable; answer with its code.
+    """
+    h = frame.header
+    rid = h.get("id")
+    if type(rid) is not int:
+        raise RemoteProtocolError("request header has no integer 'id'")
+    api_no, version = h.get("api"), h.get("v", 0)
+    if type(api_no) is not int:
+        raise BadRequest(rid, ErrorCode.INVALID_REQUEST, "request header has no integer 'api'")
+    try:
+        api = Api(api_no)
+    except ValueError:
+        raise BadRequest(rid, ErrorCode.UNKNOWN_API, f"unknown api {api_no}", api_no) from None
+    versions = (supported or API_VERSIONS).get(api)
+    if versions is None:
+        raise BadRequest(rid, ErrorCode.UNKNOWN_API, f"api {api.name} is not served here", api_no)
+    if type(version) is not int or not versions[0] <= version <= versions[1]:
+        raise BadRequest(
+            rid,
+            ErrorCode.UNSUPPORTED_VERSION,
+            f"{api.name} version {version!r} not in supported range {versions}",
+            api_no,
+        )
+    try:
+        fields = _apply_fields(REQUEST_SCHEMAS[api], h, "")
+    except ValueError as e:
+        raise BadRequest(rid, ErrorCode.INVALID_REQUEST, f"{api.name}: {e}", api_no) from None
+    return Request(api, version, rid, fields, frame.body)
+
+
+def error_response(request_id: int, code: ErrorCode, message: str = "") -> dict:
+    """The header of a whole-request error response."""
+    return {"id": request_id, "error": int(code), "message": message}
+
+
+def split_body(body: bytes, lengths: list[int]) -> list[bytes]:
+    """Split a body into the per-partition slices its header announces.
+
+    Raises ValueError when the lengths do not add up to the body.
+    """
+    if sum(lengths) != len(body):
+        raise ValueError(f"partition lengths add up to {sum(lengths)}, body has {len(body)} bytes")
+    out, pos = [], 0
+    mv = memoryview(body)
+    for n in lengths:
+        out.append(mv[pos : pos + n])
+        pos += n
+    return out
+
+
+class ClientConnection:
+    """Client half: assigns correlation ids, pairs responses with requests in order.
+
+    ``send_request`` returns the bytes to write and the id; feed received bytes to
+    ``receive_data`` and take ``(request_id, header, body)`` from ``next_response``.
+    """
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, max_in_flight: int = 1024):
+        self._decoder = FrameDecoder(max_frame_bytes)
+        self._next_id = 1
+        self._in_flight: list[int] = []
+        self.max_in_flight = max_in_flight
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    def send_request(self, api: Api, fields: dict, body: bytes = b"") -> tuple[int, bytes]:
+        if len(self._in_flight) >= self.max_in_flight:
+            raise LocalProtocolError(f"more than {self.max_in_flight} requests in flight")
+        rid = self._next_id
+        self._next_id = (rid + 1) & 0x7FFFFFFF or 1
+        data = encode_request(api, rid, fields, body)
+        self._in_flight.append(rid)
+        return rid, data
+
+    def receive_data(self, data: bytes) -> None:
+        self._decoder.receive_data(data)
+
+    def next_response(self) -> Frame | None:
+        frame = self._decoder.next_frame()
+        if frame is None:
+            return None
+        rid = frame.header.get("id")
+        if not self._in_flight or rid != self._in_flight[0]:
+            raise RemoteProtocolError(
+                f"response id {rid!r} does not match the oldest request in flight "
+                f"{self._in_flight[0] if self._in_flight else None}"
+            )
+        self._in_flight.pop(0)
+        return frame
