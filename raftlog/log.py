@@ -1,0 +1,445 @@
+"""PartitionLog: one partition's ordered, durable sequence of record batches.
+
+A directory of segments (segment.py) plus ``partition.checkpoint`` (checkpoint.py)
+and, while open, no ``.clean_shutdown`` marker. Vocabulary as Kafka's: log start
+offset, log end offset (LEO), high watermark (HW, owned by the caller, stored here),
+leader epoch, recovery point.
+
+Opening runs recovery: after a clean shutdown the indexes are trusted; otherwise
+every segment from the recovery point on is scanned, CRC-checked and cut at the
+first torn or corrupt batch (later segments are dropped: the log is a prefix).
+Data below the recovery point is CRC-checked lazily, once, before it is served.
+
+Threading: every method is meant for one thread (the node's event loop), except
+:meth:`compact`, which may run in a worker thread; it takes ``self._lock`` only to
+swap cleaned segments in, and appends touch only the active segment, which
+compaction never rewrites.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import shutil
+import threading
+import time
+
+from raftlog import records
+from raftlog.checkpoint import PartitionCheckpoint, fsync_dir
+from raftlog.config import LogConfig
+from raftlog.errors import CorruptRecordError, OffsetOutOfRangeError, StorageError
+from raftlog.segment import (
+    MAX_RELATIVE_OFFSET,
+    FileSlice,
+    LogSegment,
+    parse_segment_name,
+)
+
+CHECKPOINT_FILE = "partition.checkpoint"
+CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class PartitionLog:
+    """See the module docstring. Create with :meth:`open`."""
+
+    def __init__(self, path: str, config: LogConfig, clock_ms):
+        self.path = path
+        self.config = config
+        self._clock_ms = clock_ms
+        self._lock = threading.RLock()
+        self.segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self.log_start_offset = 0
+        self._high_watermark = 0
+        self.recovery_point = 0
+        self.epochs: list[tuple[int, int]] = []
+        self._unflushed_messages = 0
+        self._last_flush_ms = clock_ms()
+
+    # ------------------------------------------------------------------ open / recovery
+
+    @classmethod
+    def open(cls, path: str, config: LogConfig | None = None, *, clock_ms=None) -> PartitionLog:
+        """Open or create the log at ``path`` and recover it.
+
+        Raises:
+            StorageError: the directory cannot be created or read.
+        """
+        log = cls(path, config or LogConfig(), clock_ms or _wall_ms)
+        try:
+            os.makedirs(path, exist_ok=True)
+            log._load()
+        except OSError as e:
+            raise StorageError(f"cannot open log {path}: {e}") from e
+        return log
+
+    def _load(self) -> None:
+        cp = PartitionCheckpoint.read(os.path.join(self.path, CHECKPOINT_FILE))
+        clean_marker = os.path.join(self.path, CLEAN_SHUTDOWN_FILE)
+        clean = os.path.exists(clean_marker) and cp is not None
+        for name in os.listdir(self.path):
+            if name.endswith((".tmp", ".cleaned")):
+                os.unlink(os.path.join(self.path, name))  # leftovers of a crash mid-write
+        bases = sorted(b for b in map(parse_segment_name, os.listdir(self.path)) if b is not None)
+        self.segments = [LogSegment(self.path, b, self.config.index_interval_bytes) for b in bases]
+        if cp is not None:
+            self.log_start_offset, self._high_watermark = cp.log_start_offset, cp.high_watermark
+            self.recovery_point, self.epochs = cp.recovery_point, list(cp.epochs)
+        self._recover(clean)
+        if not self.segments:
+            self.segments = [LogSegment(self.path, self.log_start_offset, self.config.index_interval_bytes)]
+        self._bases = [s.base_offset for s in self.segments]
+        leo = self.log_end_offset
+        self.log_start_offset = max(min(self.log_start_offset, leo), self.segments[0].base_offset)
+        self._high_watermark = min(self._high_watermark, leo)
+        self.recovery_point = min(self.recovery_point, leo)
+        self.epochs = [(e, o) for e, o in self.epochs if o <= leo]
+        if os.path.exists(clean_marker):
+            os.unlink(clean_marker)
+            fsync_dir(self.path)
+        self.checkpoint()
+
+    def _recover(self, clean: bool) -> None:
+        kept: list[LogSegment] = []
+        for i, seg in enumerate(self.segments):
+            if kept and seg.base_offset < kept[-1].next_offset:
+                self._drop_from(i, "overlapping offsets")
+                break
+            needs_scan = not clean or seg.base_offset >= self.recovery_point or not seg.load_indexes()
+            truncated = seg.recover() if needs_scan else 0
+            kept.append(seg)
+            if truncated:
+                self._drop_from(i + 1, f"corrupt or torn tail in {seg.path}")
+                break
+        self.segments = kept
+
+    def _drop_from(self, i: int, why: str) -> None:
+        """Delete segments[i:] (recovery found the log ends before them)."""
+        for seg in self.segments[i:]:
+            seg.delete()
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.segments[-1].next_offset if self.segments else self.log_start_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, hw: int) -> None:
+        assert 0 <= hw <= self.log_end_offset, (hw, self.log_end_offset)
+        self._high_watermark = hw
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    @property
+    def segment_count(self) -> int:
+        return len(self.segments)
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.epochs[-1][0] if self.epochs else -1
+
+    # ------------------------------------------------------------------ append
+
+    def append(self, batches: bytes, *, leader_epoch: int = 0, now_ms: int | None = None) -> tuple[int, int]:
+        """Append client batches as leader: assign offsets from the LEO, stamp the epoch.
+
+        One or more batches; each is CRC-checked first, and nothing is written if any
+        is bad. Written with one write. Durable when it returns: in the OS page cache;
+        fsynced per ``flush.messages``/``flush.ms`` (see :meth:`maybe_flush`).
+
+        Returns:
+            (base offset of the first batch, last offset of the last batch).
+        Raises:
+            CorruptRecordError: a batch is malformed (the log is unchanged).
+            StorageError: the disk write failed (the log is unchanged).
+        """
+        buf = bytearray(batches)
+        headers = list(records.iter_batches(buf, verify=True))
+        if not headers:
+            raise CorruptRecordError("no record batch in the appended bytes")
+        next_offset = self.log_end_offset
+        stamped = []
+        for pos, h in headers:
+            if h.record_count == 0:
+                raise CorruptRecordError("a produced batch must hold at least one record")
+            records.stamp(buf, pos, next_offset, leader_epoch)
+            stamped.append((pos, records.read_header(buf, pos)))
+            next_offset += h.last_offset_delta + 1
+        if leader_epoch > self.latest_epoch:
+            self.assign_epoch(leader_epoch, self.log_end_offset)
+        return self._append(buf, stamped, now_ms)
+
+    def append_as_follower(self, batches: bytes) -> tuple[int, int]:
+        """Append batches fetched from the leader, keeping their offsets and epochs.
+
+        Raises:
+            CorruptRecordError: bad CRC, or offsets that do not continue this log.
+        """
+        buf = bytes(batches)
+        headers = list(records.iter_batches(buf, verify=True))
+        if not headers:
+            raise CorruptRecordError("no record batch in the replicated bytes")
+        expected = self.log_end_offset
+        for _, h in headers:
+            if h.base_offset != expected:
+                raise CorruptRecordError(
+                    f"replicated batch starts at offset {h.base_offset}, log end offset is {expected}"
+                )
+            if h.leader_epoch > self.latest_epoch:
+                self.assign_epoch(h.leader_epoch, h.base_offset)
+            expected = h.next_offset
+        return self._append(buf, headers, None)
+
+    def _append(self, data: bytes, headers, now_ms: int | None) -> tuple[int, int]:
+        first, last = headers[0][1], headers[-1][1]
+        assert first.base_offset == self.log_end_offset
+        with self._lock:
+            self._maybe_roll(len(data), last.last_offset, now_ms)
+            self.active_segment.append(data, headers)
+        self._unflushed_messages += last.last_offset - first.base_offset + 1
+        return first.base_offset, last.last_offset
+
+    def _maybe_roll(self, size: int, last_offset: int, now_ms: int | None) -> None:
+        seg = self.active_segment
+        if not seg.size:
+            if seg.created_ms is None:
+                seg.created_ms = now_ms or self._clock_ms()
+            return
+        now = now_ms or self._clock_ms()
+        if seg.created_ms is None:
+            seg.created_ms = now
+        if (
+            seg.size + size > self.config.segment_bytes
+            or now - seg.created_ms >= self.config.segment_ms
+            or last_offset - seg.base_offset > MAX_RELATIVE_OFFSET
+        ):
+            self.roll(now)
+
+    def roll(self, now_ms: int | None = None) -> None:
+        """Close the active segment (flushed) and start a new one at the LEO."""
+        with self._lock:
+            old = self.active_segment
+            if not old.size:
+                return
+            old.flush()
+            new = LogSegment(self.path, old.next_offset, self.config.index_interval_bytes)
+            new.created_ms = now_ms or self._clock_ms()
+            self.segments.append(new)
+            self._bases.append(new.base_offset)
+            fsync_dir(self.path)
+
+    # ------------------------------------------------------------------ read
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> FileSlice:
+        """Whole batches starting with the one holding ``offset``, from one segment.
+
+        At least one batch (even if larger than ``max_bytes``) unless the next batch
+        starts at or after ``max_offset`` (the HW for consumers). An empty slice at
+        the end. The caller reads again from ``slice.next_offset`` for more.
+
+        Raises:
+            OffsetOutOfRangeError: offset below the log start or above the log end.
+            CorruptRecordError: the data on disk failed its CRC; it is never served.
+        """
+        with self._lock:
+            leo = self.log_end_offset
+            if offset < self.log_start_offset or offset > leo:
+                raise OffsetOutOfRangeError(offset, self.log_start_offset, leo)
+            i = bisect.bisect_right(self._bases, offset) - 1
+            while 0 <= i < len(self.segments):
+                seg = self.segments[i]
+                if offset < seg.next_offset:
+                    sl = seg.slice(offset, max(max_bytes, 1), max_offset)
+                    if sl.length or max_offset is not None and sl.first_offset >= max_offset:
+                        return sl
+                i += 1
+            return FileSlice(None, 0, 0, offset, offset)
+
+    def read_bytes(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
+        return self.read(offset, max_bytes, max_offset).read_bytes()
+
+    def read_records(self, offset: int, max_bytes: int, max_offset: int | None = None) -> list:
+        """Decoded records from ``offset`` (convenience for tests and tools)."""
+        return records.decode_batches(self.read_bytes(offset, max_bytes, max_offset), start_offset=offset)
+
+    def offset_for_timestamp(self, ts_ms: int) -> int | None:
+        """First offset whose record timestamp is >= ``ts_ms`` (None if none)."""
+        with self._lock:
+            for seg in list(self.segments):
+                if seg.max_timestamp < ts_ms or seg.size == 0:
+                    continue
+                entry = seg.time_index.below(ts_ms)
+                start = entry[1] if entry else 0
+                for pos, h in seg.iter_headers(start):
+                    if h.max_timestamp >= ts_ms:
+                        data = os.pread(seg.file.fd, h.size, pos)
+                        recs = records.decode_batch(data)
+                        for r in recs:
+                            if r.timestamp >= ts_ms and r.offset >= self.log_start_offset:
+                                return r.offset
+        return None
+
+    # ------------------------------------------------------------------ truncation
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every record at or after ``offset``; the LEO becomes ``offset``
+        (or the start of the batch holding it). Durable when it returns."""
+        with self._lock:
+            if offset >= self.log_end_offset:
+                return
+            offset = max(offset, self.log_start_offset)
+            while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
+                self.segments.pop().delete()
+                self._bases.pop()
+            seg = self.active_segment
+            found = seg.position_of(offset) if offset > seg.base_offset else (0, None)
+            if found is not None:
+                pos, h = found
+                cut = h.base_offset if h is not None else seg.base_offset
+                seg.truncate_to_position(pos, cut)
+                seg.flush()
+            self._high_watermark = min(self._high_watermark, self.log_end_offset)
+            self.recovery_point = min(self.recovery_point, self.log_end_offset)
+            self.epochs = [(e, o) for e, o in self.epochs if o < self.log_end_offset]
+            self.checkpoint()
+
+    # ------------------------------------------------------------------ leader epochs
+
+    def assign_epoch(self, epoch: int, start_offset: int) -> None:
+        """Record that ``epoch`` starts at ``start_offset`` (durable when it returns)."""
+        if epoch <= self.latest_epoch:
+            return
+        self.epochs = [(e, o) for e, o in self.epochs if o < start_offset]
+        self.epochs.append((epoch, start_offset))
+        self.checkpoint()
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch (KIP-101/279): (largest epoch <= ``epoch``, its end offset).
+
+        The end offset is the start offset of the next larger epoch, or the LEO for
+        the latest epoch; (-1, -1) when ``epoch`` is older than every known epoch.
+        """
+        if not self.epochs or epoch < self.epochs[0][0]:
+            return (-1, -1)
+        i = bisect.bisect_right([e for e, _ in self.epochs], epoch) - 1
+        found = self.epochs[i][0]
+        if i + 1 < len(self.epochs):
+            return (found, self.epochs[i + 1][1])
+        return (found, self.log_end_offset)
+
+    # ------------------------------------------------------------------ durability
+
+    def flush(self) -> None:
+        """fsync every dirty segment, write indexes, advance the recovery point and
+        checkpoint. Durable when it returns."""
+        with self._lock:
+            for seg in self.segments:
+                if seg.dirty:
+                    seg.flush()
+            self.recovery_point = self.log_end_offset
+            self._unflushed_messages = 0
+            self._last_flush_ms = self._clock_ms()
+            self.checkpoint()
+
+    def maybe_flush(self, now_ms: int | None = None) -> bool:
+        """Flush if ``flush.messages`` or ``flush.ms`` says so. True if it flushed."""
+        if not self._unflushed_messages:
+            return False
+        fm, fms = self.config.flush_messages, self.config.flush_ms
+        now = now_ms if now_ms is not None else self._clock_ms()
+        if (fm is not None and self._unflushed_messages >= fm) or (
+            fms is not None and now - self._last_flush_ms >= fms
+        ):
+            self.flush()
+            return True
+        return False
+
+    def checkpoint(self) -> None:
+        """Write recovery point, log start offset, HW and epochs atomically."""
+        PartitionCheckpoint(
+            self.recovery_point, self.log_start_offset, self._high_watermark, list(self.epochs)
+        ).write(os.path.join(self.path, CHECKPOINT_FILE))
+
+    # ------------------------------------------------------------------ retention
+
+    def apply_retention(self, now_ms: int | None = None) -> int:
+        """Delete whole closed segments past ``retention.ms`` / ``retention.bytes``
+        (policy ``delete``). Never the active segment. Returns segments deleted."""
+        if not self.config.delete:
+            return 0
+        now = now_ms if now_ms is not None else self._clock_ms()
+        cfg = self.config
+        deleted = 0
+        with self._lock:
+            total = self.size_bytes
+            while len(self.segments) > 1:
+                seg = self.segments[0]
+                too_old = cfg.retention_ms >= 0 and seg.max_timestamp >= 0 and now - seg.max_timestamp > cfg.retention_ms
+                too_big = cfg.retention_bytes >= 0 and total - seg.size >= cfg.retention_bytes
+                if not (too_old or too_big):
+                    break
+                if self.segments[1].base_offset > self._high_watermark:
+                    break  # never delete what is not yet committed
+                self.segments.pop(0)
+                self._bases.pop(0)
+                total -= seg.size
+                seg.delete()
+                deleted += 1
+                self.log_start_offset = self.segments[0].base_offset
+            if deleted:
+                self.checkpoint()
+        return deleted
+
+    def delete_records_before(self, offset: int) -> None:
+        """Advance the log start offset (whole segments below it are deleted)."""
+        with self._lock:
+            offset = min(offset, self._high_watermark)
+            if offset <= self.log_start_offset:
+                return
+            self.log_start_offset = offset
+            while len(self.segments) > 1 and self.segments[1].base_offset <= offset:
+                self.segments.pop(0).delete()
+                self._bases.pop(0)
+            self.checkpoint()
+
+    def compact(self, now_ms: int | None = None) -> dict:
+        """Compaction (``cleanup.policy=compact``); see compaction.py."""
+        from raftlog.compaction import compact_log
+
+        return compact_log(self, now_ms if now_ms is not None else self._clock_ms())
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        """Flush, checkpoint, mark a clean shutdown, close files."""
+        with self._lock:
+            self.flush()
+            marker = os.path.join(self.path, CLEAN_SHUTDOWN_FILE)
+            with open(marker, "wb") as f:
+                os.fsync(f.fileno())
+            fsync_dir(self.path)
+            for seg in self.segments:
+                seg.close()
+
+    def delete(self) -> None:
+        """Close and remove the whole partition directory."""
+        with self._lock:
+            for seg in self.segments:
+                seg.close()
+            self.segments = []
+            shutil.rmtree(self.path, ignore_errors=True)
