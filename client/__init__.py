@@ -1,1 +1,58 @@
-"""raftlog.client."""
+"""raftlog-client: the Python SDK for raftlog (Producer, Consumer, Admin).
+
+Needs only the core dependencies (cbor2, crc32c, lz4, zstandard); it never
+imports the server packages.
+"""
+
+from raftlog.errors import ApiError, ErrorCode
+from raftlog.records import Record
+
+from .admin import (
+    Admin,
+    BrokerDescription,
+    ClusterDescription,
+    PartitionDescription,
+    TopicDescription,
+)
+from .consumer import Consumer, OffsetAndTimestamp, TopicPartition
+from .errors import (
+    BrokerNotAvailableError,
+    BufferFullError,
+    ClientError,
+    DeliveryTimeoutError,
+    NoOffsetForPartitionError,
+    OffsetOutOfRangeError,
+    ProducerClosedError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+    UnsupportedFeatureError,
+)
+from .future import BatchMetadata, RecordMetadata
+from .producer import Producer
+
+__all__ = [
+    "Admin",
+    "ApiError",
+    "BatchMetadata",
+    "BrokerDescription",
+    "BrokerNotAvailableError",
+    "BufferFullError",
+    "ClientError",
+    "ClusterDescription",
+    "Consumer",
+    "DeliveryTimeoutError",
+    "ErrorCode",
+    "NoOffsetForPartitionError",
+    "OffsetAndTimestamp",
+    "OffsetOutOfRangeError",
+    "PartitionDescription",
+    "Producer",
+    "ProducerClosedError",
+    "Record",
+    "RecordMetadata",
+    "TopicAlreadyExistsError",
+    "TopicDescription",
+    "TopicPartition",
+    "UnknownTopicOrPartitionError",
+    "UnsupportedFeatureError",
+]

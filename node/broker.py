@@ -239,9 +239,11 @@ class Broker:
                 elif ts < 0:
                     raise ApiError(ErrorCode.INVALID_REQUEST, f"timestamp {ts} is not valid")
                 else:
-                    found = log.offset_for_timestamp(ts)
-                    off = found if found is not None and found < part.high_watermark else -1
-                    t = ts if off >= 0 else -1
+                    found = log.lookup_timestamp(ts)
+                    if found is not None and found[0] < part.high_watermark:
+                        off, t = found
+                    else:
+                        off, t = -1, -1
                 out.append([topic, partition, 0, off, t])
             except ApiError as e:
                 out.append([topic, partition, int(e.code), -1, -1])

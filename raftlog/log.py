@@ -279,6 +279,11 @@ class PartitionLog:
 
     def offset_for_timestamp(self, ts_ms: int) -> int | None:
         """First offset whose record timestamp is >= ``ts_ms`` (None if none)."""
+        found = self.lookup_timestamp(ts_ms)
+        return found[0] if found else None
+
+    def lookup_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record whose timestamp is >= ``ts_ms``."""
         with self._lock:
             for seg in list(self.segments):
                 if seg.max_timestamp < ts_ms or seg.size == 0:
@@ -291,7 +296,7 @@ class PartitionLog:
                         recs = records.decode_batch(data)
                         for r in recs:
                             if r.timestamp >= ts_ms and r.offset >= self.log_start_offset:
-                                return r.offset
+                                return r.offset, r.timestamp
         return None
 
     # ------------------------------------------------------------------ truncation

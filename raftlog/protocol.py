@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import cbor2
 

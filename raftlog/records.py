@@ -41,10 +41,10 @@ import struct
 import sys
 from array import array
 from collections import namedtuple
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, compress, repeat
 from operator import add, ge
-from typing import Iterable, Iterator, Sequence
 
 import cbor2
 import crc32c as _crc32c

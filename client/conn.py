@@ -1,0 +1,234 @@
+"""Blocking connections to nodes and the client's view of cluster metadata.
+
+A :class:`BrokerConnection` is one TCP connection driving the sans-IO
+:class:`raftlog.protocol.ClientConnection`: requests may be pipelined and
+responses come back in order. :class:`Cluster` bootstraps from any of
+``bootstrap_servers``, keeps brokers and partition leaders, refreshes them on
+NOT_LEADER_OR_FOLLOWER / UNKNOWN_TOPIC_OR_PARTITION, and pools one connection per
+broker. Neither is thread-safe: each producer/consumer thread owns its own.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass
+
+from raftlog.errors import ErrorCode, RemoteProtocolError
+from raftlog.protocol import Api, ClientConnection, Frame
+
+from .errors import BrokerNotAvailableError, api_error
+
+RECV_BYTES = 1024 * 1024
+#: Metadata refresh attempts before giving up on one call.
+MAX_METADATA_ATTEMPTS = 10
+METADATA_BACKOFF_S = 0.1
+
+
+def parse_servers(servers: str | list[str]) -> list[tuple[str, int]]:
+    """'h1:9092,h2:9093' (or a list of such) -> [(host, port)]."""
+    items = servers.split(",") if isinstance(servers, str) else list(servers)
+    out = []
+    for item in items:
+        if isinstance(item, tuple):
+            out.append((item[0], int(item[1])))
+            continue
+        item = item.strip()
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"bootstrap server {item!r} is not host:port")
+        out.append((host.strip("[]"), int(port)))
+    if not out:
+        raise ValueError("bootstrap_servers is empty")
+    return out
+
+
+class BrokerConnection:
+    """One blocking connection; pipelined requests, in-order responses."""
+
+    def __init__(self, host: str, port: int, timeout_s: float = 30.0, node_id: int | None = None):
+        self.host, self.port, self.node_id = host, port, node_id
+        try:
+            self.sock = socket.create_connection((host, port), timeout=timeout_s)
+        except OSError as e:
+            raise BrokerNotAvailableError(f"cannot connect to {host}:{port}: {e}") from None
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.proto = ClientConnection()
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return f"BrokerConnection({self.host}:{self.port}, node={self.node_id})"
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    @property
+    def in_flight(self) -> int:
+        return self.proto.in_flight
+
+    def send(self, api: Api, fields: dict, body: bytes = b"", expect_response: bool = True) -> int:
+        rid, data = self.proto.send_request(api, fields, body)
+        if not expect_response:
+            self.proto._in_flight.pop()  # acks=0: the node sends nothing back
+        try:
+            self.sock.sendall(data)
+        except OSError as e:
+            self.close()
+            raise BrokerNotAvailableError(f"send to {self.host}:{self.port} failed: {e}") from None
+        return rid
+
+    def receive(self, timeout_s: float | None = None) -> Frame:
+        """Block for the next response (in request order)."""
+        if timeout_s is not None:
+            self.sock.settimeout(timeout_s)
+        while True:
+            try:
+                frame = self.proto.next_response()
+            except RemoteProtocolError as e:
+                self.close()
+                raise BrokerNotAvailableError(f"{self.host}:{self.port}: {e}") from None
+            if frame is not None:
+                return frame
+            self.read_some()
+
+    def read_some(self) -> None:
+        try:
+            chunk = self.sock.recv(RECV_BYTES)
+        except OSError as e:
+            self.close()
+            raise BrokerNotAvailableError(f"receive from {self.host}:{self.port} failed: {e}") from None
+        if not chunk:
+            self.close()
+            raise BrokerNotAvailableError(f"connection to {self.host}:{self.port} closed by the node")
+        self.proto.receive_data(chunk)
+
+    def poll_response(self) -> Frame | None:
+        """A response already received, or None (never blocks)."""
+        return self.proto.next_response()
+
+    def request(self, api: Api, fields: dict, body: bytes = b"", timeout_s: float = 30.0) -> Frame:
+        """Send and wait; raise the ApiError of a whole-request error."""
+        self.send(api, fields, body)
+        frame = self.receive(timeout_s)
+        err = frame.header.get("error", 0)
+        if err:
+            raise api_error(err, frame.header.get("message", ""))
+        return frame
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMeta:
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple
+    isr: tuple
+    error: int = 0
+
+
+class Cluster:
+    """Brokers, topics and leaders as last seen, plus a connection per broker."""
+
+    def __init__(self, bootstrap_servers, timeout_s: float = 30.0):
+        self.bootstrap = parse_servers(bootstrap_servers)
+        self.timeout_s = timeout_s
+        self.brokers: dict[int, tuple[str, int]] = {}
+        self.topics: dict[str, dict[int, PartitionMeta]] = {}
+        self.controller_id = -1
+        self.cluster_id = ""
+        self._conns: dict[int, BrokerConnection] = {}
+        self._bootstrap_conn: BrokerConnection | None = None
+
+    # ------------------------------------------------------------------ connections
+
+    def any_connection(self) -> BrokerConnection:
+        """A live connection to some node: a known broker first, else a bootstrap server."""
+        for conn in self._conns.values():
+            if not conn.closed:
+                return conn
+        if self._bootstrap_conn is not None and not self._bootstrap_conn.closed:
+            return self._bootstrap_conn
+        errors = []
+        for host, port in list(self.brokers.values()) + self.bootstrap:
+            try:
+                self._bootstrap_conn = BrokerConnection(host, port, self.timeout_s)
+                return self._bootstrap_conn
+            except BrokerNotAvailableError as e:
+                errors.append(str(e))
+        raise BrokerNotAvailableError("no node reachable: " + "; ".join(errors))
+
+    def connection(self, broker_id: int) -> BrokerConnection:
+        conn = self._conns.get(broker_id)
+        if conn is not None and not conn.closed:
+            return conn
+        addr = self.brokers.get(broker_id)
+        if addr is None:
+            raise BrokerNotAvailableError(f"broker {broker_id} is not in the cluster metadata")
+        conn = BrokerConnection(addr[0], addr[1], self.timeout_s, broker_id)
+        self._conns[broker_id] = conn
+        return conn
+
+    def close(self) -> None:
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
+        if self._bootstrap_conn is not None:
+            self._bootstrap_conn.close()
+
+    # ------------------------------------------------------------------ metadata
+
+    def refresh(self, topics: list[str] | None = None) -> dict:
+        """Fetch metadata (all topics when ``topics`` is None); returns the raw header."""
+        last: Exception | None = None
+        for attempt in range(MAX_METADATA_ATTEMPTS):
+            try:
+                frame = self.any_connection().request(Api.METADATA, {"topics": topics}, timeout_s=self.timeout_s)
+                self._update(frame.header)
+                return frame.header
+            except BrokerNotAvailableError as e:
+                last = e
+                time.sleep(METADATA_BACKOFF_S * (attempt + 1))
+        raise BrokerNotAvailableError(f"metadata refresh failed: {last}")
+
+    def _update(self, h: dict) -> None:
+        self.brokers = {b[0]: (b[1], b[2]) for b in h["brokers"]}
+        self.controller_id = h.get("controller_id", -1)
+        self.cluster_id = h.get("cluster_id", "")
+        for t in h["topics"]:
+            if t["error"]:
+                self.topics.pop(t["name"], None)
+                continue
+            self.topics[t["name"]] = {
+                p[0]: PartitionMeta(p[0], p[2], p[3], tuple(p[4]), tuple(p[5]), p[1]) for p in t["partitions"]
+            }
+
+    def partitions_for(self, topic: str, refresh_if_missing: bool = True) -> dict[int, PartitionMeta]:
+        """Partitions of ``topic``; raises UnknownTopicOrPartitionError."""
+        parts = self.topics.get(topic)
+        if parts is None and refresh_if_missing:
+            h = self.refresh([topic])
+            parts = self.topics.get(topic)
+            if parts is None:
+                t = next((t for t in h["topics"] if t["name"] == topic), None)
+                code = t["error"] if t else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                raise api_error(code, (t or {}).get("message") or f"unknown topic {topic!r}")
+        return parts
+
+    def leader_for(self, topic: str, partition: int) -> int:
+        parts = self.partitions_for(topic)
+        meta = parts.get(partition)
+        if meta is None:
+            raise api_error(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} has no partition {partition}"
+            )
+        if meta.leader < 0:
+            raise api_error(ErrorCode.LEADER_NOT_AVAILABLE, f"{topic}-{partition} has no leader now")
+        return meta.leader

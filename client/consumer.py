@@ -1,0 +1,374 @@
+"""The Consumer: assigned partitions, positions, and a background prefetch thread.
+
+The prefetch thread long-polls FETCH for every assigned partition (one request
+per leader), decodes whole responses with ``decode_batches`` (C-level, no
+per-record Python work) and puts record lists on a bounded queue. ``poll()``
+hands them out. Every ``seek``/``assign`` bumps a generation, so lists fetched
+for an old position are dropped rather than returned.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+from raftlog.errors import ApiError, ErrorCode
+from raftlog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Api
+from raftlog.records import Record, decode_batches
+
+from .conn import Cluster
+from .errors import (
+    BrokerNotAvailableError,
+    NoOffsetForPartitionError,
+    UnsupportedFeatureError,
+    api_error,
+)
+
+#: Record lists buffered ahead of poll() at most.
+MAX_PREFETCH_CHUNKS = 64
+FETCH_ERROR_BACKOFF_S = 0.1
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndTimestamp:
+    offset: int
+    timestamp: int
+
+
+class Consumer:
+    """Reads records from assigned partitions.
+
+    Args:
+        bootstrap_servers: "host:port[,host:port]".
+        group_id: consumer group (group coordination arrives with consumer groups;
+            until then only ``assign`` is supported).
+        auto_offset_reset: "earliest", "latest" or "none" -- where to start a
+            partition with no position, and what to do when a position is out of range.
+        fetch_min_bytes, fetch_max_wait_ms: long-poll bounds of each fetch.
+        max_partition_fetch_bytes: bytes per partition per fetch.
+        fetch_max_bytes: bytes per fetch response.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str = "127.0.0.1:9092",
+        *,
+        group_id: str | None = None,
+        auto_offset_reset: str = "latest",
+        fetch_min_bytes: int = 1,
+        fetch_max_wait_ms: int = 500,
+        max_partition_fetch_bytes: int = 1024 * 1024,
+        fetch_max_bytes: int = 50 * 1024 * 1024,
+        request_timeout_ms: int = 30_000,
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5000,
+        session_timeout_ms: int = 10_000,
+        max_poll_interval_ms: int = 300_000,
+        partition_assignment_strategy: str = "cooperative-sticky",
+        group_instance_id: str | None = None,
+        client_id: str = "raftlog-consumer",
+    ):
+        if auto_offset_reset not in ("earliest", "latest", "none"):
+            raise ValueError(f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}")
+        self.group_id = group_id
+        self.auto_offset_reset = auto_offset_reset
+        self.fetch_min_bytes = fetch_min_bytes
+        self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.max_partition_fetch_bytes = max_partition_fetch_bytes
+        self.fetch_max_bytes = fetch_max_bytes
+        self.request_timeout_s = request_timeout_ms / 1000
+        self._cluster = Cluster(bootstrap_servers, self.request_timeout_s + fetch_max_wait_ms / 1000)
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._assignment: list[TopicPartition] = []
+        self._positions: dict[TopicPartition, int] = {}  # next offset poll() returns
+        self._fetch_positions: dict[TopicPartition, int] = {}
+        self._generation = 0
+        self._queue: queue.Queue = queue.Queue(MAX_PREFETCH_CHUNKS)
+        self._pending: list[Record] = []
+        self._pending_tp: TopicPartition | None = None
+        self._error: BaseException | None = None
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ assignment
+
+    def subscribe(self, topics=None, pattern: str | None = None, listener=None) -> None:
+        raise UnsupportedFeatureError(
+            "subscribe() needs consumer groups, which this raftlog version does not have yet; "
+            "use assign([TopicPartition(topic, p), ...])"
+        )
+
+    def commit(self, offsets=None) -> None:
+        raise UnsupportedFeatureError("commit() needs consumer groups (not in this raftlog version)")
+
+    def committed(self, tp: TopicPartition):
+        raise UnsupportedFeatureError("committed() needs consumer groups (not in this raftlog version)")
+
+    def assign(self, partitions) -> None:
+        """Read exactly these partitions (replacing any earlier assignment)."""
+        tps = [TopicPartition(*tp) if not isinstance(tp, TopicPartition) else tp for tp in partitions]
+        for tp in tps:
+            parts = self._cluster.partitions_for(tp.topic)
+            if tp.partition not in parts:
+                raise api_error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                f"topic {tp.topic!r} has no partition {tp.partition}")
+        with self._lock:
+            self._assignment = list(dict.fromkeys(tps))
+            self._positions = {tp: off for tp, off in self._positions.items() if tp in tps}
+            self._reset_fetch_locked()
+        self._ensure_thread()
+
+    def assignment(self) -> set[TopicPartition]:
+        with self._lock:
+            return set(self._assignment)
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        if offset < 0:
+            raise ValueError(f"offset must be >= 0, not {offset}")
+        with self._lock:
+            self._require_assigned(tp)
+            self._positions[tp] = offset
+            self._reset_fetch_locked()
+
+    def seek_to_beginning(self, *partitions) -> None:
+        self._seek_to(partitions, EARLIEST_TIMESTAMP)
+
+    def seek_to_end(self, *partitions) -> None:
+        self._seek_to(partitions, LATEST_TIMESTAMP)
+
+    def _seek_to(self, partitions, ts: int) -> None:
+        tps = list(partitions) or self._assignment
+        offsets = self._list_offsets({tp: ts for tp in tps})
+        with self._lock:
+            for tp in tps:
+                self._require_assigned(tp)
+                self._positions[tp] = offsets[tp][0]
+            self._reset_fetch_locked()
+
+    def position(self, tp: TopicPartition) -> int:
+        """The offset of the next record poll() returns for ``tp``."""
+        with self._lock:
+            self._require_assigned(tp)
+            pos = self._positions.get(tp)
+        if pos is None:
+            self._initialize_positions()
+            with self._lock:
+                pos = self._positions[tp]
+        return pos
+
+    def _require_assigned(self, tp: TopicPartition) -> None:
+        if tp not in self._assignment:
+            raise ValueError(f"{tp} is not assigned to this consumer")
+
+    def _reset_fetch_locked(self) -> None:
+        self._generation += 1
+        self._fetch_positions = dict(self._positions)
+        self._pending = []
+        self._changed.notify_all()
+
+    # ------------------------------------------------------------------ offsets
+
+    def _list_offsets(self, wanted: dict[TopicPartition, int], cluster: Cluster | None = None) -> dict[TopicPartition, tuple[int, int]]:
+        cluster = cluster or self._cluster
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for tp in wanted:
+            by_leader.setdefault(cluster.leader_for(tp.topic, tp.partition), []).append(tp)
+        out = {}
+        for leader, tps in by_leader.items():
+            frame = cluster.connection(leader).request(
+                Api.LIST_OFFSETS, {"parts": [[tp.topic, tp.partition, wanted[tp]] for tp in tps]},
+                timeout_s=self.request_timeout_s)
+            for tp, part in zip(tps, frame.header["parts"]):
+                if part[2]:
+                    raise api_error(part[2], f"list offsets of {tp.topic}-{tp.partition}")
+                out[tp] = (part[3], part[4])
+        return out
+
+    def beginning_offsets(self, partitions) -> dict[TopicPartition, int]:
+        return {tp: o for tp, (o, _) in self._list_offsets({tp: EARLIEST_TIMESTAMP for tp in partitions}).items()}
+
+    def end_offsets(self, partitions) -> dict[TopicPartition, int]:
+        """The high watermark of each partition (the offset after the last committed record)."""
+        return {tp: o for tp, (o, _) in self._list_offsets({tp: LATEST_TIMESTAMP for tp in partitions}).items()}
+
+    def offsets_for_times(self, timestamps: dict) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """Earliest offset whose timestamp is >= the given ms timestamp, per partition."""
+        for tp, ts in timestamps.items():
+            if ts < 0:
+                raise ValueError(f"timestamp for {tp} must be >= 0, not {ts}")
+        res = self._list_offsets(dict(timestamps))
+        return {tp: (OffsetAndTimestamp(o, t) if o >= 0 else None) for tp, (o, t) in res.items()}
+
+    def _initialize_positions(self) -> None:
+        with self._lock:
+            missing = [tp for tp in self._assignment if tp not in self._positions]
+        if not missing:
+            return
+        if self.auto_offset_reset == "none":
+            raise NoOffsetForPartitionError(f"no position for {missing} and auto_offset_reset='none'")
+        ts = EARLIEST_TIMESTAMP if self.auto_offset_reset == "earliest" else LATEST_TIMESTAMP
+        offsets = self._list_offsets({tp: ts for tp in missing})
+        with self._lock:
+            for tp in missing:
+                self._positions.setdefault(tp, offsets[tp][0])
+            self._reset_fetch_locked()
+
+    # ------------------------------------------------------------------ poll
+
+    def poll(self, timeout_ms: int = 0, max_records: int = 500) -> list[Record]:
+        """Records after the current positions (at most ``max_records``), waiting up
+        to ``timeout_ms`` for some to arrive. Advances the positions."""
+        if self._closed:
+            raise RuntimeError("poll() on a closed consumer")
+        self._initialize_positions()
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            if self._error is not None:
+                err, self._error = self._error, None
+                raise err
+            if self._pending:
+                return self._take_pending(max_records)
+            remaining = deadline - time.monotonic()
+            try:
+                gen, tp, recs = self._queue.get(timeout=max(remaining, 0)) if remaining > 0 else self._queue.get_nowait()
+            except queue.Empty:
+                return []
+            with self._lock:
+                if gen != self._generation or not recs:
+                    continue
+                pos = self._positions.get(tp)
+                if pos is not None and recs[0].offset < pos:
+                    recs = [r for r in recs if r.offset >= pos]
+                    if not recs:
+                        continue
+                self._pending, self._pending_tp = recs, tp
+
+    def _take_pending(self, max_records: int) -> list[Record]:
+        with self._lock:
+            recs = self._pending
+            if len(recs) > max_records:
+                out, self._pending = recs[:max_records], recs[max_records:]
+            else:
+                out, self._pending = recs, []
+            if out:
+                self._positions[self._pending_tp] = out[-1].offset + 1
+            return out
+
+    def __iter__(self):
+        while not self._closed:
+            yield from self.poll(timeout_ms=1000, max_records=100_000)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._changed.notify_all()
+        try:
+            while True:
+                self._queue.get_nowait()
+        except queue.Empty:
+            pass
+        if self._thread is not None:
+            self._thread.join(self.fetch_max_wait_ms / 1000 + 5)
+        self._cluster.close()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ prefetch thread
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._fetch_loop, name="raftlog-consumer-fetch", daemon=True)
+            self._thread.start()
+
+    def _fetch_loop(self) -> None:
+        cluster = Cluster(self._cluster.bootstrap, self._cluster.timeout_s)
+        try:
+            while True:
+                with self._lock:
+                    while not self._closed and not self._fetch_positions:
+                        self._changed.wait()
+                    if self._closed:
+                        return
+                    gen, positions = self._generation, dict(self._fetch_positions)
+                try:
+                    self._fetch_once(cluster, gen, positions)
+                except (BrokerNotAvailableError, ApiError) as e:
+                    cluster.topics.clear()
+                    if isinstance(e, ApiError) and not e.retriable:
+                        self._error = e
+                    time.sleep(FETCH_ERROR_BACKOFF_S)
+        finally:
+            cluster.close()
+
+    def _fetch_once(self, cluster: Cluster, gen: int, positions: dict) -> None:
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for tp in positions:
+            by_leader.setdefault(cluster.leader_for(tp.topic, tp.partition), []).append(tp)
+        for leader, tps in by_leader.items():
+            fields = {
+                "max_wait_ms": self.fetch_max_wait_ms if len(by_leader) == 1 else 0,
+                "min_bytes": self.fetch_min_bytes,
+                "max_bytes": self.fetch_max_bytes,
+                "parts": [[tp.topic, tp.partition, positions[tp], self.max_partition_fetch_bytes, -1] for tp in tps],
+            }
+            frame = cluster.connection(leader).request(Api.FETCH, fields, timeout_s=self._cluster.timeout_s)
+            self._deliver(cluster, gen, tps, positions, frame)
+        if len(by_leader) > 1:
+            time.sleep(0.001)
+
+    def _deliver(self, cluster: Cluster, gen: int, tps, positions, frame) -> None:
+        body, pos = frame.body, 0
+        for tp, part in zip(tps, frame.header["parts"]):
+            code, n = part[2], part[5]
+            data = body[pos : pos + n]
+            pos += n
+            if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                self._reset_out_of_range(cluster, tp, gen)
+                continue
+            if code:
+                raise api_error(code, part[6] if len(part) > 6 else "")
+            if not n:
+                continue
+            recs = decode_batches(data, tp.topic, tp.partition, start_offset=positions[tp])
+            if not recs:
+                continue
+            with self._lock:
+                if gen != self._generation or self._closed:
+                    return
+                self._fetch_positions[tp] = recs[-1].offset + 1
+            self._put((gen, tp, recs))
+
+    def _put(self, item) -> None:
+        while not self._closed:
+            try:
+                self._queue.put(item, timeout=0.2)
+                return
+            except queue.Full:
+                if item[0] != self._generation:
+                    return
+
+    def _reset_out_of_range(self, cluster: Cluster, tp: TopicPartition, gen: int) -> None:
+        if self.auto_offset_reset == "none":
+            self._error = api_error(ErrorCode.OFFSET_OUT_OF_RANGE, f"position of {tp} is out of range")
+            time.sleep(FETCH_ERROR_BACKOFF_S)
+            return
+        ts = EARLIEST_TIMESTAMP if self.auto_offset_reset == "earliest" else LATEST_TIMESTAMP
+        off = self._list_offsets({tp: ts}, cluster)[tp][0]
+        with self._lock:
+            if gen == self._generation:
+                self._positions[tp] = off
+                self._reset_fetch_locked()
+

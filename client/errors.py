@@ -1,0 +1,62 @@
+"""Errors raised by the raftlog client SDK."""
+
+from __future__ import annotations
+
+from raftlog.errors import ApiError, ErrorCode, RaftlogError
+
+
+class ClientError(RaftlogError):
+    """Base class of client-side errors."""
+
+
+class BrokerNotAvailableError(ClientError):
+    """No broker could be reached (all bootstrap servers or the leader are down)."""
+
+
+class ProducerClosedError(ClientError):
+    """send() after close()."""
+
+
+class BufferFullError(ClientError):
+    """The producer's buffer stayed full for longer than max_block_ms."""
+
+
+class DeliveryTimeoutError(ClientError):
+    """A record was not acknowledged within delivery_timeout_ms (retries included)."""
+
+
+class NoOffsetForPartitionError(ClientError):
+    """auto_offset_reset='none' and the partition has no position."""
+
+
+class UnsupportedFeatureError(ClientError):
+    """A feature this version of raftlog does not provide yet."""
+
+
+class TopicAlreadyExistsError(ApiError):
+    def __init__(self, message: str = ""):
+        super().__init__(ErrorCode.TOPIC_ALREADY_EXISTS, message)
+
+
+class UnknownTopicOrPartitionError(ApiError):
+    def __init__(self, message: str = ""):
+        super().__init__(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, message)
+
+
+class OffsetOutOfRangeError(ApiError):
+    def __init__(self, message: str = ""):
+        super().__init__(ErrorCode.OFFSET_OUT_OF_RANGE, message)
+
+
+_BY_CODE = {
+    ErrorCode.TOPIC_ALREADY_EXISTS: TopicAlreadyExistsError,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: UnknownTopicOrPartitionError,
+    ErrorCode.OFFSET_OUT_OF_RANGE: OffsetOutOfRangeError,
+}
+
+
+def api_error(code: int, message: str = "") -> ApiError:
+    """The most specific ApiError subclass for ``code``."""
+    code = ErrorCode(code)
+    cls = _BY_CODE.get(code)
+    return cls(message) if cls is not None else ApiError(code, message)
