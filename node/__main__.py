@@ -62,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         print(f"raftlog node: cannot start: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # a second signal during shutdown: logs are already closed
+        return 0
     return 0
 
 

@@ -1,0 +1,390 @@
+"""The ``raftlog`` command line.
+
+Server commands (``up``, ``node``) start ``python -m raftlog.node`` as a process,
+so this module -- part of the client -- never imports the server packages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from raftlog.errors import RaftlogError
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+# --------------------------------------------------------------------------- server commands
+
+
+def cmd_up(args) -> int:
+    """Run a local cluster of ``--nodes`` nodes on loopback until Ctrl-C / SIGTERM."""
+    if args.nodes != 1:
+        print("raftlog up: multi-node clusters need the metadata quorum, which this version "
+              "does not have yet; use --nodes 1", file=sys.stderr)
+        return 2
+    data_dir = os.path.abspath(args.data_dir)
+    node_dir = os.path.join(data_dir, "node-1")
+    os.makedirs(node_dir, exist_ok=True)
+    cmd = [sys.executable, "-m", "raftlog.node", "--node-id", "1", "--host", args.host,
+           "--port", str(args.port), "--data-dir", node_dir]
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True)
+    with open(os.path.join(node_dir, "node.pid"), "w") as f:
+        f.write(f"{proc.pid}\n")
+
+    def forward(signum, _frame):
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    if _wait_listening(args.host, args.port, proc):
+        print(f"raftlog is up: bootstrap servers {args.host}:{args.port}, data in {data_dir}\n"
+              f"  raftlog topics create demo --bootstrap-server {args.host}:{args.port}\n"
+              f"  Producer(bootstrap_servers=\"{args.host}:{args.port}\")\n"
+              "Ctrl-C stops it.", flush=True)
+    rc = proc.wait()
+    return 0 if rc in (0, -signal.SIGTERM, -signal.SIGINT) else rc
+
+
+def _wait_listening(host: str, port: int, proc, timeout_s: float = 30.0) -> bool:
+    import socket
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+def cmd_node(args) -> int:
+    argv = [sys.executable, "-m", "raftlog.node"] + args.node_args
+    os.execv(sys.executable, argv)
+    return 0  # not reached
+
+
+# --------------------------------------------------------------------------- topics
+
+
+def _admin(args):
+    from .admin import Admin
+
+    return Admin(args.bootstrap_server)
+
+
+def _parse_kv(items: list[str], what: str) -> dict:
+    out = {}
+    for item in items or []:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise SystemExit(f"raftlog: {what} {item!r} is not key=value")
+        out[k] = v
+    return out
+
+
+def cmd_topics(args) -> int:
+    with _admin(args) as admin:
+        if args.action == "create":
+            admin.create_topic(args.topic, args.partitions, args.replication_factor, _parse_kv(args.config, "--config"))
+            print(f"created topic {args.topic}")
+        elif args.action == "list":
+            for name in admin.list_topics():
+                print(name)
+        elif args.action == "delete":
+            admin.delete_topic(args.topic)
+            print(f"deleted topic {args.topic}")
+        elif args.action == "describe":
+            names = [args.topic] if args.topic else admin.list_topics()
+            for name in names:
+                _print_topic(admin.describe_topic(name), args.json)
+    return 0
+
+
+def _print_topic(d, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps({
+            "name": d.name, "config": d.config,
+            "partitions": [{"partition": p.partition, "leader": p.leader, "replicas": list(p.replicas),
+                            "isr": list(p.isr), "leader_epoch": p.leader_epoch} for p in d.partitions],
+        }))
+        return
+    print(f"Topic: {d.name}\tPartitions: {len(d.partitions)}")
+    for p in d.partitions:
+        print(f"\tPartition: {p.partition}\tLeader: {p.leader}\tReplicas: {list(p.replicas)}"
+              f"\tIsr: {list(p.isr)}\tLeaderEpoch: {p.leader_epoch}")
+
+
+def cmd_cluster(args) -> int:
+    with _admin(args) as admin:
+        c = admin.describe_cluster()
+        topics = [admin.describe_topic(t) for t in admin.list_topics()]
+    if args.json:
+        print(json.dumps({
+            "cluster_id": c.cluster_id, "controller_id": c.controller_id,
+            "brokers": [{"id": b.id, "host": b.host, "port": b.port, "fenced": b.fenced} for b in c.brokers],
+            "partitions": [{"topic": t.name, "partition": p.partition, "leader": p.leader,
+                            "replicas": list(p.replicas), "isr": list(p.isr), "leader_epoch": p.leader_epoch,
+                            "under_replicated": p.under_replicated, "offline": p.offline}
+                           for t in topics for p in t.partitions],
+        }))
+        return 0
+    print(f"cluster {c.cluster_id}  controller {c.controller_id}")
+    for b in c.brokers:
+        print(f"  broker {b.id}  {b.host}:{b.port}  {'FENCED' if b.fenced else 'active'}")
+    for t in topics:
+        _print_topic(t, False)
+    return 0
+
+
+# --------------------------------------------------------------------------- produce / consume
+
+
+def cmd_produce(args) -> int:
+    from .producer import Producer
+
+    sep = args.key_separator.encode() if args.key_separator else None
+    n = 0
+    with Producer(args.bootstrap_server, acks=args.acks, enable_idempotence=False, linger_ms=5) as p:
+        futures = []
+        for line in sys.stdin.buffer:
+            line = line.rstrip(b"\r\n")
+            key = None
+            if sep is not None and sep in line:
+                key, line = line.split(sep, 1)
+            futures.append(p.send(args.topic, line, key=key, partition=args.partition))
+            n += 1
+        p.flush()
+        for f in futures:
+            f.result()
+    print(f"produced {n} records to {args.topic}", file=sys.stderr)
+    return 0
+
+
+def cmd_consume(args) -> int:
+    from .consumer import Consumer, TopicPartition
+
+    c = Consumer(args.bootstrap_server, auto_offset_reset="earliest" if args.from_beginning else "latest")
+    try:
+        parts = ([args.partition] if args.partition is not None
+                 else sorted(c._cluster.partitions_for(args.topic)))
+        tps = [TopicPartition(args.topic, p) for p in parts]
+        c.assign(tps)
+        if args.offset is not None:
+            for tp in tps:
+                c.seek(tp, args.offset)
+        elif args.from_beginning:
+            c.seek_to_beginning(*tps)
+        else:
+            c.seek_to_end(*tps)
+        seen = 0
+        deadline = time.monotonic() + args.timeout_ms / 1000 if args.timeout_ms else None
+        while args.max_messages is None or seen < args.max_messages:
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            want = 10_000 if args.max_messages is None else args.max_messages - seen
+            for r in c.poll(timeout_ms=200, max_records=want):
+                _print_record(r, args.format)
+                seen += 1
+        sys.stdout.flush()
+    finally:
+        c.close()
+    return 0
+
+
+def _print_record(r, fmt: str) -> None:
+    if fmt == "json":
+        print(json.dumps({
+            "topic": r.topic, "partition": r.partition, "offset": r.offset, "timestamp": r.timestamp,
+            "key": r.key.decode("utf-8", "replace") if r.key is not None else None,
+            "value": r.value.decode("utf-8", "replace") if r.value is not None else None,
+            "headers": [[k, v.decode("utf-8", "replace") if v is not None else None] for k, v in r.headers],
+        }))
+    elif fmt == "raw":
+        sys.stdout.buffer.write((r.value or b"") + b"\n")
+    else:
+        key = r.key.decode("utf-8", "replace") if r.key is not None else ""
+        val = r.value.decode("utf-8", "replace") if r.value is not None else "null"
+        print(f"{r.partition}:{r.offset}\t{key}\t{val}")
+
+
+# --------------------------------------------------------------------------- perf
+
+
+def _percentiles(lat_ms: list[float]) -> dict:
+    if not lat_ms:
+        return {}
+    s = sorted(lat_ms)
+
+    def pct(q: float) -> float:
+        return s[min(len(s) - 1, int(q * len(s)))]
+
+    return {"avg_ms": sum(s) / len(s), "p50_ms": pct(0.5), "p95_ms": pct(0.95), "p99_ms": pct(0.99),
+            "p999_ms": pct(0.999), "max_ms": s[-1]}
+
+
+def cmd_perf(args) -> int:
+    return perf_produce(args) if args.action == "produce" else perf_consume(args)
+
+
+def perf_produce(args) -> int:
+    from .producer import Producer
+
+    value = b"x" * args.record_size
+    lat: list[float] = []
+    start = time.perf_counter()
+    last_report = start
+    with Producer(args.bootstrap_server, acks=args.acks, enable_idempotence=False,
+                  linger_ms=args.linger_ms, batch_size=args.batch_size) as p:
+        interval = 1.0 / args.throughput if args.throughput > 0 else 0
+        for i in range(args.num_records):
+            t0 = time.perf_counter()
+            f = p.send(args.topic, value, partition=args.partition)
+            if i % 100 == 0:
+                f.add_done_callback(lambda _f, t0=t0: lat.append((time.perf_counter() - t0) * 1000))
+            if interval:
+                ahead = start + (i + 1) * interval - time.perf_counter()
+                if ahead > 0:
+                    time.sleep(ahead)
+            if t0 - last_report >= 5:
+                last_report = t0
+                print(f"{i} records sent, {i / (t0 - start):,.0f} rec/s", file=sys.stderr, flush=True)
+        p.flush()
+    secs = time.perf_counter() - start
+    summary = {"records": args.num_records, "secs": secs, "rec_s": args.num_records / secs,
+               "mb_s": args.num_records * args.record_size / secs / 1e6, **_percentiles(lat)}
+    _print_summary(summary, args.json)
+    return 0
+
+
+def perf_consume(args) -> int:
+    from .consumer import Consumer, TopicPartition
+
+    c = Consumer(args.bootstrap_server, auto_offset_reset="earliest")
+    try:
+        parts = sorted(c._cluster.partitions_for(args.topic))
+        c.assign([TopicPartition(args.topic, p) for p in parts])
+        c.seek_to_beginning()
+        n = nbytes = 0
+        start = last_report = time.perf_counter()
+        idle_deadline = start + args.timeout_ms / 1000
+        while n < args.num_records and time.perf_counter() < idle_deadline:
+            recs = c.poll(timeout_ms=500, max_records=100_000)
+            if recs:
+                idle_deadline = time.perf_counter() + args.timeout_ms / 1000
+            n += len(recs)
+            nbytes += sum(len(r.value or b"") for r in recs)
+            now = time.perf_counter()
+            if now - last_report >= 5:
+                last_report = now
+                print(f"{n} records consumed, {n / (now - start):,.0f} rec/s", file=sys.stderr, flush=True)
+        secs = time.perf_counter() - start
+    finally:
+        c.close()
+    _print_summary({"records": n, "secs": secs, "rec_s": n / secs, "mb_s": nbytes / secs / 1e6}, args.json)
+    return 0
+
+
+def _print_summary(summary: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(summary))
+        return
+    parts = [f"{summary['records']} records in {summary['secs']:.2f} s",
+             f"{summary['rec_s']:,.0f} rec/s", f"{summary['mb_s']:.2f} MB/s"]
+    parts += [f"{k.replace('_ms', '')} {v:.2f} ms" for k, v in summary.items() if k.endswith("_ms")]
+    print(", ".join(parts))
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="raftlog", description="raftlog: a replicated commit log.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    up = sub.add_parser("up", help="run a local cluster on loopback (Ctrl-C stops it)")
+    up.add_argument("--data-dir", default="./raftlog-data", help="data directory (default ./raftlog-data)")
+    up.add_argument("--port", type=int, default=9092, help="client port of node 1 (default 9092)")
+    up.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    up.add_argument("--nodes", type=int, default=1, help="number of nodes (default 1)")
+    up.set_defaults(fn=cmd_up)
+
+    node = sub.add_parser("node", help="run one node: raftlog node --config FILE [flags]",
+                          add_help=False, prefix_chars="\0")
+    node.add_argument("node_args", nargs=argparse.REMAINDER)
+    node.set_defaults(fn=cmd_node)
+
+    def with_bootstrap(sp):
+        sp.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, help=f"host:port (default {DEFAULT_BOOTSTRAP})")
+        return sp
+
+    topics = with_bootstrap(sub.add_parser("topics", help="create, list, describe, delete topics"))
+    topics.add_argument("action", choices=["create", "list", "describe", "delete"])
+    topics.add_argument("topic", nargs="?")
+    topics.add_argument("--partitions", type=int, default=1)
+    topics.add_argument("--replication-factor", type=int, default=1)
+    topics.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
+    topics.add_argument("--json", action="store_true")
+    topics.set_defaults(fn=cmd_topics)
+
+    cluster = with_bootstrap(sub.add_parser("cluster", help="cluster status"))
+    cluster.add_argument("action", choices=["status"])
+    cluster.add_argument("--json", action="store_true")
+    cluster.set_defaults(fn=cmd_cluster)
+
+    produce = with_bootstrap(sub.add_parser("produce", help="stdin lines -> records"))
+    produce.add_argument("--topic", required=True)
+    produce.add_argument("--key-separator", help="split each line into key SEP value")
+    produce.add_argument("--partition", type=int)
+    produce.add_argument("--acks", default="all")
+    produce.set_defaults(fn=cmd_produce)
+
+    consume = with_bootstrap(sub.add_parser("consume", help="records -> stdout"))
+    consume.add_argument("--topic", required=True)
+    consume.add_argument("--partition", type=int)
+    consume.add_argument("--from-beginning", action="store_true")
+    consume.add_argument("--offset", type=int)
+    consume.add_argument("--max-messages", type=int)
+    consume.add_argument("--timeout-ms", type=int, default=0, help="stop after this long (0: never)")
+    consume.add_argument("--format", choices=["text", "json", "raw"], default="text")
+    consume.set_defaults(fn=cmd_consume)
+
+    perf = with_bootstrap(sub.add_parser("perf", help="load generators like kafka-*-perf-test"))
+    perf.add_argument("action", choices=["produce", "consume"])
+    perf.add_argument("--topic", required=True)
+    perf.add_argument("--num-records", type=int, default=100_000)
+    perf.add_argument("--record-size", type=int, default=100)
+    perf.add_argument("--throughput", type=float, default=-1, help="records/s cap (-1: none)")
+    perf.add_argument("--acks", default="1")
+    perf.add_argument("--linger-ms", type=float, default=5)
+    perf.add_argument("--batch-size", type=int, default=262_144)
+    perf.add_argument("--partition", type=int)
+    perf.add_argument("--timeout-ms", type=int, default=10_000, help="consume: stop after this long idle")
+    perf.add_argument("--json", action="store_true")
+    perf.set_defaults(fn=cmd_perf)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "topics" and args.action != "list" and not args.topic and args.action != "describe":
+        print(f"raftlog topics {args.action}: a topic name is required", file=sys.stderr)
+        return 2
+    try:
+        return args.fn(args) or 0
+    except (RaftlogError, ValueError) as e:
+        print(f"raftlog {args.command}: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
