@@ -1,0 +1,203 @@
+"""End-to-end benchmark: produce, consume and latency through real node and client processes.
+
+    python bench/throughput.py [--bootstrap HOST:PORT] [--json] [--n 200000] [--acks 1]
+                               [--mode send_many|send] [--rate 1000] [--secs 10]
+                               [--replication-factor 1]
+
+Without --bootstrap it starts its own node in a temp dir. Workloads (100-byte records):
+1. produce N records and wait for every ack (this process);
+2. consume them all from offset 0 (a separate process);
+3. end-to-end latency at --rate records/s for --secs seconds: a producer process stamps
+   each record with CLOCK_MONOTONIC, a consumer process long-polls and measures arrival.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from raftlog.client import Admin, Consumer, Producer, TopicPartition  # noqa: E402
+
+VALUE_BYTES = 100
+CHUNK = 2000
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_node() -> tuple[subprocess.Popen, str, str]:
+    d = tempfile.mkdtemp(prefix="raftlog-bench-")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "raftlog.node", "--port", str(port), "--data-dir", d],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return proc, f"127.0.0.1:{port}", d
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise SystemExit("node did not start")
+
+
+def produce(bootstrap: str, topic: str, n: int, acks, mode: str) -> dict:
+    value = b"x" * VALUE_BYTES
+    p = Producer(bootstrap, acks=acks, enable_idempotence=False, linger_ms=5)
+    start = time.perf_counter()
+    if mode == "send_many":
+        values = [value] * CHUNK
+        futures = [p.send_many(topic, values[: min(CHUNK, n - i)], partition=0) for i in range(0, n, CHUNK)]
+    else:
+        futures = [p.send(topic, value, partition=0) for _ in range(n)]
+    p.flush()
+    for f in futures[-1:]:
+        f.result()
+    secs = time.perf_counter() - start
+    p.close()
+    return {"produce_rec_s": n / secs, "produce_mb_s": n * VALUE_BYTES / secs / 1e6}
+
+
+def consume(bootstrap: str, topic: str, n: int) -> dict:
+    c = Consumer(bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100)
+    c.assign([TopicPartition(topic, 0)])
+    c.seek(TopicPartition(topic, 0), 0)
+    got = 0
+    start = time.perf_counter()
+    while got < n:
+        got += len(c.poll(timeout_ms=5000, max_records=1_000_000))
+    secs = time.perf_counter() - start
+    c.close()
+    return {"consume_rec_s": got / secs, "consume_mb_s": got * VALUE_BYTES / secs / 1e6}
+
+
+def latency_producer(bootstrap: str, topic: str, rate: int, secs: float) -> None:
+    p = Producer(bootstrap, acks=1, enable_idempotence=False, linger_ms=0)
+    pad = b"x" * (VALUE_BYTES - 8)
+    interval = 1.0 / rate
+    total = int(rate * secs)
+    start = time.perf_counter()
+    for i in range(total):
+        ahead = start + i * interval - time.perf_counter()
+        if ahead > 0:
+            time.sleep(ahead)
+        p.send(topic, time.monotonic_ns().to_bytes(8, "little") + pad, partition=0)
+    p.flush()
+    p.close()
+
+
+def latency_consumer(bootstrap: str, topic: str, total: int, ready_file: str) -> dict:
+    c = Consumer(bootstrap, auto_offset_reset="latest", fetch_max_wait_ms=500)
+    tp = TopicPartition(topic, 0)
+    c.assign([tp])
+    c.seek_to_end(tp)
+    c.poll(timeout_ms=0)
+    open(ready_file, "w").close()
+    lat_ms: list[float] = []
+    deadline = time.monotonic() + 60
+    while len(lat_ms) < total and time.monotonic() < deadline:
+        recs = c.poll(timeout_ms=1000, max_records=10_000)
+        now = time.monotonic_ns()
+        lat_ms.extend((now - int.from_bytes(r.value[:8], "little")) / 1e6 for r in recs)
+    c.close()
+    lat_ms.sort()
+
+    def pct(q: float) -> float:
+        return lat_ms[min(len(lat_ms) - 1, int(q * len(lat_ms)))] if lat_ms else float("nan")
+
+    return {"lat_records": len(lat_ms), "lat_p50_ms": pct(0.5), "lat_p99_ms": pct(0.99),
+            "lat_p999_ms": pct(0.999), "lat_max_ms": lat_ms[-1] if lat_ms else float("nan")}
+
+
+def _run_role(args) -> None:
+    if args.role == "consume":
+        print(json.dumps(consume(args.bootstrap, args.topic, args.n)))
+    elif args.role == "latency-consumer":
+        print(json.dumps(latency_consumer(args.bootstrap, args.topic, int(args.rate * args.secs), args.ready)))
+    elif args.role == "latency-producer":
+        latency_producer(args.bootstrap, args.topic, args.rate, args.secs)
+
+
+def _child(args, role: str, topic: str, extra: list[str] | None = None) -> subprocess.Popen:
+    cmd = [sys.executable, __file__, "--role", role, "--bootstrap", args.bootstrap, "--topic", topic,
+           "--n", str(args.n), "--rate", str(args.rate), "--secs", str(args.secs)] + (extra or [])
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE)
+
+
+def run(args) -> dict:
+    admin = Admin(args.bootstrap)
+    topic = f"bench-{uuid.uuid4().hex[:8]}"
+    admin.create_topic(topic, partitions=1, replication_factor=args.replication_factor)
+    result = {"n": args.n, "acks": args.acks, "mode": args.mode, "replication_factor": args.replication_factor}
+    result.update(produce(args.bootstrap, topic, args.n, args.acks, args.mode))
+    proc = _child(args, "consume", topic)
+    out, _ = proc.communicate(timeout=300)
+    result.update(json.loads(out))
+
+    lat_topic = topic + "-lat"
+    admin.create_topic(lat_topic, partitions=1, replication_factor=args.replication_factor)
+    ready = tempfile.mktemp(prefix="raftlog-bench-ready-")
+    cons = _child(args, "latency-consumer", lat_topic, ["--ready", ready])
+    deadline = time.monotonic() + 30
+    while not os.path.exists(ready) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    prod = _child(args, "latency-producer", lat_topic)
+    prod.wait(timeout=args.secs + 60)
+    out, _ = cons.communicate(timeout=120)
+    os.unlink(ready)
+    result.update(json.loads(out))
+    admin.close()
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bootstrap", help="HOST:PORT of a running node (default: start one)")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--n", type=int, default=200_000)
+    ap.add_argument("--acks", default="1")
+    ap.add_argument("--mode", choices=["send_many", "send"], default="send_many")
+    ap.add_argument("--rate", type=int, default=1000)
+    ap.add_argument("--secs", type=float, default=10)
+    ap.add_argument("--replication-factor", type=int, default=1)
+    ap.add_argument("--role", help=argparse.SUPPRESS)
+    ap.add_argument("--topic", help=argparse.SUPPRESS)
+    ap.add_argument("--ready", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.role:
+        _run_role(args)
+        return
+    node = None
+    if not args.bootstrap:
+        node, args.bootstrap, data_dir = start_node()
+    try:
+        res = run(args)
+    finally:
+        if node is not None:
+            node.terminate()
+            node.wait(30)
+            shutil.rmtree(data_dir, ignore_errors=True)
+    if args.json:
+        print(json.dumps(res))
+    else:
+        for k, v in res.items():
+            print(f"{k:>20}  {v:,.3f}" if isinstance(v, float) else f"{k:>20}  {v}")
+
+
+if __name__ == "__main__":
+    main()
