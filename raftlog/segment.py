@@ -320,18 +320,23 @@ class LogSegment:
         self.verified_position = end
 
     def _verify_range(self, start: int, end: int) -> None:
-        """Raise CorruptRecordError unless [start, end) is whole batches with good CRCs."""
-        pos = start
+        """Raise CorruptRecordError unless [start, end) is whole batches with good CRCs
+        and offsets inside this segment, increasing (the CRC does not cover offsets)."""
+        pos, prev_next = start, self.base_offset
         while pos < end:
             data = os.pread(self.file.fd, min(SCAN_CHUNK_BYTES, end - pos), pos)
-            done = 0
-            for p, h in records.iter_batches(data, verify=True, allow_partial=True):
-                done = p + h.size
-            if done == 0:  # one batch bigger than a chunk
+            done, found = 0, list(records.iter_batches(data, verify=True, allow_partial=True))
+            if not found:  # one batch bigger than a chunk
                 h = records.read_header(os.pread(self.file.fd, HEADER_SIZE, pos))
-                data = _pread_exact(self.file.fd, h.size, pos)
-                records.verify_crc(data, 0, h)
-                done = h.size
+                records.verify_crc(_pread_exact(self.file.fd, h.size, pos), 0, h)
+                found = [(0, h)]
+            for p, h in found:
+                if h.base_offset < prev_next or h.last_offset >= self.next_offset:
+                    raise CorruptRecordError(
+                        f"batch at position {pos + p} has offsets {h.base_offset}..{h.last_offset} "
+                        f"outside [{prev_next}, {self.next_offset})"
+                    )
+                prev_next, done = h.next_offset, p + h.size
             pos += done
 
     # ------------------------------------------------------------------ lifecycle
