@@ -161,7 +161,7 @@ def test_retention_by_bytes_and_time(tmp_path):
     now = [10_000_000]
     cfg = LogConfig(segment_bytes=1024, retention_bytes=3000, retention_ms=-1)
     log = PartitionLog.open(str(tmp_path / "p"), cfg, clock_ms=lambda: now[0])
-    for i in range(40):
+    for _ in range(40):
         log.append(encode_batch([b"x" * 100] * 2, timestamp=now[0]))
     log.high_watermark = log.log_end_offset
     before = log.segment_count
