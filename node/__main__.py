@@ -43,6 +43,12 @@ def overrides_from_args(args) -> dict[str, str]:
     return o
 
 
+def _first_leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -55,7 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     from .node import serve_until_signalled
 
     try:
-        trio.run(serve_until_signalled, config)
+        try:
+            trio.run(serve_until_signalled, config)
+        except BaseExceptionGroup as group:  # trio nurseries wrap errors in groups
+            raise _first_leaf(group) from None
     except ConfigError as e:
         print(f"raftlog node: {e}", file=sys.stderr)
         return 2

@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+
 from raftlog.client import (
     Admin,
     ApiError,

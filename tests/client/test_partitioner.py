@@ -6,6 +6,7 @@ import random
 import threading
 
 import pytest
+
 from raftlog.client.future import BatchFuture, BatchResult, RecordFuture, RecordMetadata
 from raftlog.client.partitioner import StickyPartitioner, murmur2, partition_for_key
 
