@@ -14,7 +14,13 @@ import time
 import trio
 
 from raftlog.config import LogConfig
-from raftlog.errors import ApiError, ErrorCode, OffsetOutOfRangeError, StorageError
+from raftlog.errors import (
+    ApiError,
+    CorruptRecordError,
+    ErrorCode,
+    OffsetOutOfRangeError,
+    StorageError,
+)
 from raftlog.log import PartitionLog
 from raftlog.protocol import (
     API_VERSIONS,
@@ -96,13 +102,25 @@ class Broker:
         self.partitions.clear()
 
     def flush_all(self) -> None:
-        now = _now_ms()
+        """fsync every log with unflushed data. Runs in a worker thread (see node.py)."""
         for part in list(self.partitions.values()):
+            if not part.log.needs_flush:
+                continue
             try:
-                part.log.maybe_flush(now)
                 part.log.flush()
             except StorageError as e:
                 self.events.error("flush_failed", partition=part, error=e)
+
+    def compact_all(self) -> int:
+        """Compact every log whose topic has cleanup.policy=compact. Worker thread."""
+        removed = 0
+        for part in list(self.partitions.values()):
+            if part.log.config.compact:
+                try:
+                    removed += part.log.compact()["records_removed"]
+                except (StorageError, CorruptRecordError, OSError) as e:
+                    self.events.error("compaction_failed", partition=part, error=e)
+        return removed
 
     def retention_all(self) -> int:
         deleted = 0

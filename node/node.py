@@ -33,10 +33,11 @@ class Node:
         try:
             async with trio.open_nursery() as nursery:
                 self.address = await nursery.start(self.server.serve)
-                nursery.start_soon(self._every, self.config.log_flush_interval_ms, self._flush)
+                nursery.start_soon(self._every_in_thread, self.config.log_flush_interval_ms, self._flush)
                 nursery.start_soon(
                     self._every, self.config.log_retention_check_interval_ms, self._retention
                 )
+                nursery.start_soon(self._every_in_thread, self.config.log_cleaner_interval_ms, self._compact)
                 task_status.started(self.address)
         finally:
             self.broker.close()
@@ -49,6 +50,21 @@ class Node:
                 fn()
             except Exception as e:  # a duty failing once must not stop the node
                 self.events.error("duty_failed", duty=fn.__name__, error=repr(e))
+
+    async def _every_in_thread(self, interval_ms: int, fn) -> None:
+        """Like _every, but fn (fsync, compaction) runs in a worker thread so the event
+        loop keeps serving; PartitionLog holds its lock only for bookkeeping."""
+        while True:
+            await trio.sleep(interval_ms / 1000)
+            try:
+                await trio.to_thread.run_sync(fn)
+            except Exception as e:
+                self.events.error("duty_failed", duty=fn.__name__, error=repr(e))
+
+    def _compact(self) -> None:
+        n = self.broker.compact_all()
+        if n:
+            self.events.info("compaction", records_removed=n)
 
     def _flush(self) -> None:
         self.broker.flush_all()

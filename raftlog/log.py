@@ -51,6 +51,7 @@ class PartitionLog:
         self.config = config
         self._clock_ms = clock_ms
         self._lock = threading.RLock()
+        self._checkpoint_lock = threading.Lock()
         self.segments: list[LogSegment] = []
         self._bases: list[int] = []
         self.log_start_offset = 0
@@ -104,13 +105,17 @@ class PartitionLog:
         self.checkpoint()
 
     def _recover(self, clean: bool) -> None:
+        """Trust indexes of segments wholly below the recovery point (written when they
+        rolled); scan, CRC-check and cut every segment holding data past it."""
         kept: list[LogSegment] = []
         for i, seg in enumerate(self.segments):
             if kept and seg.base_offset < kept[-1].next_offset:
                 self._drop_from(i, "overlapping offsets")
                 break
-            needs_scan = not clean or seg.base_offset >= self.recovery_point or not seg.load_indexes()
-            truncated = seg.recover() if needs_scan else 0
+            loaded = (clean or seg.base_offset < self.recovery_point) and seg.load_indexes()
+            truncated = 0
+            if not loaded or (not clean and seg.next_offset > self.recovery_point):
+                truncated = seg.recover()
             kept.append(seg)
             if truncated:
                 self._drop_from(i + 1, f"corrupt or torn tail in {seg.path}")
@@ -148,6 +153,10 @@ class PartitionLog:
     @property
     def segment_count(self) -> int:
         return len(self.segments)
+
+    @property
+    def needs_flush(self) -> bool:
+        return self._unflushed_messages > 0 or any(s.dirty for s in self.segments)
 
     @property
     def latest_epoch(self) -> int:
@@ -350,16 +359,30 @@ class PartitionLog:
     # ------------------------------------------------------------------ durability
 
     def flush(self) -> None:
-        """fsync every dirty segment, write indexes, advance the recovery point and
-        checkpoint. Durable when it returns."""
+        """fsync every dirty segment, advance the recovery point, checkpoint.
+
+        Durable when it returns. Safe to call from a worker thread while the event
+        loop appends: the lock is held only for bookkeeping, never across an fsync.
+        """
         with self._lock:
-            for seg in self.segments:
-                if seg.dirty:
-                    seg.flush()
-            self.recovery_point = self.log_end_offset
+            dirty = [s for s in self.segments if s.dirty]
+            leo = self.log_end_offset
+            for seg in dirty:
+                seg.dirty = False
+            files = [seg.file for seg in dirty]  # keep the fds open while we sync
             self._unflushed_messages = 0
+        try:
+            for f in files:
+                if f.fd >= 0:
+                    os.fsync(f.fd)
+        except OSError as e:
+            for seg in dirty:
+                seg.dirty = True
+            raise StorageError(f"fsync of {self.path} failed: {e}") from e
+        with self._lock:
+            self.recovery_point = max(self.recovery_point, min(leo, self.log_end_offset))
             self._last_flush_ms = self._clock_ms()
-            self.checkpoint()
+        self.checkpoint()
 
     def maybe_flush(self, now_ms: int | None = None) -> bool:
         """Flush if ``flush.messages`` or ``flush.ms`` says so. True if it flushed."""
@@ -375,10 +398,13 @@ class PartitionLog:
         return False
 
     def checkpoint(self) -> None:
-        """Write recovery point, log start offset, HW and epochs atomically."""
-        PartitionCheckpoint(
-            self.recovery_point, self.log_start_offset, self._high_watermark, list(self.epochs)
-        ).write(os.path.join(self.path, CHECKPOINT_FILE))
+        """Write recovery point, log start offset, HW and epochs atomically (durable on return)."""
+        with self._lock:
+            cp = PartitionCheckpoint(
+                self.recovery_point, self.log_start_offset, self._high_watermark, list(self.epochs)
+            )
+        with self._checkpoint_lock:
+            cp.write(os.path.join(self.path, CHECKPOINT_FILE))
 
     # ------------------------------------------------------------------ retention
 
@@ -431,9 +457,10 @@ class PartitionLog:
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
-        """Flush, checkpoint, mark a clean shutdown, close files."""
+        """Flush, write the active segment's indexes, mark a clean shutdown, close files."""
         with self._lock:
             self.flush()
+            self.active_segment.flush()
             marker = os.path.join(self.path, CLEAN_SHUTDOWN_FILE)
             with open(marker, "wb") as f:
                 os.fsync(f.fileno())
