@@ -150,12 +150,14 @@ class FrameDecoder:
             raise RemoteProtocolError(f"header length {hlen} does not fit frame of {length} bytes")
         hstart = pos + PREFIX_SIZE
         try:
-            header = cbor2.loads(bytes(buf[hstart : hstart + hlen]))
+            with memoryview(buf) as view:
+                header = cbor2.loads(view[hstart : hstart + hlen])
         except Exception as e:  # cbor2 raises several types on garbage
             raise RemoteProtocolError(f"frame header is not valid CBOR: {e}") from None
         if not isinstance(header, dict):
             raise RemoteProtocolError(f"frame header is a {type(header).__name__}, not a map")
-        body = bytes(buf[hstart + hlen : end])
+        with memoryview(buf) as view:
+            body = bytes(view[hstart + hlen : end])
         self._pos = end
         if self._pos == len(buf):
             buf.clear()

@@ -200,3 +200,13 @@ def test_cli_round_trip(node):
     assert b"Partition: 0" in cli("topics", "describe", "cli").stdout
     bad = cli("topics", "create", "bad name")
     assert bad.returncode == 1 and b"INVALID_TOPIC" in bad.stderr
+
+
+def test_auto_create_only_when_configured(node, node_factory):
+    with Producer(node.bootstrap) as p:
+        with pytest.raises(UnknownTopicOrPartitionError):
+            p.send("auto", b"x")
+    auto = node_factory(**{"auto.create.topics.enable": "true", "num.partitions": "3"})
+    with Producer(auto.bootstrap) as p:
+        assert p.send("auto", b"x").result(10).offset == 0
+    assert len(Admin(auto.bootstrap).describe_topic("auto").partitions) == 3
