@@ -1,0 +1,333 @@
+"""The metadata state machine: ``apply(state, record, term) -> (state, result)``.
+
+Pure and deterministic: every replica that applies the same records in the same
+order reaches the same state (and the same snapshot bytes). No I/O, no clocks, no
+randomness; the Raft term at apply time is an input, so compare-and-set records
+from a deposed controller are rejected here rather than trusted.
+
+Invariants (asserted after every change, see :func:`check_invariants`):
+
+* leader is -1 (offline) or a member of the ISR; ISR is a non-empty subset of replicas;
+* leader_epoch grows on every leader change, partition_epoch on every change;
+* a fenced broker leads nothing while another ISR member of that partition is unfenced;
+* a deleted topic leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import cbor2
+
+from . import records as R
+
+SNAPSHOT_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Broker:
+    broker_id: int
+    incarnation_id: str
+    listeners: tuple
+    rack: str | None = None
+    fenced: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    partition: int
+    replicas: tuple
+    isr: tuple
+    leader: int
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Topic:
+    name: str
+    topic_id: str
+    partitions: tuple  # of Partition, index = partition id
+    configs: tuple = ()  # sorted ((key, value), ...)
+
+    @property
+    def config(self) -> dict:
+        return dict(self.configs)
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataState:
+    """Immutable; every apply returns a new one (dicts are never mutated in place)."""
+
+    brokers: dict = field(default_factory=dict)  # id -> Broker
+    topics: dict = field(default_factory=dict)  # name -> Topic
+    next_producer_id: int = 0
+    last_term: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    ok: bool
+    error: str = ""
+    value: object = None
+
+
+OK = Result(True)
+
+
+def _fail(msg: str) -> Result:
+    return Result(False, msg)
+
+
+def apply(state: MetadataState, record, *, term: int) -> tuple[MetadataState, Result]:
+    """Apply one committed record. A rejected record changes nothing but last_term."""
+    handler = _HANDLERS.get(type(record))
+    if handler is None:
+        return state, _fail(f"unknown record {type(record).__name__}")
+    if term > state.last_term:
+        state = replace(state, last_term=term)
+    new, result = handler(state, record, term)
+    if result.ok and new is not state:
+        check_invariants(new)
+    return (new if result.ok else state), result
+
+
+# --------------------------------------------------------------------------- brokers
+
+
+def _register(s: MetadataState, r: R.RegisterBroker, term: int):
+    if r.broker_id < 0 or not r.incarnation_id:
+        return s, _fail("broker id must be >= 0 and incarnation id non-empty")
+    old = s.brokers.get(r.broker_id)
+    brokers = dict(s.brokers)
+    brokers[r.broker_id] = Broker(r.broker_id, r.incarnation_id, tuple(map(tuple, r.listeners)), r.rack, True)
+    s = replace(s, brokers=brokers)
+    if old is not None and not old.fenced:
+        s = _move_leadership_away(s, r.broker_id)  # a new incarnation starts fenced
+    return s, OK
+
+
+def _fence(s: MetadataState, r: R.FenceBroker, term: int):
+    b = s.brokers.get(r.broker_id)
+    if b is None:
+        return s, _fail(f"broker {r.broker_id} is not registered")
+    if r.incarnation_id and r.incarnation_id != b.incarnation_id:
+        return s, _fail(f"broker {r.broker_id} incarnation {r.incarnation_id} is stale")
+    brokers = dict(s.brokers)
+    brokers[r.broker_id] = replace(b, fenced=True)
+    return _move_leadership_away(replace(s, brokers=brokers), r.broker_id), OK
+
+
+def _unfence(s: MetadataState, r: R.UnfenceBroker, term: int):
+    b = s.brokers.get(r.broker_id)
+    if b is None:
+        return s, _fail(f"broker {r.broker_id} is not registered")
+    if r.incarnation_id and r.incarnation_id != b.incarnation_id:
+        return s, _fail(f"broker {r.broker_id} incarnation {r.incarnation_id} is stale")
+    brokers = dict(s.brokers)
+    brokers[r.broker_id] = replace(b, fenced=False)
+    s = replace(s, brokers=brokers)
+    return _elect_offline(s), OK
+
+
+def _unregister(s: MetadataState, r: R.UnregisterBroker, term: int):
+    if r.broker_id not in s.brokers:
+        return s, _fail(f"broker {r.broker_id} is not registered")
+    s, _ = _fence(s, R.FenceBroker(r.broker_id), term)
+    brokers = dict(s.brokers)
+    del brokers[r.broker_id]
+    return replace(s, brokers=brokers), OK
+
+
+def _alive(s: MetadataState, broker_id: int) -> bool:
+    b = s.brokers.get(broker_id)
+    return b is not None and not b.fenced
+
+
+def _move_leadership_away(s: MetadataState, broker_id: int) -> MetadataState:
+    """Drop a fenced broker from ISRs (never emptying one) and re-elect its partitions."""
+    topics = dict(s.topics)
+    for name, t in s.topics.items():
+        parts = list(t.partitions)
+        changed = False
+        for i, p in enumerate(parts):
+            if broker_id not in p.isr:
+                continue
+            isr = tuple(x for x in p.isr if x != broker_id) or p.isr
+            leader = p.leader
+            if leader == broker_id or leader not in isr:
+                leader = next((x for x in isr if _alive(s, x) and x != broker_id), -1)
+            parts[i] = _changed(p, leader, isr)
+            changed = True
+        if changed:
+            topics[name] = replace(t, partitions=tuple(parts))
+    return replace(s, topics=topics)
+
+
+def _elect_offline(s: MetadataState) -> MetadataState:
+    """Give offline partitions (leader -1) a leader from their ISR if one is alive."""
+    topics = dict(s.topics)
+    for name, t in s.topics.items():
+        parts = list(t.partitions)
+        changed = False
+        for i, p in enumerate(parts):
+            if p.leader >= 0:
+                continue
+            leader = next((x for x in p.isr if _alive(s, x)), -1)
+            if leader >= 0:
+                parts[i] = _changed(p, leader, p.isr)
+                changed = True
+        if changed:
+            topics[name] = replace(t, partitions=tuple(parts))
+    return replace(s, topics=topics)
+
+
+def _changed(p: Partition, leader: int, isr: tuple) -> Partition:
+    return replace(
+        p,
+        leader=leader,
+        isr=isr,
+        leader_epoch=p.leader_epoch + (1 if leader != p.leader else 0),
+        partition_epoch=p.partition_epoch + 1,
+    )
+
+
+# --------------------------------------------------------------------------- topics
+
+
+def _create_topic(s: MetadataState, r: R.CreateTopic, term: int):
+    if r.name in s.topics:
+        return s, _fail(f"topic {r.name!r} already exists")
+    if not r.assignments:
+        return s, _fail("a topic needs at least one partition")
+    parts = []
+    for i, replicas in enumerate(r.assignments):
+        replicas = tuple(replicas)
+        if not replicas or len(set(replicas)) != len(replicas):
+            return s, _fail(f"partition {i}: replicas {replicas} must be non-empty and distinct")
+        if any(b not in s.brokers for b in replicas):
+            return s, _fail(f"partition {i}: replicas {replicas} name an unregistered broker")
+        leader = next((b for b in replicas if _alive(s, b)), -1)
+        parts.append(Partition(i, replicas, replicas, leader))
+    topics = dict(s.topics)
+    topics[r.name] = Topic(r.name, r.topic_id, tuple(parts), tuple(sorted(map(tuple, r.configs))))
+    return replace(s, topics=topics), OK
+
+
+def _delete_topic(s: MetadataState, r: R.DeleteTopic, term: int):
+    if r.name not in s.topics:
+        return s, _fail(f"topic {r.name!r} does not exist")
+    topics = dict(s.topics)
+    del topics[r.name]
+    return replace(s, topics=topics), OK
+
+
+def _config_change(s: MetadataState, r: R.ConfigChange, term: int):
+    t = s.topics.get(r.topic)
+    if t is None:
+        return s, _fail(f"topic {r.topic!r} does not exist")
+    cfg = dict(t.configs)
+    if r.value is None:
+        cfg.pop(r.key, None)
+    else:
+        cfg[r.key] = r.value
+    topics = dict(s.topics)
+    topics[r.topic] = replace(t, configs=tuple(sorted(cfg.items())))
+    return replace(s, topics=topics), OK
+
+
+def _partition_change(s: MetadataState, r: R.PartitionChange, term: int):
+    if r.controller_epoch != term:
+        return s, _fail(f"proposed in term {r.controller_epoch}, applied in term {term}: stale controller")
+    t = s.topics.get(r.topic)
+    if t is None or not 0 <= r.partition < len(t.partitions):
+        return s, _fail(f"unknown partition {r.topic}-{r.partition}")
+    p = t.partitions[r.partition]
+    if p.partition_epoch != r.expected_partition_epoch:
+        return s, _fail(
+            f"partition epoch is {p.partition_epoch}, not the expected {r.expected_partition_epoch}"
+        )
+    isr = tuple(r.isr)
+    if not isr or not set(isr) <= set(p.replicas) or len(set(isr)) != len(isr):
+        return s, _fail(f"ISR {isr} must be a non-empty subset of replicas {p.replicas}")
+    if r.leader != -1 and (r.leader not in isr or not _alive(s, r.leader)):
+        return s, _fail(f"leader {r.leader} must be an unfenced member of the ISR {isr}")
+    if r.leader == -1 and any(_alive(s, b) for b in isr):
+        return s, _fail("cannot take a partition offline while an ISR member is alive")
+    parts = list(t.partitions)
+    parts[r.partition] = _changed(p, r.leader, isr)
+    topics = dict(s.topics)
+    topics[r.topic] = replace(t, partitions=tuple(parts))
+    return replace(s, topics=topics), OK
+
+
+def _allocate_producer_ids(s: MetadataState, r: R.AllocateProducerIds, term: int):
+    if not 1 <= r.count <= 1_000_000:
+        return s, _fail("producer id block size must be 1..1000000")
+    first = s.next_producer_id
+    return replace(s, next_producer_id=first + r.count), Result(True, value=first)
+
+
+def _noop(s: MetadataState, r: R.NoOp, term: int):
+    return s, OK
+
+
+_HANDLERS = {
+    R.RegisterBroker: _register,
+    R.FenceBroker: _fence,
+    R.UnfenceBroker: _unfence,
+    R.UnregisterBroker: _unregister,
+    R.CreateTopic: _create_topic,
+    R.DeleteTopic: _delete_topic,
+    R.ConfigChange: _config_change,
+    R.PartitionChange: _partition_change,
+    R.AllocateProducerIds: _allocate_producer_ids,
+    R.NoOp: _noop,
+}
+
+
+# --------------------------------------------------------------------------- invariants, snapshots
+
+
+def check_invariants(s: MetadataState) -> None:
+    for t in s.topics.values():
+        for i, p in enumerate(t.partitions):
+            assert p.partition == i
+            assert p.isr and set(p.isr) <= set(p.replicas), (t.name, p)
+            assert p.leader == -1 or p.leader in p.isr, (t.name, p)
+            if p.leader >= 0 and not _alive(s, p.leader):
+                assert not any(_alive(s, b) for b in p.isr if b != p.leader), (t.name, p)
+            if p.leader == -1:
+                assert not any(_alive(s, b) for b in p.isr), (t.name, p)
+
+
+def snapshot(s: MetadataState) -> bytes:
+    """Canonical CBOR bytes: equal states give equal bytes."""
+    return cbor2.dumps(
+        {
+            "v": SNAPSHOT_VERSION,
+            "last_term": s.last_term,
+            "next_producer_id": s.next_producer_id,
+            "brokers": [[b.broker_id, b.incarnation_id, [list(x) for x in b.listeners], b.rack, b.fenced]
+                        for _, b in sorted(s.brokers.items())],
+            "topics": [[t.name, t.topic_id, [list(c) for c in t.configs],
+                        [[list(p.replicas), list(p.isr), p.leader, p.leader_epoch, p.partition_epoch]
+                         for p in t.partitions]]
+                       for _, t in sorted(s.topics.items())],
+        },
+        canonical=True,
+    )
+
+
+def restore(data: bytes) -> MetadataState:
+    d = cbor2.loads(data)
+    if d.get("v") != SNAPSHOT_VERSION:
+        raise R.MetadataRecordError("unknown metadata snapshot version")
+    brokers = {b[0]: Broker(b[0], b[1], tuple(map(tuple, b[2])), b[3], b[4]) for b in d["brokers"]}
+    topics = {}
+    for name, tid, configs, parts in d["topics"]:
+        topics[name] = Topic(name, tid, tuple(Partition(i, tuple(p[0]), tuple(p[1]), p[2], p[3], p[4])
+                                              for i, p in enumerate(parts)), tuple(map(tuple, configs)))
+    s = MetadataState(brokers, topics, d["next_producer_id"], d["last_term"])
+    check_invariants(s)
+    return s

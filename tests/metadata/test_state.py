@@ -1,0 +1,159 @@
+"""The pure metadata state machine: determinism, invariants, compare-and-set, snapshots."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from raftlog.metadata import records as R
+from raftlog.metadata.state import MetadataState, apply, check_invariants, restore, snapshot
+
+BROKERS = st.integers(0, 4)
+TOPICS = st.sampled_from(["a", "b", "c"])
+
+_record = st.one_of(
+    st.builds(R.RegisterBroker, BROKERS, st.sampled_from(["i1", "i2"]),
+              st.just((("127.0.0.1", 9092),))),
+    st.builds(R.FenceBroker, BROKERS),
+    st.builds(R.UnfenceBroker, BROKERS),
+    st.builds(R.UnregisterBroker, BROKERS),
+    st.builds(R.CreateTopic, TOPICS, st.sampled_from(["id1", "id2"]),
+              st.lists(st.lists(BROKERS, min_size=1, max_size=3, unique=True).map(tuple),
+                       min_size=1, max_size=3).map(tuple)),
+    st.builds(R.DeleteTopic, TOPICS),
+    st.builds(R.PartitionChange, TOPICS, st.integers(0, 2), st.integers(-1, 4),
+              st.lists(BROKERS, min_size=0, max_size=3, unique=True).map(tuple),
+              st.integers(0, 6), st.integers(1, 3)),
+    st.builds(R.ConfigChange, TOPICS, st.sampled_from(["retention.ms", "segment.bytes"]),
+              st.one_of(st.none(), st.just("1000"))),
+    st.builds(R.AllocateProducerIds, BROKERS, st.integers(1, 1000)),
+    st.builds(R.NoOp),
+)
+_log = st.lists(st.tuples(_record, st.integers(1, 3)), max_size=60).map(
+    # Raft terms never go down along the log
+    lambda entries: [(r, t) for (r, _), t in zip(entries, _monotonic([t for _, t in entries]))]
+)
+
+
+def _monotonic(terms):
+    out, cur = [], 1
+    for t in terms:
+        cur = max(cur, t)
+        out.append(cur)
+    return out
+
+
+def _replay(entries, through_bytes: bool):
+    s = MetadataState()
+    results = []
+    for rec, term in entries:
+        if through_bytes:
+            rec = R.decode(R.encode(rec))
+        s, res = apply(s, rec, term=term)
+        results.append(res)
+    return s, results
+
+
+@settings(max_examples=300, deadline=None)
+@given(_log)
+def test_replicas_agree_and_invariants_hold(entries):
+    a, ra = _replay(entries, through_bytes=False)
+    b, rb = _replay(entries, through_bytes=True)
+    assert snapshot(a) == snapshot(b)
+    assert ra == rb
+    check_invariants(a)
+    assert snapshot(restore(snapshot(a))) == snapshot(a)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_log)
+def test_epochs_only_grow(entries):
+    s = MetadataState()
+    for rec, term in entries:
+        before = {(t.topic_id, t.name, p.partition): p for t in s.topics.values() for p in t.partitions}
+        s, res = apply(s, rec, term=term)
+        for t in s.topics.values():
+            for p in t.partitions:
+                old = before.get((t.topic_id, t.name, p.partition))
+                if old is None or isinstance(rec, R.CreateTopic):
+                    continue
+                assert p.partition_epoch >= old.partition_epoch
+                assert p.leader_epoch >= old.leader_epoch
+                if p.leader != old.leader:
+                    assert p.leader_epoch > old.leader_epoch
+                    assert p.partition_epoch > old.partition_epoch
+
+
+def _cluster(n=3):
+    s = MetadataState()
+    for b in range(1, n + 1):
+        s, _ = apply(s, R.RegisterBroker(b, f"inc-{b}", (("127.0.0.1", 9090 + b),)), term=1)
+        s, _ = apply(s, R.UnfenceBroker(b), term=1)
+    s, res = apply(s, R.CreateTopic("t", "tid", ((1, 2, 3), (2, 3, 1))), term=1)
+    assert res.ok
+    return s
+
+
+def test_fencing_moves_leadership_within_the_isr():
+    s = _cluster()
+    p0 = s.topics["t"].partitions[0]
+    assert (p0.leader, p0.isr, p0.leader_epoch) == (1, (1, 2, 3), 0)
+    s, _ = apply(s, R.FenceBroker(1), term=2)
+    p0 = s.topics["t"].partitions[0]
+    assert (p0.leader, p0.isr, p0.leader_epoch) == (2, (2, 3), 1)
+    assert s.topics["t"].partitions[1].isr == (2, 3)
+    s, _ = apply(s, R.FenceBroker(2), term=2)
+    s, _ = apply(s, R.FenceBroker(3), term=2)
+    p0 = s.topics["t"].partitions[0]
+    assert p0.leader == -1 and p0.isr == (3,)  # offline, last ISR member kept
+    s, _ = apply(s, R.UnfenceBroker(1), term=2)
+    assert s.topics["t"].partitions[0].leader == -1  # 1 is out of sync: no unclean election
+    s, _ = apply(s, R.UnfenceBroker(3), term=2)
+    assert s.topics["t"].partitions[0].leader == 3
+
+
+def test_partition_change_is_compare_and_set():
+    s = _cluster()
+    p = s.topics["t"].partitions[0]
+    change = R.PartitionChange("t", 0, 1, (1, 2), p.partition_epoch, controller_epoch=4)
+    s2, res = apply(s, change, term=5)
+    assert not res.ok and "stale controller" in res.error and s2.topics == s.topics
+    s2, res = apply(s, change, term=4)
+    assert res.ok and s2.topics["t"].partitions[0].isr == (1, 2)
+    s3, res = apply(s2, change, term=4)  # same expected epoch again: rejected
+    assert not res.ok and "partition epoch" in res.error
+    _, res = apply(s2, R.PartitionChange("t", 0, 3, (1, 2), 1, 4), term=4)
+    assert not res.ok and "leader" in res.error
+    _, res = apply(s2, R.PartitionChange("t", 0, -1, (1, 2), 1, 4), term=4)
+    assert not res.ok
+
+
+def test_delete_topic_leaves_nothing_and_producer_ids_never_repeat():
+    s = _cluster()
+    s, _ = apply(s, R.DeleteTopic("t"), term=1)
+    assert "t" not in s.topics and b"tid" not in snapshot(s)
+    s, a = apply(s, R.AllocateProducerIds(1, 100), term=1)
+    s, b = apply(s, R.AllocateProducerIds(2, 100), term=1)
+    assert (a.value, b.value) == (0, 100)
+    assert restore(snapshot(s)).next_producer_id == 200
+
+
+@pytest.mark.parametrize("data", [
+    b"", b"\xff", b"\xa0",
+    R.encode(R.NoOp()).replace(b"NoOp", b"Nope"),
+])
+def test_garbage_records_are_rejected(data):
+    with pytest.raises(R.MetadataRecordError):
+        R.decode(data)
+
+
+def test_wrong_field_types_are_rejected():
+    import cbor2
+
+    bad = cbor2.dumps({"v": 1, "t": "FenceBroker", "broker_id": "one"})
+    with pytest.raises(R.MetadataRecordError, match="wrong type"):
+        R.decode(bad)
+    extra = cbor2.dumps({"v": 1, "t": "FenceBroker", "broker_id": 1, "evil": 1})
+    with pytest.raises(R.MetadataRecordError, match="unknown fields"):
+        R.decode(extra)
