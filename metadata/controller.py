@@ -1,0 +1,108 @@
+"""Controller decisions, pure: state (and time, as an input) in, records to propose out.
+
+The active controller (the Raft leader) calls these and proposes the records; the
+state machine re-checks every compare-and-set at apply time, so a decision made
+by a controller that has just been deposed is rejected rather than applied.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from . import records as R
+from .state import MetadataState
+
+
+class PlacementError(ValueError):
+    """The cluster cannot host the requested topic (e.g. too few live brokers)."""
+
+
+def live_brokers(state: MetadataState) -> list[int]:
+    return sorted(b.broker_id for b in state.brokers.values() if not b.fenced)
+
+
+def place_replicas(state: MetadataState, partitions: int, replication_factor: int) -> tuple:
+    """Round-robin replica assignment over live brokers, leaders spread evenly.
+
+    Partition i's replicas are ``replication_factor`` consecutive live brokers
+    starting at offset (start + i); ``start`` is the broker that leads the fewest
+    partitions now, so successive topics do not pile leadership on broker 0.
+    """
+    brokers = live_brokers(state)
+    if partitions < 1:
+        raise PlacementError(f"partitions must be at least 1, not {partitions}")
+    if not 1 <= replication_factor <= len(brokers):
+        raise PlacementError(
+            f"replication factor {replication_factor} needs that many live brokers; "
+            f"{len(brokers)} are live ({brokers})"
+        )
+    leads = Counter(p.leader for t in state.topics.values() for p in t.partitions)
+    start = min(range(len(brokers)), key=lambda i: (leads[brokers[i]], i))
+    n = len(brokers)
+    return tuple(
+        tuple(brokers[(start + i + j) % n] for j in range(replication_factor)) for i in range(partitions)
+    )
+
+
+@dataclass
+class BrokerLiveness:
+    """Heartbeat bookkeeping of the active controller (in memory, never replicated).
+
+    A new controller starts every registered broker's clock at its own start time,
+    so no broker is fenced merely because the controller changed (a grace period
+    of one session timeout).
+    """
+
+    session_timeout_ms: int
+    last_heartbeat_ms: dict = field(default_factory=dict)
+
+    @classmethod
+    def on_become_controller(cls, state: MetadataState, now_ms: int, session_timeout_ms: int):
+        return cls(session_timeout_ms, {b: now_ms for b in state.brokers})
+
+    def heartbeat(self, broker_id: int, now_ms: int) -> None:
+        self.last_heartbeat_ms[broker_id] = now_ms
+
+    def expired(self, now_ms: int) -> list[int]:
+        return sorted(b for b, t in self.last_heartbeat_ms.items() if now_ms - t > self.session_timeout_ms)
+
+    def fence_decisions(self, state: MetadataState, now_ms: int) -> list:
+        """FenceBroker records for unfenced brokers whose session expired."""
+        out = []
+        for b in self.expired(now_ms):
+            broker = state.brokers.get(b)
+            if broker is not None and not broker.fenced:
+                out.append(R.FenceBroker(b, broker.incarnation_id))
+        return out
+
+
+def preferred_leader_changes(state: MetadataState, term: int) -> list:
+    """Move leadership back to the first replica where it is live and in the ISR."""
+    out = []
+    alive = set(live_brokers(state))
+    for t in sorted(state.topics.values(), key=lambda t: t.name):
+        for p in t.partitions:
+            preferred = p.replicas[0]
+            if p.leader != preferred and preferred in p.isr and preferred in alive:
+                out.append(R.PartitionChange(t.name, p.partition, preferred, p.isr, p.partition_epoch, term))
+    return out
+
+
+def alter_partition(state: MetadataState, topic: str, partition: int, leader: int, isr: tuple,
+                    expected_partition_epoch: int, term: int) -> R.PartitionChange:
+    """Validate a leader's AlterPartition (ISR shrink/expand) into a CAS record.
+
+    Raises ValueError for requests that can never apply (unknown partition, a
+    leader that is not the current one); stale epochs are left to the state
+    machine's compare-and-set.
+    """
+    t = state.topics.get(topic)
+    if t is None or not 0 <= partition < len(t.partitions):
+        raise ValueError(f"unknown partition {topic}-{partition}")
+    p = t.partitions[partition]
+    if leader != p.leader:
+        raise ValueError(f"broker {leader} does not lead {topic}-{partition} (leader is {p.leader})")
+    if leader not in isr:
+        raise ValueError("the leader must stay in the ISR")
+    return R.PartitionChange(topic, partition, leader, tuple(isr), expected_partition_epoch, term)

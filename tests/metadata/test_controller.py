@@ -1,0 +1,81 @@
+"""Pure controller decisions: placement, liveness and fencing, preferred leaders, AlterPartition."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from raftlog.metadata import records as R
+from raftlog.metadata.controller import (
+    BrokerLiveness,
+    PlacementError,
+    alter_partition,
+    place_replicas,
+    preferred_leader_changes,
+)
+from raftlog.metadata.state import MetadataState, apply
+
+
+def _cluster(n=3):
+    s = MetadataState()
+    for b in range(1, n + 1):
+        s, _ = apply(s, R.RegisterBroker(b, f"inc-{b}", (("127.0.0.1", 9090 + b),)), term=1)
+        s, _ = apply(s, R.UnfenceBroker(b), term=1)
+    return s
+
+
+def test_placement_spreads_replicas_and_leaders():
+    s = _cluster(3)
+    a = place_replicas(s, 6, 3)
+    assert all(len(set(r)) == 3 for r in a)
+    assert Counter(r[0] for r in a) == {1: 2, 2: 2, 3: 2}
+    s, _ = apply(s, R.CreateTopic("one", "x", place_replicas(s, 1, 1)), term=1)
+    nxt = place_replicas(s, 1, 1)
+    assert nxt[0][0] != s.topics["one"].partitions[0].leader  # next topic leads elsewhere
+
+
+def test_placement_needs_enough_live_brokers():
+    s = _cluster(3)
+    s, _ = apply(s, R.FenceBroker(3), term=1)
+    with pytest.raises(PlacementError, match="2 are live"):
+        place_replicas(s, 1, 3)
+    with pytest.raises(PlacementError):
+        place_replicas(s, 0, 1)
+
+
+def test_liveness_grace_period_and_fencing():
+    s = _cluster(3)
+    live = BrokerLiveness.on_become_controller(s, now_ms=1000, session_timeout_ms=500)
+    assert live.fence_decisions(s, 1400) == []  # new controller: nobody fenced yet
+    live.heartbeat(1, 1400)
+    live.heartbeat(2, 1400)
+    assert live.fence_decisions(s, 1600) == [R.FenceBroker(3, "inc-3")]
+    s, _ = apply(s, R.FenceBroker(3), term=1)
+    assert live.fence_decisions(s, 1600) == []  # already fenced
+
+
+def test_preferred_leader_election():
+    s = _cluster(3)
+    s, _ = apply(s, R.CreateTopic("t", "x", ((1, 2, 3),)), term=1)
+    s, _ = apply(s, R.FenceBroker(1), term=2)
+    assert s.topics["t"].partitions[0].leader == 2
+    s, _ = apply(s, R.UnfenceBroker(1), term=2)
+    assert preferred_leader_changes(s, 2) == []  # 1 is not back in the ISR yet
+    p = s.topics["t"].partitions[0]
+    s, res = apply(s, alter_partition(s, "t", 0, 2, (2, 3, 1), p.partition_epoch, 2), term=2)
+    assert res.ok
+    (change,) = preferred_leader_changes(s, 2)
+    s, res = apply(s, change, term=2)
+    assert res.ok and s.topics["t"].partitions[0].leader == 1
+
+
+def test_alter_partition_validation():
+    s = _cluster(3)
+    s, _ = apply(s, R.CreateTopic("t", "x", ((1, 2, 3),)), term=1)
+    with pytest.raises(ValueError, match="does not lead"):
+        alter_partition(s, "t", 0, 2, (2,), 0, 1)
+    with pytest.raises(ValueError, match="unknown partition"):
+        alter_partition(s, "t", 5, 1, (1,), 0, 1)
+    with pytest.raises(ValueError, match="stay in the ISR"):
+        alter_partition(s, "t", 0, 1, (2, 3), 0, 1)
