@@ -84,6 +84,8 @@ def apply(state: MetadataState, record, *, term: int) -> tuple[MetadataState, Re
     handler = _HANDLERS.get(type(record))
     if handler is None:
         return state, _fail(f"unknown record {type(record).__name__}")
+    if isinstance(record, R.PartitionChange) and term < state.last_term:
+        return state, _fail(f"proposed in term {term} after term {state.last_term} wrote: stale controller")
     if term > state.last_term:
         state = replace(state, last_term=term)
     new, result = handler(state, record, term)

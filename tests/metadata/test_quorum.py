@@ -1,0 +1,167 @@
+"""The pysyncobj quorum adapter with real sockets on 127.0.0.1 and real journals."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from raftlog.errors import ConfigError
+from raftlog.metadata import records as R
+from raftlog.metadata.errors import NotControllerError, QuorumTimeoutError
+from raftlog.metadata.quorum import MetadataQuorum, RestrictedUnpickler, harden_pysyncobj
+
+from ..conftest import free_port
+
+pytestmark = pytest.mark.slow
+
+
+def _voters(n=3):
+    return {i: ("127.0.0.1", free_port()) for i in range(1, n + 1)}
+
+
+def _wait_leader(qs, timeout_s=15.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        leaders = [q for q in qs if q.is_leader]
+        if leaders:
+            return leaders[0]
+        time.sleep(0.05)
+    raise AssertionError("no leader elected")
+
+
+def _wait(cond, timeout_s=10.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture
+def trio_of_voters(tmp_path):
+    voters = _voters()
+    qs = [MetadataQuorum(i, voters, str(tmp_path / f"n{i}"), password="secret") for i in voters]
+    yield voters, qs
+    for q in qs:
+        q.close()
+
+
+def test_commits_reach_every_voter_and_survive_restart(tmp_path, trio_of_voters):
+    voters, qs = trio_of_voters
+    leader = _wait_leader(qs)
+    assert leader.propose(R.RegisterBroker(1, "inc-1", (("127.0.0.1", 9092),))).ok
+    res = leader.propose(R.AllocateProducerIds(1, 1000))
+    assert res.ok and res.value == 0
+    follower = next(q for q in qs if not q.is_leader)
+    assert follower.propose(R.AllocateProducerIds(2, 1000)).value == 1000  # forwarded to the leader
+    assert _wait(lambda: all(q.state.next_producer_id == 2000 for q in qs))
+    with pytest.raises(NotControllerError):
+        follower.propose(R.NoOp(), require_leader=True)
+    for q in qs:
+        q.close()
+    qs[:] = [MetadataQuorum(i, voters, str(tmp_path / f"n{i}"), password="secret") for i in voters]
+    assert _wait(lambda: all(q.state.next_producer_id == 2000 and 1 in q.state.brokers for q in qs))
+
+
+def test_majority_lost_fails_clearly_instead_of_hanging(trio_of_voters):
+    _, qs = trio_of_voters
+    leader = _wait_leader(qs)
+    assert leader.propose(R.NoOp()).ok
+    for q in qs:
+        if q is not leader:
+            q.close()
+    start = time.monotonic()
+    with pytest.raises((QuorumTimeoutError, NotControllerError)):
+        for _ in range(5):
+            leader.propose(R.NoOp(), timeout_s=2.0)
+            time.sleep(0.5)
+    assert time.monotonic() - start < 15
+
+
+def test_wrong_password_cannot_join_or_disturb(tmp_path, trio_of_voters):
+    voters, qs = trio_of_voters
+    leader = _wait_leader(qs)
+    term = leader.term
+    intruder_voters = dict(voters)
+    intruder_voters[4] = ("127.0.0.1", free_port())
+    intruder = MetadataQuorum(4, intruder_voters, str(tmp_path / "intruder"), password="wrong")
+    try:
+        time.sleep(3)
+        assert not intruder.is_leader and intruder.leader_id is None
+        assert leader.is_leader and leader.term == term  # no election was forced
+        assert leader.propose(R.NoOp()).ok
+    finally:
+        intruder.close()
+
+
+class _Evil:
+    def __reduce__(self):
+        return (os.system, ("touch /tmp/raftlog-pwned",))
+
+
+def test_malicious_pickles_never_execute(trio_of_voters):
+    voters, qs = trio_of_voters
+    _wait_leader(qs)
+    harden_pysyncobj()
+    payload = pickle.dumps(_Evil(), protocol=2)
+    with pytest.raises(pickle.UnpicklingError, match="refusing"):
+        RestrictedUnpickler(__import__("io").BytesIO(payload)).load()
+    if os.path.exists("/tmp/raftlog-pwned"):
+        os.unlink("/tmp/raftlog-pwned")
+    import struct
+    import zlib
+
+    raw = zlib.compress(payload)
+    for host, port in voters.values():
+        with socket.create_connection((host, port), timeout=2) as s:
+            s.sendall(struct.pack("i", len(raw)) + raw)
+            time.sleep(0.2)
+    time.sleep(0.5)
+    assert not os.path.exists("/tmp/raftlog-pwned")
+    assert _wait_leader(qs).propose(R.NoOp()).ok
+
+
+def test_password_required_for_multi_voter_quorum(tmp_path):
+    with pytest.raises(ConfigError, match="password"):
+        MetadataQuorum(1, _voters(3), str(tmp_path / "x"))
+    with pytest.raises(ConfigError, match="not among"):
+        MetadataQuorum(9, _voters(3), str(tmp_path / "x"), password="p")
+
+
+CHILD = r"""
+import sys, time
+from raftlog.metadata.quorum import MetadataQuorum
+from raftlog.metadata import records as R
+q = MetadataQuorum(1, {1: ("127.0.0.1", int(sys.argv[2]))}, sys.argv[1])
+deadline = time.time() + 15
+while not q.is_leader and time.time() < deadline:
+    time.sleep(0.02)
+for i in range(50):
+    assert q.propose(R.AllocateProducerIds(1, 10)).ok
+print("acked", flush=True)
+time.sleep(60)
+"""
+
+
+def test_acknowledged_write_survives_sigkill(tmp_path):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path / "q"), str(port)],
+                            stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline().strip() == b"acked"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    q = MetadataQuorum(1, {1: ("127.0.0.1", port)}, str(tmp_path / "q"))
+    try:
+        assert _wait(lambda: q.state.next_producer_id == 500)
+    finally:
+        q.close()
