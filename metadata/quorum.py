@@ -24,6 +24,7 @@ thread: they only set an Event, never block or raise.
 from __future__ import annotations
 
 import io
+import logging
 import os
 import pickle
 import threading
@@ -84,6 +85,19 @@ def _durable_store_meta(self, meta):
     atomic_write(self.getPath(), _pspickle.dumps(meta))
 
 
+class _DivergenceCounter(logging.Filter):
+    """Counts pysyncobj's CRITICAL "truncating already-applied log entries" line (a
+    replica's applied state may have diverged: seen when voters restart without a
+    durable journal). The count is exported as ``MetadataQuorum.divergences``."""
+
+    count = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "truncating already-applied" in record.getMessage():
+            _DivergenceCounter.count += 1
+        return True
+
+
 _PATCHED = False
 
 
@@ -97,6 +111,7 @@ def harden_pysyncobj() -> None:
     _journal.loads = _restricted_loads
     _journal.FileJournal.add = _durable_add(_journal.FileJournal.add)
     _journal.MetaStorer.storeMeta = _durable_store_meta
+    logging.getLogger("pysyncobj.syncobj").addFilter(_DivergenceCounter())
     _PATCHED = True
 
 
@@ -195,6 +210,11 @@ class MetadataQuorum:
         if leader is None:
             return None
         return self._addr_to_id.get(getattr(leader, "address", str(leader)))
+
+    @property
+    def divergences(self) -> int:
+        """How often pysyncobj truncated already-applied entries in this process."""
+        return _DivergenceCounter.count
 
     @property
     def term(self) -> int:
