@@ -330,7 +330,7 @@ class Consumer:
             time.sleep(0.001)
 
     def _deliver(self, cluster: Cluster, gen: int, tps, positions, frame) -> None:
-        body, pos = frame.body, 0
+        body, pos = memoryview(frame.body), 0
         for tp, part in zip(tps, frame.header["parts"]):
             code, n = part[2], part[5]
             data = body[pos : pos + n]
