@@ -109,27 +109,34 @@ def _register(s: MetadataState, r: R.RegisterBroker, term: int):
     return s, OK
 
 
-def _fence(s: MetadataState, r: R.FenceBroker, term: int):
-    b = s.brokers.get(r.broker_id)
+def _registered(s: MetadataState, broker_id: int, incarnation_id: str):
+    """(broker, None) or (None, failure) for a record naming a broker incarnation."""
+    b = s.brokers.get(broker_id)
     if b is None:
-        return s, _fail(f"broker {r.broker_id} is not registered")
-    if r.incarnation_id and r.incarnation_id != b.incarnation_id:
-        return s, _fail(f"broker {r.broker_id} incarnation {r.incarnation_id} is stale")
+        return None, _fail(f"broker {broker_id} is not registered")
+    if incarnation_id and incarnation_id != b.incarnation_id:
+        return None, _fail(f"broker {broker_id} incarnation {incarnation_id} is stale")
+    return b, None
+
+
+def _set_fenced(s: MetadataState, b: Broker, fenced: bool) -> MetadataState:
     brokers = dict(s.brokers)
-    brokers[r.broker_id] = replace(b, fenced=True)
-    return _move_leadership_away(replace(s, brokers=brokers), r.broker_id), OK
+    brokers[b.broker_id] = replace(b, fenced=fenced)
+    return replace(s, brokers=brokers)
+
+
+def _fence(s: MetadataState, r: R.FenceBroker, term: int):
+    b, failure = _registered(s, r.broker_id, r.incarnation_id)
+    if failure:
+        return s, failure
+    return _move_leadership_away(_set_fenced(s, b, True), r.broker_id), OK
 
 
 def _unfence(s: MetadataState, r: R.UnfenceBroker, term: int):
-    b = s.brokers.get(r.broker_id)
-    if b is None:
-        return s, _fail(f"broker {r.broker_id} is not registered")
-    if r.incarnation_id and r.incarnation_id != b.incarnation_id:
-        return s, _fail(f"broker {r.broker_id} incarnation {r.incarnation_id} is stale")
-    brokers = dict(s.brokers)
-    brokers[r.broker_id] = replace(b, fenced=False)
-    s = replace(s, brokers=brokers)
-    return _elect_offline(s), OK
+    b, failure = _registered(s, r.broker_id, r.incarnation_id)
+    if failure:
+        return s, failure
+    return _elect_offline(_set_fenced(s, b, False)), OK
 
 
 def _unregister(s: MetadataState, r: R.UnregisterBroker, term: int):

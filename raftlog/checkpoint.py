@@ -33,6 +33,13 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def write_all(fd: int, data) -> None:
+    """os.write until every byte is written (short writes happen)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def atomic_write(path: str, data: bytes) -> None:
     """Replace ``path`` with ``data`` atomically and durably.
 
@@ -43,9 +50,7 @@ def atomic_write(path: str, data: bytes) -> None:
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 
 from raftlog import records
+from raftlog.checkpoint import write_all
 from raftlog.segment import CLEANED_SUFFIX, LogSegment, SegmentFile
 
 #: Bytes of output batches buffered before a write to the cleaned file.
@@ -93,9 +94,7 @@ def _rewrite(seg: LogSegment, latest: dict, horizon: int) -> int | None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         for chunk in out:
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_all(fd, chunk)
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -191,3 +191,46 @@ def test_header_cbor_garbage(node):
     r2.send_raw(struct.pack("<II", 4 + len(h), len(h)) + h)
     assert r2.closed_by_peer()
     _still_serves(node.bootstrap)
+
+
+def test_full_disk_gives_storage_error_and_the_node_keeps_serving(tmp_path):
+    import os
+    import resource
+    import signal
+    import subprocess
+    import sys
+
+    from ..conftest import free_port, wait_for_port
+
+    def limit_file_size():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (300_000, resource.RLIM_INFINITY))
+
+    port = free_port()
+    data_dir = str(tmp_path / "full")
+    os.makedirs(data_dir)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "raftlog.node", "--port", str(port), "--data-dir", data_dir],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=limit_file_size,
+    )
+    try:
+        wait_for_port("127.0.0.1", port, proc=proc)
+        bootstrap = f"127.0.0.1:{port}"
+        _create(bootstrap)
+        r = Raw(bootstrap)
+        batch = encode_batch([b"x" * 1000] * 50)
+        codes, acked = [], 0
+        for _ in range(10):
+            f = r.call(Api.PRODUCE, {"acks": 1, "parts": [["t", 0, len(batch)]]}, batch)
+            part = f.header["parts"][0]
+            codes.append(part[2])
+            if part[2] == 0:
+                acked += 50
+        assert ErrorCode.KAFKA_STORAGE_ERROR in codes
+        assert "StorageError" not in str(codes)
+        _still_serves(bootstrap)
+        f = r.call(Api.LIST_OFFSETS, {"parts": [["t", 0, -1]]})
+        assert f.header["parts"][0][3] == acked  # exactly what was acknowledged
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
