@@ -72,9 +72,7 @@ class BrokerConnection:
         return self.proto.in_flight
 
     def send(self, api: Api, fields: dict, body: bytes = b"", expect_response: bool = True) -> int:
-        rid, data = self.proto.send_request(api, fields, body)
-        if not expect_response:
-            self.proto._in_flight.pop()  # acks=0: the node sends nothing back
+        rid, data = self.proto.send_request(api, fields, body, expect_response)
         try:
             self.sock.sendall(data)
         except OSError as e:

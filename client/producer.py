@@ -29,6 +29,7 @@ from .errors import (
     BufferFullError,
     DeliveryTimeoutError,
     ProducerClosedError,
+    UnknownTopicOrPartitionError,
     api_error,
 )
 from .future import BatchFuture, BatchResult, RecordFuture
@@ -177,6 +178,8 @@ class Producer:
         if partition is None:
             n = self._partition_counts.get(topic) or self._num_partitions(topic)
             partition = self._sticky.partition(topic, n) if key is None else partition_for_key(key, n)
+        elif not 0 <= partition < (self._partition_counts.get(topic) or 0):
+            self._check_partition(topic, partition)
         size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0) + RECORD_OVERHEAD
         with self._lock:
             b = self._open.get((topic, partition))
@@ -218,6 +221,8 @@ class Producer:
         if partition is None:
             n = self._partition_counts.get(topic) or self._num_partitions(topic)
             partition = self._sticky.partition(topic, n)
+        elif not 0 <= partition < (self._partition_counts.get(topic) or 0):
+            self._check_partition(topic, partition)
         total = sum(map(len, filter(None, values))) + RECORD_OVERHEAD * len(values)
         chunks = max(1, -(-total // self.batch_size))
         per = -(-len(values) // chunks)
@@ -276,6 +281,12 @@ class Producer:
             parts = self._meta.partitions_for(topic)
             self._partition_counts[topic] = len(parts)
             return len(parts)
+
+    def _check_partition(self, topic: str, partition: int) -> None:
+        """Fail at once (as Kafka's send does) for a partition the topic does not have."""
+        n = self._num_partitions(topic)
+        if not 0 <= partition < n:
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} has {n} partitions; {partition} does not exist")
 
     def _new_batch(self, topic: str, partition: int, size: int) -> _Batch:
         if self._closed:

@@ -452,13 +452,16 @@ class ClientConnection:
     def in_flight(self) -> int:
         return len(self._in_flight)
 
-    def send_request(self, api: Api, fields: dict, body: bytes = b"") -> tuple[int, bytes]:
+    def send_request(self, api: Api, fields: dict, body: bytes = b"",
+                     expect_response: bool = True) -> tuple[int, bytes]:
+        """Encode a request; ``expect_response=False`` for PRODUCE with acks=0."""
         if len(self._in_flight) >= self.max_in_flight:
             raise LocalProtocolError(f"more than {self.max_in_flight} requests in flight")
         rid = self._next_id
         self._next_id = (rid + 1) & 0x7FFFFFFF or 1
         data = encode_request(api, rid, fields, body)
-        self._in_flight.append(rid)
+        if expect_response:
+            self._in_flight.append(rid)
         return rid, data
 
     def receive_data(self, data: bytes) -> None:

@@ -210,3 +210,23 @@ def test_auto_create_only_when_configured(node, node_factory):
     with Producer(auto.bootstrap) as p:
         assert p.send("auto", b"x").result(10).offset == 0
     assert len(Admin(auto.bootstrap).describe_topic("auto").partitions) == 3
+
+
+def test_send_to_missing_partition_fails_at_once(node):
+    Admin(node.bootstrap).create_topic("two", partitions=2)
+    with Producer(node.bootstrap) as p:
+        with pytest.raises(UnknownTopicOrPartitionError, match="2 partitions; 5"):
+            p.send("two", b"x", partition=5)
+        with pytest.raises(UnknownTopicOrPartitionError):
+            p.send("two", b"x", partition=-1)
+        with pytest.raises(UnknownTopicOrPartitionError):
+            p.send_many("two", [b"x"], partition=2)
+        assert p.send("two", b"ok", partition=1).result(10).partition == 1
+
+
+def test_acks_zero_sends_without_waiting(node):
+    Admin(node.bootstrap).create_topic("fire")
+    with Producer(node.bootstrap, acks=0, enable_idempotence=False) as p:
+        metas = [p.send("fire", b"%d" % i, partition=0).result(10) for i in range(100)]
+    assert {m.offset for m in metas} == {-1}  # no offsets without an answer, as Kafka
+    assert [r.value for r in _read_all(node.bootstrap, "fire", 0, 100)] == [b"%d" % i for i in range(100)]
