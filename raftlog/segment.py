@@ -13,7 +13,9 @@ the way in. A corrupt batch is never served: reads raise CorruptRecordError.
 
 from __future__ import annotations
 
+import itertools
 import os
+from collections import deque
 from dataclasses import dataclass
 
 from raftlog import records
@@ -28,6 +30,9 @@ TIMEINDEX_SUFFIX = ".timeindex"
 CLEANED_SUFFIX = ".cleaned"
 #: Bytes read at once when scanning batch headers.
 SCAN_CHUNK_BYTES = 1024 * 1024
+#: Most recent batches whose positions a segment remembers, so reads at the tail (every
+#: caught-up consumer and follower) find their bytes without scanning batch headers.
+RECENT_BATCHES = 256
 #: Relative offsets are u32 in the index: roll before a segment spans more offsets.
 MAX_RELATIVE_OFFSET = 2**31 - 1
 
@@ -116,6 +121,8 @@ class LogSegment:
         self.verified_position = 0
         self._bytes_since_index = 0
         self.dirty = False  # appended since the last flush
+        # (base_offset, next_offset, position, size) of the latest batches, oldest first
+        self._recent: deque = deque(maxlen=RECENT_BATCHES)
 
     # ------------------------------------------------------------------ paths
 
@@ -164,6 +171,7 @@ class LogSegment:
             if h.max_timestamp > self.time_index.max_timestamp:
                 self.time_index.append(h.max_timestamp, position)
         self._bytes_since_index += h.size
+        self._recent.append((h.base_offset, h.next_offset, position, h.size))
         if h.max_timestamp > self.max_timestamp:
             self.max_timestamp = h.max_timestamp
         self.next_offset = h.next_offset
@@ -194,6 +202,7 @@ class LogSegment:
         """
         self.index, self.time_index = OffsetIndex(), TimeIndex()
         self._bytes_since_index = 0
+        self._recent.clear()
         self.next_offset, self.max_timestamp = self.base_offset, -1
         valid, size = 0, self.size
         while valid < size:
@@ -287,9 +296,35 @@ class LogSegment:
                 return pos, h
         return None
 
+    def _recent_slice(self, offset: int, max_bytes: int, max_offset: int | None) -> FileSlice | None:
+        """The slice for a read among the latest batches, from memory; None if older."""
+        recent = self._recent
+        if not recent or offset < recent[0][0] or offset >= self.next_offset:
+            return None
+        i = len(recent) - 1
+        while recent[i][0] > offset:  # scan back from the tail: tail reads stop at once
+            i -= 1
+        if offset >= recent[i][1]:  # a gap left by compaction: the next batch holds it
+            i += 1
+            if i == len(recent):
+                return None
+        base, nxt, start, size = recent[i]
+        if max_offset is not None and base >= max_offset:
+            return FileSlice(None, 0, 0, offset, offset)
+        end, next_offset = start + size, nxt
+        for b, n, pos, sz in itertools.islice(recent, i + 1, None):
+            if pos + sz - start > max_bytes or (max_offset is not None and b >= max_offset):
+                break
+            end, next_offset = pos + sz, n
+        self._verify_or_raise(start, end, base)
+        return FileSlice(self.file, start, end - start, base, next_offset)
+
     def slice(self, offset: int, max_bytes: int, max_offset: int | None) -> FileSlice:
         """Whole batches from the one holding ``offset``: at least one batch (below
         ``max_offset``), then more while they fit in ``max_bytes``."""
+        fast = self._recent_slice(offset, max_bytes, max_offset)
+        if fast is not None:
+            return fast
         found = self.position_of(offset)
         if found is None:
             return FileSlice(None, 0, 0, offset, offset)
@@ -301,13 +336,16 @@ class LogSegment:
             if pos + h.size - start > max_bytes or (max_offset is not None and h.base_offset >= max_offset):
                 break
             end, next_offset = pos + h.size, h.next_offset
+        self._verify_or_raise(start, end, first.base_offset)
+        return FileSlice(self.file, start, end - start, first.base_offset, next_offset)
+
+    def _verify_or_raise(self, start: int, end: int, near_offset: int) -> None:
         try:
             self._verify(start, end)
         except CorruptRecordError as e:
             raise CorruptRecordError(
-                f"{self.path}: batch near offset {first.base_offset} is corrupt and is not served: {e}"
+                f"{self.path}: batch near offset {near_offset} is corrupt and is not served: {e}"
             ) from None
-        return FileSlice(self.file, start, end - start, first.base_offset, next_offset)
 
     def _verify(self, start: int, end: int) -> None:
         """CRC-check bytes not yet verified in [start, end) before serving them."""
@@ -342,6 +380,8 @@ class LogSegment:
     # ------------------------------------------------------------------ lifecycle
 
     def truncate_to_position(self, position: int, next_offset: int) -> None:
+        while self._recent and self._recent[-1][2] >= position:
+            self._recent.pop()
         os.ftruncate(self.file.fd, position)
         self.size = position
         self.index.truncate_to_position(position)
