@@ -23,33 +23,61 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
 def cmd_up(args) -> int:
-    """Run a local cluster of ``--nodes`` nodes on loopback until Ctrl-C / SIGTERM."""
-    if args.nodes != 1:
-        print("raftlog up: multi-node clusters need the metadata quorum, which this version "
-              "does not have yet; use --nodes 1", file=sys.stderr)
+    """Run a local cluster of ``--nodes`` nodes on loopback until Ctrl-C / SIGTERM.
+
+    Node i serves clients on PORT+i-1; with more than one node every node is also a
+    metadata-quorum voter on Raft port PORT+100+i-1, with a random password kept in
+    DATA_DIR/raft.password.
+    """
+    if args.nodes < 1 or args.nodes > 9:
+        print("raftlog up: --nodes must be between 1 and 9", file=sys.stderr)
         return 2
     data_dir = os.path.abspath(args.data_dir)
-    node_dir = os.path.join(data_dir, "node-1")
-    os.makedirs(node_dir, exist_ok=True)
-    cmd = [sys.executable, "-m", "raftlog.node", "--node-id", "1", "--host", args.host,
-           "--port", str(args.port), "--data-dir", node_dir]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True)
-    with open(os.path.join(node_dir, "node.pid"), "w") as f:
-        f.write(f"{proc.pid}\n")
+    os.makedirs(data_dir, exist_ok=True)
+    extra: list[str] = []
+    if args.nodes > 1:
+        voters = ",".join(f"{i}@{args.host}:{args.port + 100 + i - 1}" for i in range(1, args.nodes + 1))
+        extra = ["--set", f"controller.quorum.voters={voters}", "--set", f"raft.password={_password(data_dir)}"]
+    procs = []
+    for i in range(1, args.nodes + 1):
+        node_dir = os.path.join(data_dir, f"node-{i}")
+        os.makedirs(node_dir, exist_ok=True)
+        cmd = [sys.executable, "-m", "raftlog.node", "--node-id", str(i), "--host", args.host,
+               "--port", str(args.port + i - 1), "--data-dir", node_dir] + extra
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True)
+        with open(os.path.join(node_dir, "node.pid"), "w") as f:
+            f.write(f"{proc.pid}\n")
+        procs.append(proc)
 
     def forward(signum, _frame):
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
-    if _wait_listening(args.host, args.port, proc):
-        print(f"raftlog is up: bootstrap servers {args.host}:{args.port}, data in {data_dir}\n"
+    if all(_wait_listening(args.host, args.port + i, p) for i, p in enumerate(procs)):
+        servers = ",".join(f"{args.host}:{args.port + i}" for i in range(args.nodes))
+        print(f"raftlog is up: bootstrap servers {servers}, data in {data_dir}\n"
               f"  raftlog topics create demo --bootstrap-server {args.host}:{args.port}\n"
-              f"  Producer(bootstrap_servers=\"{args.host}:{args.port}\")\n"
+              f"  Producer(bootstrap_servers=\"{servers}\")\n"
               "Ctrl-C stops it.", flush=True)
-    rc = proc.wait()
-    return 0 if rc in (0, -signal.SIGTERM, -signal.SIGINT) else rc
+    rcs = [p.wait() for p in procs]
+    bad = [rc for rc in rcs if rc not in (0, -signal.SIGTERM, -signal.SIGINT)]
+    return bad[0] if bad else 0
+
+
+def _password(data_dir: str) -> str:
+    """The local cluster's Raft password: created once, readable by the owner only."""
+    path = os.path.join(data_dir, "raft.password")
+    if not os.path.exists(path):
+        import secrets
+
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(16))
+    with open(path) as f:
+        return f.read().strip()
 
 
 def _wait_listening(host: str, port: int, proc, timeout_s: float = 30.0) -> bool:

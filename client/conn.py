@@ -23,6 +23,8 @@ RECV_BYTES = 1024 * 1024
 #: Metadata refresh attempts before giving up on one call.
 MAX_METADATA_ATTEMPTS = 10
 METADATA_BACKOFF_S = 0.1
+#: How long a lookup of an unknown topic keeps refreshing metadata before failing.
+UNKNOWN_TOPIC_WAIT_S = 2.0
 
 
 def parse_servers(servers: str | list[str]) -> list[tuple[str, int]]:
@@ -214,16 +216,25 @@ class Cluster:
                 p[0]: PartitionMeta(p[0], p[2], p[3], tuple(p[4]), tuple(p[5]), p[1]) for p in t["partitions"]
             }
 
-    def partitions_for(self, topic: str, refresh_if_missing: bool = True) -> dict[int, PartitionMeta]:
-        """Partitions of ``topic``; raises UnknownTopicOrPartitionError."""
+    def partitions_for(self, topic: str, refresh_if_missing: bool = True,
+                       wait_s: float = UNKNOWN_TOPIC_WAIT_S) -> dict[int, PartitionMeta]:
+        """Partitions of ``topic``; raises UnknownTopicOrPartitionError.
+
+        An unknown topic is looked up again for up to ``wait_s``: in a cluster, a
+        topic just created through one node reaches the others a moment later.
+        """
         parts = self.topics.get(topic)
-        if parts is None and refresh_if_missing:
+        deadline = time.monotonic() + wait_s
+        while parts is None and refresh_if_missing:
             h = self.refresh([topic])
             parts = self.topics.get(topic)
-            if parts is None:
-                t = next((t for t in h["topics"] if t["name"] == topic), None)
-                code = t["error"] if t else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            if parts is not None:
+                break
+            t = next((t for t in h["topics"] if t["name"] == topic), None)
+            code = t["error"] if t else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            if code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION or time.monotonic() >= deadline:
                 raise api_error(code, (t or {}).get("message") or f"unknown topic {topic!r}")
+            time.sleep(METADATA_BACKOFF_S)
         return parts
 
     def leader_for(self, topic: str, partition: int) -> int:

@@ -29,6 +29,7 @@ from .errors import (
 #: Record lists buffered ahead of poll() at most.
 MAX_PREFETCH_CHUNKS = 64
 FETCH_ERROR_BACKOFF_S = 0.1
+MAX_LIST_OFFSETS_ATTEMPTS = 50
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -178,7 +179,20 @@ class Consumer:
     # ------------------------------------------------------------------ offsets
 
     def _list_offsets(self, wanted: dict[TopicPartition, int], cluster: Cluster | None = None) -> dict[TopicPartition, tuple[int, int]]:
+        """ListOffsets through each partition's leader, retrying retriable errors
+        (leader moving, node restarting) a bounded number of times."""
         cluster = cluster or self._cluster
+        for attempt in range(MAX_LIST_OFFSETS_ATTEMPTS):
+            try:
+                return self._list_offsets_once(wanted, cluster)
+            except (ApiError, BrokerNotAvailableError) as e:
+                if isinstance(e, ApiError) and not e.retriable or attempt == MAX_LIST_OFFSETS_ATTEMPTS - 1:
+                    raise
+                cluster.topics.clear()
+                time.sleep(FETCH_ERROR_BACKOFF_S)
+        raise AssertionError("unreachable")
+
+    def _list_offsets_once(self, wanted: dict, cluster: Cluster) -> dict[TopicPartition, tuple[int, int]]:
         by_leader: dict[int, list[TopicPartition]] = {}
         for tp in wanted:
             by_leader.setdefault(cluster.leader_for(tp.topic, tp.partition), []).append(tp)

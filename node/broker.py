@@ -62,35 +62,55 @@ def _now_ms() -> int:
 class Broker:
     """The state a node serves requests from: topics, partitions, their logs."""
 
-    def __init__(self, config: NodeConfig, events: EventLog):
+    def __init__(self, config: NodeConfig, events: EventLog, store=None):
         self.config = config
         self.events = events
         os.makedirs(config.data_dir, exist_ok=True)
-        self.store = LocalTopicStore(config.data_dir, config.node_id)
+        #: Cluster mode: topics and brokers come from the metadata quorum (store given).
+        self.cluster_mode = store is not None
+        self.store = store if store is not None else LocalTopicStore(config.data_dir, config.node_id)
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.log_configs: dict[str, LogConfig] = {}
+        self._applied_configs: dict[str, dict] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
     def open(self) -> None:
-        """Open (and recover) every partition log of every known topic."""
-        for info in self.store.topics.values():
-            self._open_topic(info)
+        """Open (and recover) the log of every partition this node hosts."""
+        self.reconcile()
         self.events.info("logs_opened", partitions=len(self.partitions))
 
-    def _open_topic(self, info: TopicInfo) -> None:
-        cfg = validate_topic_config(info.config, self.config.log_defaults)
-        self.log_configs[info.name] = cfg
-        for p in info.partitions:
-            key = (info.name, p.partition)
-            if key in self.partitions:
-                continue
-            path = partition_dir(self.config.data_dir, info.name, p.partition)
-            log = PartitionLog.open(path, cfg)
-            part = Partition(info.name, p.partition, log, p.leader_epoch)
-            # Single node: the only replica, so everything appended is committed.
-            log.high_watermark = log.log_end_offset
-            self.partitions[key] = part
+    def reconcile(self) -> None:
+        """Make hosted partitions follow the topic metadata: open logs of new replicas,
+        set leadership and epochs, apply configs, delete logs of deleted topics.
+        Runs on the trio thread only."""
+        wanted = {}
+        for info in self.store.topics.values():
+            for p in info.partitions:
+                if self.config.node_id in p.replicas:
+                    wanted[(info.name, p.partition)] = (info, p)
+        for key in [k for k in self.partitions if k not in wanted]:
+            self.partitions.pop(key).delete()
+        for name in [n for n in self.log_configs if n not in self.store.topics]:
+            del self.log_configs[name]
+        for (name, partition), (info, p) in wanted.items():
+            cfg = self.log_configs.get(name)
+            if cfg is None or info.config != self._applied_configs.get(name):
+                cfg = validate_topic_config(info.config, self.config.log_defaults)
+                self.log_configs[name] = cfg
+                self._applied_configs[name] = dict(info.config)
+            part = self.partitions.get((name, partition))
+            if part is None:
+                path = partition_dir(self.config.data_dir, name, partition)
+                part = Partition(name, partition, PartitionLog.open(path, cfg), p.leader_epoch)
+                # Until replication lands, what the leader appends is committed.
+                part.log.high_watermark = part.log.log_end_offset
+                self.partitions[(name, partition)] = part
+            part.log.config = cfg
+            part.leader_epoch = p.leader_epoch
+            was_leader, part.is_leader = part.is_leader, p.leader == self.config.node_id
+            if was_leader and not part.is_leader:
+                part.wake_waiters()
 
     def close(self) -> None:
         """Flush and checkpoint every log: durable when it returns."""
@@ -136,12 +156,24 @@ class Broker:
     def partition(self, topic: str, partition: int) -> Partition:
         part = self.partitions.get((topic, partition))
         if part is None:
-            if topic in self.store.topics:
-                raise ApiError(
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                    f"topic {topic!r} has no partition {partition}",
-                )
-            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}")
+            info = self.store.topics.get(topic)
+            if info is None:
+                raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}")
+            if 0 <= partition < len(info.partitions):
+                leader = info.partitions[partition].leader
+                raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                               f"node {self.config.node_id} does not host {topic}-{partition}; leader is {leader}")
+            raise ApiError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                f"topic {topic!r} has no partition {partition}",
+            )
+        return part
+
+    def leader_partition(self, topic: str, partition: int) -> Partition:
+        part = self.partition(topic, partition)
+        if not part.is_leader:
+            raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                           f"node {self.config.node_id} is not the leader of {topic}-{partition}")
         return part
 
     def handle_sync(self, req: Request) -> Response:
@@ -193,7 +225,7 @@ class Broker:
         headers, pieces, total, error = [], [], 0, False
         for topic, partition, offset, part_max, _epoch in req.fields["parts"]:
             try:
-                part = self.partition(topic, partition)
+                part = self.leader_partition(topic, partition)
                 log = part.log
                 max_offset = part.high_watermark if consumer else None
                 limit = min(part_max, budget - total) if total else part_max
@@ -248,7 +280,7 @@ class Broker:
         out = []
         for topic, partition, ts in req.fields["parts"]:
             try:
-                part = self.partition(topic, partition)
+                part = self.leader_partition(topic, partition)
                 log = part.log
                 if ts == EARLIEST_TIMESTAMP:
                     off, t = log.log_start_offset, -1
@@ -270,8 +302,14 @@ class Broker:
     # ------------------------------------------------------------------ metadata
 
     def brokers(self) -> list:
+        if self.cluster_mode:
+            return self.store.brokers()
         host, port = self.config.advertised
         return [[self.config.node_id, host, port, None, False]]
+
+    @property
+    def controller_id(self) -> int:
+        return self.store.controller_id if self.cluster_mode else self.config.node_id
 
     def metadata(self, req: Request) -> Response:
         names = req.fields["topics"]
@@ -291,7 +329,7 @@ class Broker:
             topics.append(self._describe(info, req.fields["include_configs"]))
         return {
             "cluster_id": self.config.cluster_id,
-            "controller_id": self.config.node_id,
+            "controller_id": self.controller_id,
             "node_id": self.config.node_id,
             "brokers": self.brokers(),
             "topics": topics,
@@ -310,13 +348,14 @@ class Broker:
             ],
         }
         if include_configs:
-            d["config"] = self.log_configs[info.name].to_dict()
+            cfg = self.log_configs.get(info.name) or validate_topic_config(info.config, self.config.log_defaults)
+            d["config"] = cfg.to_dict()
         return d
 
     def describe_cluster(self, req: Request) -> Response:
         return {
             "cluster_id": self.config.cluster_id,
-            "controller_id": self.config.node_id,
+            "controller_id": self.controller_id,
             "brokers": self.brokers(),
         }, []
 
@@ -333,17 +372,31 @@ class Broker:
         if not 1 <= partitions <= 10_000:
             raise ApiError(ErrorCode.INVALID_PARTITIONS, f"partitions must be 1..10000, not {partitions}")
         brokers = len(self.brokers())
-        if not 1 <= replication_factor <= brokers:
+        if not 1 <= replication_factor <= max(brokers, 1):
             raise ApiError(
                 ErrorCode.INVALID_REPLICATION_FACTOR,
                 f"replication factor {replication_factor} must be between 1 and the "
                 f"{brokers} available broker(s)",
             )
+        if self.cluster_mode and replication_factor > 1:
+            # Metadata is replicated (Raft) but partition data is not yet: refusing is
+            # better than an ISR that promises copies which do not exist.
+            raise ApiError(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                "replication factor above 1 needs partition replication, which this raftlog "
+                "version does not have yet; use replication_factor=1",
+            )
         validate_topic_config(config, self.config.log_defaults)
-        info = self.store.create(name, partitions, config)
-        self._open_topic(info)
+        info = self.store.create(name, partitions, config, replication_factor)
+        self._after_local_change()
         self.events.info("topic_created", topic=name, partitions=partitions)
         return info
+
+    def _after_local_change(self) -> None:
+        """Single node: apply a metadata change now. Cluster mode: the quorum's commit
+        callback schedules reconcile() on the trio thread instead."""
+        if not self.cluster_mode:
+            self.reconcile()
 
     def create_topics(self, req: Request) -> Response:
         results = []
@@ -363,12 +416,8 @@ class Broker:
         results = []
         for name in req.fields["names"]:
             try:
-                info = self.store.delete(name)
-                for p in info.partitions:
-                    part = self.partitions.pop((name, p.partition), None)
-                    if part is not None:
-                        part.delete()
-                self.log_configs.pop(name, None)
+                self.store.delete(name)
+                self._after_local_change()
                 self.events.info("topic_deleted", topic=name)
                 results.append([name, 0, ""])
             except ApiError as e:
@@ -380,14 +429,9 @@ class Broker:
         info = self.store.topics.get(name)
         if info is None:
             raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
-        merged = {**info.config, **req.fields["config"]}
-        cfg = validate_topic_config(merged, self.config.log_defaults)
+        validate_topic_config({**info.config, **req.fields["config"]}, self.config.log_defaults)
         self.store.set_config(name, req.fields["config"])
-        self.log_configs[name] = cfg
-        for p in info.partitions:
-            part = self.partitions.get((name, p.partition))
-            if part is not None:
-                part.log.config = cfg
+        self._after_local_change()
         return {}, []
 
     def create_partitions(self, req: Request) -> Response:
@@ -401,7 +445,8 @@ class Broker:
                 f"topic {name!r} has {len(info.partitions)} partitions; the new count {count} "
                 "must be larger (partitions cannot be removed)",
             )
-        self._open_topic(self.store.add_partitions(name, count))
+        self.store.add_partitions(name, count)
+        self._after_local_change()
         return {}, []
 
 

@@ -24,15 +24,44 @@ class Node:
     def __init__(self, config: NodeConfig, events: EventLog | None = None):
         self.config = config
         self.events = events or EventLog(config.node_id)
-        self.broker = Broker(config, self.events)
-        self.server = Server(config, self.broker, self.events)
+        self.store = None
+        self.broker: Broker | None = None
+        self.server: Server | None = None
         self.address: tuple[str, int] | None = None
+        self._token = None
+        self._reconcile_scheduled = False
+
+    def _on_commit(self, state, record, result) -> None:
+        """pysyncobj's thread: hand the change to trio. Cheap, never raises."""
+        if self._reconcile_scheduled or self._token is None:
+            return
+        self._reconcile_scheduled = True
+        try:
+            self._token.run_sync_soon(self._reconcile)
+        except Exception:  # trio already finished (shutdown)
+            self._reconcile_scheduled = False
+
+    def _reconcile(self) -> None:
+        self._reconcile_scheduled = False
+        try:
+            self.broker.reconcile()
+        except Exception as e:  # keep serving; the next change retries
+            self.events.error("reconcile_failed", error=repr(e))
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        if self.config.controller_quorum_voters:
+            from .quorum_store import QuorumTopicStore
+
+            self.store = QuorumTopicStore(self.config, self._on_commit)
+        self.broker = Broker(self.config, self.events, self.store)
+        self.server = Server(self.config, self.broker, self.events)
         self.broker.open()
         try:
             async with trio.open_nursery() as nursery:
                 self.address = await nursery.start(self.server.serve)
+                if self.store is not None:
+                    nursery.start_soon(self._register)
                 nursery.start_soon(self._every_in_thread, self.config.log_flush_interval_ms, self._flush)
                 nursery.start_soon(
                     self._every, self.config.log_retention_check_interval_ms, self._retention
@@ -41,7 +70,14 @@ class Node:
                 task_status.started(self.address)
         finally:
             self.broker.close()
+            if self.store is not None:
+                self.store.close()
             self.events.info("stopped")
+
+    async def _register(self) -> None:
+        await trio.to_thread.run_sync(self.store.register, abandon_on_cancel=True)
+        self.events.info("registered", incarnation=self.store.incarnation_id)
+        self._reconcile()
 
     async def _every(self, interval_ms: int, fn) -> None:
         while True:

@@ -47,6 +47,8 @@ MAX_PENDING_SEND_BYTES = 4 * 1024 * 1024
 MAX_CONNECTIONS = 4096
 #: Requests handled from one connection before yielding to others (fairness).
 MAX_REQUESTS_PER_TURN = 256
+#: Admin APIs that write through the metadata quorum in cluster mode.
+QUORUM_WRITE_APIS = frozenset({Api.CREATE_TOPICS, Api.DELETE_TOPICS, Api.ALTER_CONFIGS, Api.CREATE_PARTITIONS})
 #: File slices smaller than this are read and coalesced instead of sendfile'd.
 SENDFILE_MIN_BYTES = 64 * 1024
 
@@ -222,6 +224,9 @@ class Server:
         try:
             if req.api == Api.FETCH:
                 header, pieces = await self._fetch(req, out, sock)
+            elif self.broker.cluster_mode and req.api in QUORUM_WRITE_APIS:
+                # a Raft commit takes milliseconds (seconds without a quorum): not on the loop
+                header, pieces = await trio.to_thread.run_sync(self.broker.handle_sync, req)
             else:
                 header, pieces = self.broker.handle_sync(req)
                 if req.api == Api.PRODUCE and req.fields["acks"] == 0:

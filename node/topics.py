@@ -107,7 +107,7 @@ class LocalTopicStore:
         }
         atomic_write(self._path, cbor2.dumps(raw))
 
-    def create(self, name: str, partitions: int, config: dict) -> TopicInfo:
+    def create(self, name: str, partitions: int, config: dict, replication_factor: int = 1) -> TopicInfo:
         if name in self.topics:
             raise ApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
         parts = tuple(

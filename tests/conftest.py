@@ -47,8 +47,10 @@ class NodeProcess:
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
 
+    node_id: int = 1
+
     def start(self, timeout_s: float = 20.0) -> NodeProcess:
-        args = [sys.executable, "-m", "raftlog.node", "--node-id", "1", "--host", self.host,
+        args = [sys.executable, "-m", "raftlog.node", "--node-id", str(self.node_id), "--host", self.host,
                 "--port", str(self.port), "--data-dir", self.data_dir]
         for k, v in self.extra.items():
             args += ["--set", f"{k}={v}"]

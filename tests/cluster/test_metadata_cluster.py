@@ -1,0 +1,104 @@
+"""Three real node processes sharing a metadata quorum on loopback."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from raftlog.client import Admin, ApiError, Consumer, ErrorCode, Producer, TopicPartition
+
+from ..conftest import NodeProcess, free_port
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    raft = {i: free_port() for i in (1, 2, 3)}
+    voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in raft.items())
+    nodes = [
+        NodeProcess(str(tmp_path / f"node-{i}"), free_port(), node_id=i,
+                    extra={"controller.quorum.voters": voters, "raft.password": "test-secret"})
+        for i in (1, 2, 3)
+    ]
+    for n in nodes:
+        n.start()
+    yield nodes
+    for n in nodes:
+        n.stop()
+
+
+def _until(fn, timeout_s=15.0):
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = fn()
+            if last:
+                return last
+        except Exception as e:  # nodes may be electing
+            last = e
+        time.sleep(0.1)
+    raise AssertionError(f"condition not met: {last!r}")
+
+
+def _view(node):
+    """What one node says about topics and the controller."""
+    with Admin(node.bootstrap) as a:
+        topics = {t: a.describe_topic(t) for t in a.list_topics()}
+        return a.describe_cluster().controller_id, {
+            name: [(p.partition, p.leader, p.replicas, p.isr, p.leader_epoch) for p in d.partitions]
+            for name, d in topics.items()
+        }
+
+
+def test_cluster_metadata_failover_and_restart(cluster):
+    _until(lambda: len(Admin(cluster[0].bootstrap).describe_cluster().brokers) == 3 and all(
+        not b.fenced for b in Admin(cluster[0].bootstrap).describe_cluster().brokers))
+    admin = Admin(cluster[1].bootstrap)
+    admin.create_topic("events", partitions=3, replication_factor=1)
+    with pytest.raises(ApiError) as e:
+        admin.create_topic("replicated", partitions=1, replication_factor=3)
+    assert e.value.code == ErrorCode.INVALID_REPLICATION_FACTOR
+    # every node answers Metadata from its own copy, and the copies agree
+    views = _until(lambda: (v := [_view(n) for n in cluster]) and all(x == v[0] for x in v) and v)
+    controller, topics = views[0]
+    leaders = sorted(p[1] for p in topics["events"])
+    assert leaders == [1, 2, 3]  # one partition led by each node
+
+    # produce through any node: the client routes each partition to its leader
+    servers = ",".join(n.bootstrap for n in cluster)
+    with Producer(servers, acks=1, enable_idempotence=False) as p:
+        metas = [p.send("events", b"v%d" % i, partition=i % 3).result(10) for i in range(30)]
+    assert sorted({m.partition for m in metas}) == [0, 1, 2]
+
+    # kill the controller: another is elected and the survivors agree on the metadata
+    victim = next(n for n in cluster if n.node_id == controller)
+    survivors = [n for n in cluster if n is not victim]
+    victim.kill()
+    start = time.monotonic()
+    new_views = _until(lambda: (v := [_view(n) for n in survivors]) and v[0] == v[1]
+                       and v[0][0] not in (-1, controller) and v, timeout_s=10)
+    assert time.monotonic() - start < 5 + 2  # Raft failover (pysyncobj, no PreVote) plus polling
+    assert new_views[0][1]["events"] == topics["events"]
+    Admin(survivors[0].bootstrap).create_topic("after-failover", partitions=1)
+
+    # the killed node rejoins with everything it missed
+    victim.start()
+    _until(lambda: "after-failover" in _view(victim)[1])
+
+    # full-cluster restart keeps topics, configs and data
+    for n in cluster:
+        n.stop()
+    for n in cluster:
+        n.start()
+    _until(lambda: set(_view(cluster[2])[1]) == {"events", "after-failover"})
+    c = Consumer(servers, auto_offset_reset="earliest")
+    c.assign([TopicPartition("events", p) for p in range(3)])
+    got = []
+    deadline = time.monotonic() + 15
+    while len(got) < 30 and time.monotonic() < deadline:
+        got += c.poll(timeout_ms=500)
+    c.close()
+    assert sorted(r.value for r in got) == sorted(b"v%d" % i for i in range(30))
