@@ -51,6 +51,7 @@ SERVED_APIS = {
         Api.DESCRIBE_CLUSTER,
         Api.CREATE_PARTITIONS,
         Api.ALTER_CONFIGS,
+        Api.BROKER_HEARTBEAT,
     )
 }
 
@@ -72,6 +73,8 @@ class Broker:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.log_configs: dict[str, LogConfig] = {}
         self._applied_configs: dict[str, dict] = {}
+        #: Cluster mode: called with (broker_id, incarnation_id) for each BrokerHeartbeat.
+        self.on_heartbeat = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -359,6 +362,13 @@ class Broker:
             "brokers": self.brokers(),
         }, []
 
+    def broker_heartbeat(self, req: Request) -> Response:
+        if self.on_heartbeat is None:
+            raise ApiError(ErrorCode.NOT_CONTROLLER, "this node runs without a metadata quorum")
+        if not self.on_heartbeat(req.fields["broker_id"], req.fields["incarnation_id"]):
+            raise ApiError(ErrorCode.NOT_CONTROLLER, f"the controller is {self.controller_id}")
+        return {}, []
+
     def api_versions(self, req: Request) -> Response:
         return {
             "apis": [[int(a), lo, hi] for a, (lo, hi) in sorted(SERVED_APIS.items())],
@@ -468,4 +478,5 @@ _SYNC_HANDLERS = {
     Api.DESCRIBE_CLUSTER: Broker.describe_cluster,
     Api.CREATE_PARTITIONS: Broker.create_partitions,
     Api.ALTER_CONFIGS: Broker.alter_configs,
+    Api.BROKER_HEARTBEAT: Broker.broker_heartbeat,
 }

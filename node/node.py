@@ -61,7 +61,13 @@ class Node:
             async with trio.open_nursery() as nursery:
                 self.address = await nursery.start(self.server.serve)
                 if self.store is not None:
+                    from .heartbeat import Heartbeats
+
+                    beats = Heartbeats(self, self.store, self.events)
+                    self.broker.on_heartbeat = beats.record
                     nursery.start_soon(self._register)
+                    nursery.start_soon(beats.send_loop)
+                    nursery.start_soon(beats.controller_duty)
                 nursery.start_soon(self._every_in_thread, self.config.log_flush_interval_ms, self._flush)
                 nursery.start_soon(
                     self._every, self.config.log_retention_check_interval_ms, self._retention

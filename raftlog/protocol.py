@@ -59,6 +59,7 @@ class Api(enum.IntEnum):
     OFFSETS_FOR_LEADER_EPOCH = 21
     ELECT_LEADERS = 22
     ALTER_PARTITION = 23
+    BROKER_HEARTBEAT = 24
 
 
 # Special timestamps of ListOffsets, as Kafka.
@@ -362,6 +363,7 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     Api.DESCRIBE_GROUPS: {"groups": (_list(_str, 1000), REQUIRED)},
     Api.DELETE_GROUPS: {"groups": (_list(_str, 1000), REQUIRED)},
     Api.ALTER_PARTITION: {"payload": (_any, REQUIRED)},
+    Api.BROKER_HEARTBEAT: {"broker_id": (_nonneg, REQUIRED), "incarnation_id": (_str, REQUIRED)},
 }
 
 #: (min, max) version of every API this codec knows.

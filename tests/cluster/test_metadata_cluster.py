@@ -11,6 +11,7 @@ from raftlog.client import Admin, ApiError, Consumer, ErrorCode, Producer, Topic
 from ..conftest import NodeProcess, free_port
 
 pytestmark = pytest.mark.slow
+SESSION_MS = 2000
 
 
 @pytest.fixture
@@ -19,7 +20,9 @@ def cluster(tmp_path):
     voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in raft.items())
     nodes = [
         NodeProcess(str(tmp_path / f"node-{i}"), free_port(), node_id=i,
-                    extra={"controller.quorum.voters": voters, "raft.password": "test-secret"})
+                    extra={"controller.quorum.voters": voters, "raft.password": "test-secret",
+                           "broker.session.timeout.ms": str(SESSION_MS),
+                           "broker.heartbeat.interval.ms": "200"})
         for i in (1, 2, 3)
     ]
     for n in nodes:
@@ -102,3 +105,27 @@ def test_cluster_metadata_failover_and_restart(cluster):
         got += c.poll(timeout_ms=500)
     c.close()
     assert sorted(r.value for r in got) == sorted(b"v%d" % i for i in range(30))
+
+
+def test_dead_broker_is_fenced_and_returns(cluster):
+    _until(lambda: [b.fenced for b in Admin(cluster[0].bootstrap).describe_cluster().brokers]
+           == [False, False, False])
+    Admin(cluster[0].bootstrap).create_topic("t", partitions=3)
+    controller = _until(lambda: _view(cluster[0])[0])
+    victim = next(n for n in cluster if n.node_id != controller)
+    watcher = next(n for n in cluster if n is not victim)
+    victim.kill()
+    killed_at = time.monotonic()
+
+    def fenced():
+        with Admin(watcher.bootstrap) as a:
+            brokers = {b.id: b.fenced for b in a.describe_cluster().brokers}
+            parts = {p.partition: p.leader for p in a.describe_topic("t").partitions}
+        return brokers[victim.node_id] and victim.node_id not in parts.values() and parts
+
+    parts = _until(fenced, timeout_s=SESSION_MS / 1000 + 5)
+    assert time.monotonic() - killed_at < SESSION_MS / 1000 + 2 + 1  # + polling slack
+    assert -1 in parts.values()  # its replication-factor-1 partition is offline, not moved
+    victim.start()
+    _until(lambda: not {b.id: b.fenced for b in Admin(watcher.bootstrap).describe_cluster().brokers}[victim.node_id]
+           and -1 not in {p.leader for p in Admin(watcher.bootstrap).describe_topic("t").partitions})

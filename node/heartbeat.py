@@ -1,0 +1,133 @@
+"""Broker heartbeats and the active controller's fencing duty (cluster mode).
+
+Every node sends BrokerHeartbeat to the controller (the Raft leader) every
+``broker.heartbeat.interval.ms``. The controller keeps the times in memory
+(:class:`raftlog.metadata.controller.BrokerLiveness`, re-created with a grace period
+whenever this node becomes controller), fences brokers silent for
+``broker.session.timeout.ms`` and unfences fenced brokers that heartbeat again.
+Decisions are proposed with ``require_leader``; the state machine checks them again.
+"""
+
+from __future__ import annotations
+
+import time
+
+import trio
+
+from raftlog.errors import ApiError, ErrorCode, RemoteProtocolError
+from raftlog.metadata import records as R
+from raftlog.metadata.controller import BrokerLiveness
+from raftlog.metadata.errors import QuorumError
+from raftlog.protocol import Api, ClientConnection
+
+#: Bound on one heartbeat round trip.
+HEARTBEAT_TIMEOUT_S = 2.0
+CONTROLLER_TICK_S = 0.2
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class Heartbeats:
+    def __init__(self, node, store, events):
+        self.node = node
+        self.store = store
+        self.events = events
+        self.config = node.config
+        self.liveness: BrokerLiveness | None = None
+        self._stream = None
+        self._stream_target = None
+
+    # ------------------------------------------------------------------ controller side
+
+    def record(self, broker_id: int, incarnation_id: str) -> bool:
+        """A heartbeat arrived (trio thread). False if this node is not the controller."""
+        if not self.store.quorum.is_leader:
+            return False
+        if self.liveness is None:
+            return True  # becoming controller: the duty loop starts the clocks
+        broker = self.store.quorum.state.brokers.get(broker_id)
+        if broker is not None and broker.incarnation_id == incarnation_id:
+            self.liveness.heartbeat(broker_id, _now_ms())
+        return True
+
+    async def controller_duty(self) -> None:
+        while True:
+            await trio.sleep(CONTROLLER_TICK_S)
+            if not self.store.quorum.is_leader:
+                self.liveness = None
+                continue
+            state = self.store.quorum.state
+            now = _now_ms()
+            if self.liveness is None:
+                self.liveness = BrokerLiveness.on_become_controller(
+                    state, now, self.config.broker_session_timeout_ms)
+                self.events.info("became_controller", term=self.store.quorum.term)
+            self.liveness.heartbeat(self.config.node_id, now)
+            for record in self._decisions(state, now):
+                await self._propose(record)
+
+    def _decisions(self, state, now: int) -> list:
+        out = self.liveness.fence_decisions(state, now)
+        for b in state.brokers.values():
+            last = self.liveness.last_heartbeat_ms.get(b.broker_id)
+            if b.fenced and last is not None and now - last <= self.config.broker_heartbeat_interval_ms * 3:
+                out.append(R.UnfenceBroker(b.broker_id, b.incarnation_id))
+        return out
+
+    async def _propose(self, record) -> None:
+        try:
+            result = await trio.to_thread.run_sync(
+                lambda: self.store.quorum.propose(record, 2.0, require_leader=True),
+                abandon_on_cancel=True)
+        except QuorumError as e:
+            self.events.warning("controller_decision_failed", record=type(record).__name__, error=e)
+            return
+        if result.ok:
+            self.events.info("controller_decision", record=type(record).__name__,
+                             broker=getattr(record, "broker_id", ""))
+
+    # ------------------------------------------------------------------ broker side
+
+    async def send_loop(self) -> None:
+        interval = self.config.broker_heartbeat_interval_ms / 1000
+        while True:
+            await trio.sleep(interval)
+            controller = self.store.quorum.leader_id
+            if controller is None:
+                continue
+            if controller == self.config.node_id:
+                self.record(self.config.node_id, self.store.incarnation_id)
+                continue
+            broker = self.store.quorum.state.brokers.get(controller)
+            if broker is None or not broker.listeners:
+                continue
+            try:
+                with trio.fail_after(HEARTBEAT_TIMEOUT_S):
+                    await self._heartbeat(tuple(broker.listeners[0]))
+            except (OSError, trio.TooSlowError, RemoteProtocolError, ApiError, trio.BrokenResourceError):
+                await self._drop_stream()
+
+    async def _heartbeat(self, target: tuple) -> None:
+        if self._stream is None or self._stream_target != target:
+            await self._drop_stream()
+            self._stream = await trio.open_tcp_stream(*target)
+            self._stream_target = target
+            self._proto = ClientConnection(max_in_flight=1)
+        _, data = self._proto.send_request(
+            Api.BROKER_HEARTBEAT,
+            {"broker_id": self.config.node_id, "incarnation_id": self.store.incarnation_id})
+        await self._stream.send_all(data)
+        while (frame := self._proto.next_response()) is None:
+            chunk = await self._stream.receive_some(65536)
+            if not chunk:
+                raise OSError("controller closed the connection")
+            self._proto.receive_data(chunk)
+        if frame.header.get("error"):
+            raise ApiError(ErrorCode(frame.header["error"]), frame.header.get("message", ""))
+
+    async def _drop_stream(self) -> None:
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            await trio.aclose_forcefully(stream)
