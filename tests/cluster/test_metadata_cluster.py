@@ -111,7 +111,7 @@ def test_dead_broker_is_fenced_and_returns(cluster):
     _until(lambda: [b.fenced for b in Admin(cluster[0].bootstrap).describe_cluster().brokers]
            == [False, False, False])
     Admin(cluster[0].bootstrap).create_topic("t", partitions=3)
-    controller = _until(lambda: _view(cluster[0])[0])
+    controller = _until(lambda: (c := _view(cluster[0])[0]) > 0 and c)
     victim = next(n for n in cluster if n.node_id != controller)
     watcher = next(n for n in cluster if n is not victim)
     victim.kill()
