@@ -243,8 +243,18 @@ class Consumer:
         to ``timeout_ms`` for some to arrive. Advances the positions."""
         if self._closed:
             raise RuntimeError("poll() on a closed consumer")
-        self._initialize_positions()
         deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            try:
+                self._initialize_positions()
+                break
+            except (ApiError, BrokerNotAvailableError) as e:
+                # leaders moving or nodes restarting: no records yet, as Kafka's poll
+                if (isinstance(e, ApiError) and not e.retriable) or time.monotonic() >= deadline:
+                    if isinstance(e, ApiError) and not e.retriable:
+                        raise
+                    return []
+                time.sleep(FETCH_ERROR_BACKOFF_S)
         while True:
             if self._error is not None:
                 err, self._error = self._error, None

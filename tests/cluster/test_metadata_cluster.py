@@ -97,6 +97,7 @@ def test_cluster_metadata_failover_and_restart(cluster):
     for n in cluster:
         n.start()
     _until(lambda: set(_view(cluster[2])[1]) == {"events", "after-failover"})
+    _until(lambda: all(p[1] > 0 for p in _view(cluster[2])[1]["events"]), timeout_s=30)
     c = Consumer(servers, auto_offset_reset="earliest")
     c.assign([TopicPartition("events", p) for p in range(3)])
     got = []
