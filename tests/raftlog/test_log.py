@@ -229,3 +229,33 @@ def test_bad_topic_config():
     with pytest.raises(ConfigError, match="cleanup.policy"):
         LogConfig.from_dict({"cleanup.policy": "shred"})
     assert LogConfig.from_dict({"flush.messages": "1"}).flush_messages == 1
+
+
+def test_compaction_in_a_thread_does_not_block_appends(tmp_path):
+    import threading
+
+    cfg = LogConfig(segment_bytes=4096, cleanup_policy="compact")
+    log = PartitionLog.open(str(tmp_path / "p"), cfg)
+    for i in range(400):
+        log.append(encode_batch([b"v%d" % i], [b"k%d" % (i % 10)]))
+    log.high_watermark = log.log_end_offset
+    done = threading.Event()
+    stats = {}
+
+    def clean():
+        stats.update(log.compact())
+        done.set()
+
+    t = threading.Thread(target=clean)
+    t.start()
+    appended = 0
+    while not done.is_set() or appended < 50:
+        log.append(encode_batch([b"new%d" % appended], [b"fresh"]))
+        appended += 1
+    t.join()
+    assert stats["records_removed"] > 0
+    recs = _all(log)
+    offsets = [r.offset for r in recs]
+    assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+    assert [r.value for r in recs if r.key == b"fresh"] == [b"new%d" % i for i in range(appended)]
+    assert log.log_end_offset == 400 + appended
