@@ -43,3 +43,9 @@ def test_up_serves_writes_pid_and_stops_cleanly(tmp_path):
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=30)
     assert proc.returncode == 0
+
+
+def test_up_rejects_a_bad_node_count(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "raftlog.client.cli", "up", "--nodes", "0",
+                        "--data-dir", str(tmp_path)], capture_output=True, timeout=30)
+    assert r.returncode == 2 and b"--nodes" in r.stderr

@@ -234,3 +234,11 @@ def test_full_disk_gives_storage_error_and_the_node_keeps_serving(tmp_path):
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+
+
+def test_broker_heartbeat_without_a_quorum_is_refused(node):
+    r = Raw(node.bootstrap)
+    f = r.call(Api.BROKER_HEARTBEAT, {"broker_id": 7, "incarnation_id": "x"})
+    assert f.header["error"] == ErrorCode.NOT_CONTROLLER and f.header["message"]
+    r.send_raw(encode_frame({"id": 9, "api": int(Api.BROKER_HEARTBEAT), "broker_id": -1, "incarnation_id": 3}))
+    assert r.read_raw_frame().header["error"] == ErrorCode.INVALID_REQUEST
