@@ -19,6 +19,18 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """n distinct free ports (all bound at once, so the OS cannot hand one out twice)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def wait_for_port(host: str, port: int, timeout_s: float = 20.0, proc=None) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -17,13 +17,13 @@ from raftlog.metadata import records as R
 from raftlog.metadata.errors import NotControllerError, QuorumTimeoutError
 from raftlog.metadata.quorum import MetadataQuorum, RestrictedUnpickler, harden_pysyncobj
 
-from ..conftest import free_port
+from ..conftest import free_port, free_ports
 
 pytestmark = pytest.mark.slow
 
 
 def _voters(n=3):
-    return {i: ("127.0.0.1", free_port()) for i in range(1, n + 1)}
+    return {i: ("127.0.0.1", p) for i, p in enumerate(free_ports(n), 1)}
 
 
 def _wait_leader(qs, timeout_s=15.0):
