@@ -41,7 +41,8 @@ def place_replicas(state: MetadataState, partitions: int, replication_factor: in
     start = min(range(len(brokers)), key=lambda i: (leads[brokers[i]], i))
     n = len(brokers)
     return tuple(
-        tuple(brokers[(start + i + j) % n] for j in range(replication_factor)) for i in range(partitions)
+        tuple(brokers[(start + i + j) % n] for j in range(replication_factor))
+        for i in range(partitions)
     )
 
 
@@ -65,7 +66,9 @@ class BrokerLiveness:
         self.last_heartbeat_ms[broker_id] = now_ms
 
     def expired(self, now_ms: int) -> list[int]:
-        return sorted(b for b, t in self.last_heartbeat_ms.items() if now_ms - t > self.session_timeout_ms)
+        return sorted(
+            b for b, t in self.last_heartbeat_ms.items() if now_ms - t > self.session_timeout_ms
+        )
 
     def fence_decisions(self, state: MetadataState, now_ms: int) -> list:
         """FenceBroker records for unfenced brokers whose session expired."""
@@ -85,12 +88,23 @@ def preferred_leader_changes(state: MetadataState, term: int) -> list:
         for p in t.partitions:
             preferred = p.replicas[0]
             if p.leader != preferred and preferred in p.isr and preferred in alive:
-                out.append(R.PartitionChange(t.name, p.partition, preferred, p.isr, p.partition_epoch, term))
+                out.append(
+                    R.PartitionChange(
+                        t.name, p.partition, preferred, p.isr, p.partition_epoch, term
+                    )
+                )
     return out
 
 
-def alter_partition(state: MetadataState, topic: str, partition: int, leader: int, isr: tuple,
-                    expected_partition_epoch: int, term: int) -> R.PartitionChange:
+def alter_partition(
+    state: MetadataState,
+    topic: str,
+    partition: int,
+    leader: int,
+    isr: tuple,
+    expected_partition_epoch: int,
+    term: int,
+) -> R.PartitionChange:
     """Validate a leader's AlterPartition (ISR shrink/expand) into a CAS record.
 
     Raises ValueError for requests that can never apply (unknown partition, a
@@ -102,7 +116,9 @@ def alter_partition(state: MetadataState, topic: str, partition: int, leader: in
         raise ValueError(f"unknown partition {topic}-{partition}")
     p = t.partitions[partition]
     if leader != p.leader:
-        raise ValueError(f"broker {leader} does not lead {topic}-{partition} (leader is {p.leader})")
+        raise ValueError(
+            f"broker {leader} does not lead {topic}-{partition} (leader is {p.leader})"
+        )
     if leader not in isr:
         raise ValueError("the leader must stay in the ISR")
     return R.PartitionChange(topic, partition, leader, tuple(isr), expected_partition_epoch, term)

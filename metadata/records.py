@@ -86,8 +86,13 @@ class ConfigChange:
 
 @dataclass(frozen=True, slots=True)
 class AllocateProducerIds:
+    """Reserve ``count`` producer ids for a broker. ``first_id`` >= 0 makes it a
+    compare-and-set (applied only if the next free id is still ``first_id``); -1
+    takes whatever block is next. The applied result's ``value`` is the first id."""
+
     broker_id: int
     count: int
+    first_id: int = -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,10 @@ import cbor2
 from . import records as R
 
 SNAPSHOT_VERSION = 1
+PRODUCER_ID_BLOCK_MAX = 1_000_000
+#: Topic config: elect an out-of-sync replica when no ISR member is alive (may lose
+#: acknowledged data; off by default, as in Kafka).
+UNCLEAN_LEADER_ELECTION = "unclean.leader.election.enable"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +89,9 @@ def apply(state: MetadataState, record, *, term: int) -> tuple[MetadataState, Re
     if handler is None:
         return state, _fail(f"unknown record {type(record).__name__}")
     if isinstance(record, R.PartitionChange) and term < state.last_term:
-        return state, _fail(f"proposed in term {term} after term {state.last_term} wrote: stale controller")
+        return state, _fail(
+            f"proposed in term {term} after term {state.last_term} wrote: stale controller"
+        )
     if term > state.last_term:
         state = replace(state, last_term=term)
     new, result = handler(state, record, term)
@@ -102,7 +108,9 @@ def _register(s: MetadataState, r: R.RegisterBroker, term: int):
         return s, _fail("broker id must be >= 0 and incarnation id non-empty")
     old = s.brokers.get(r.broker_id)
     brokers = dict(s.brokers)
-    brokers[r.broker_id] = Broker(r.broker_id, r.incarnation_id, tuple(map(tuple, r.listeners)), r.rack, True)
+    brokers[r.broker_id] = Broker(
+        r.broker_id, r.incarnation_id, tuple(map(tuple, r.listeners)), r.rack, True
+    )
     s = replace(s, brokers=brokers)
     if old is not None and not old.fenced:
         s = _move_leadership_away(s, r.broker_id)  # a new incarnation starts fenced
@@ -165,7 +173,7 @@ def _move_leadership_away(s: MetadataState, broker_id: int) -> MetadataState:
             isr = tuple(x for x in p.isr if x != broker_id) or p.isr
             leader = p.leader
             if leader == broker_id or leader not in isr:
-                leader = next((x for x in isr if _alive(s, x) and x != broker_id), -1)
+                leader, isr = _elect(s, t, p.replicas, isr)
             parts[i] = _changed(p, leader, isr)
             changed = True
         if changed:
@@ -182,13 +190,28 @@ def _elect_offline(s: MetadataState) -> MetadataState:
         for i, p in enumerate(parts):
             if p.leader >= 0:
                 continue
-            leader = next((x for x in p.isr if _alive(s, x)), -1)
+            leader, isr = _elect(s, t, p.replicas, p.isr)
             if leader >= 0:
-                parts[i] = _changed(p, leader, p.isr)
+                parts[i] = _changed(p, leader, isr)
                 changed = True
         if changed:
             topics[name] = replace(t, partitions=tuple(parts))
     return replace(s, topics=topics)
+
+
+def _unclean_allowed(t: Topic) -> bool:
+    return t.config.get(UNCLEAN_LEADER_ELECTION, "false").lower() == "true"
+
+
+def _elect(s: MetadataState, t: Topic, replicas: tuple, isr: tuple) -> tuple[int, tuple]:
+    """(leader, isr): the first live ISR member; else, if the topic allows unclean
+    election, the first live replica as the only ISR member; else (-1, isr)."""
+    leader = next((x for x in isr if _alive(s, x)), -1)
+    if leader == -1 and _unclean_allowed(t):
+        leader = next((x for x in replicas if _alive(s, x)), -1)
+        if leader >= 0:
+            return leader, (leader,)
+    return leader, isr
 
 
 def _changed(p: Partition, leader: int, isr: tuple) -> Partition:
@@ -242,12 +265,14 @@ def _config_change(s: MetadataState, r: R.ConfigChange, term: int):
         cfg[r.key] = r.value
     topics = dict(s.topics)
     topics[r.topic] = replace(t, configs=tuple(sorted(cfg.items())))
-    return replace(s, topics=topics), OK
+    return _elect_offline(replace(s, topics=topics)), OK  # unclean election may now apply
 
 
 def _partition_change(s: MetadataState, r: R.PartitionChange, term: int):
     if r.controller_epoch != term:
-        return s, _fail(f"proposed in term {r.controller_epoch}, applied in term {term}: stale controller")
+        return s, _fail(
+            f"proposed in term {r.controller_epoch}, applied in term {term}: stale controller"
+        )
     t = s.topics.get(r.topic)
     if t is None or not 0 <= r.partition < len(t.partitions):
         return s, _fail(f"unknown partition {r.topic}-{r.partition}")
@@ -263,6 +288,10 @@ def _partition_change(s: MetadataState, r: R.PartitionChange, term: int):
         return s, _fail(f"leader {r.leader} must be an unfenced member of the ISR {isr}")
     if r.leader == -1 and any(_alive(s, b) for b in isr):
         return s, _fail("cannot take a partition offline while an ISR member is alive")
+    if r.leader == -1 and _unclean_allowed(t) and any(_alive(s, b) for b in p.replicas):
+        return s, _fail(
+            "cannot take a partition offline while unclean election can elect a replica"
+        )
     parts = list(t.partitions)
     parts[r.partition] = _changed(p, r.leader, isr)
     topics = dict(s.topics)
@@ -271,9 +300,11 @@ def _partition_change(s: MetadataState, r: R.PartitionChange, term: int):
 
 
 def _allocate_producer_ids(s: MetadataState, r: R.AllocateProducerIds, term: int):
-    if not 1 <= r.count <= 1_000_000:
-        return s, _fail("producer id block size must be 1..1000000")
+    if not 1 <= r.count <= PRODUCER_ID_BLOCK_MAX:
+        return s, _fail(f"producer id block size must be 1..{PRODUCER_ID_BLOCK_MAX}")
     first = s.next_producer_id
+    if r.first_id >= 0 and r.first_id != first:
+        return s, _fail(f"producer id block {r.first_id} is stale: the next free id is {first}")
     return replace(s, next_producer_id=first + r.count), Result(True, value=first)
 
 
@@ -308,6 +339,8 @@ def check_invariants(s: MetadataState) -> None:
                 assert not any(_alive(s, b) for b in p.isr if b != p.leader), (t.name, p)
             if p.leader == -1:
                 assert not any(_alive(s, b) for b in p.isr), (t.name, p)
+                if _unclean_allowed(t):
+                    assert not any(_alive(s, b) for b in p.replicas), (t.name, p)
 
 
 def snapshot(s: MetadataState) -> bytes:
@@ -317,12 +350,22 @@ def snapshot(s: MetadataState) -> bytes:
             "v": SNAPSHOT_VERSION,
             "last_term": s.last_term,
             "next_producer_id": s.next_producer_id,
-            "brokers": [[b.broker_id, b.incarnation_id, [list(x) for x in b.listeners], b.rack, b.fenced]
-                        for _, b in sorted(s.brokers.items())],
-            "topics": [[t.name, t.topic_id, [list(c) for c in t.configs],
-                        [[list(p.replicas), list(p.isr), p.leader, p.leader_epoch, p.partition_epoch]
-                         for p in t.partitions]]
-                       for _, t in sorted(s.topics.items())],
+            "brokers": [
+                [b.broker_id, b.incarnation_id, [list(x) for x in b.listeners], b.rack, b.fenced]
+                for _, b in sorted(s.brokers.items())
+            ],
+            "topics": [
+                [
+                    t.name,
+                    t.topic_id,
+                    [list(c) for c in t.configs],
+                    [
+                        [list(p.replicas), list(p.isr), p.leader, p.leader_epoch, p.partition_epoch]
+                        for p in t.partitions
+                    ],
+                ]
+                for _, t in sorted(s.topics.items())
+            ],
         },
         canonical=True,
     )
@@ -335,8 +378,15 @@ def restore(data: bytes) -> MetadataState:
     brokers = {b[0]: Broker(b[0], b[1], tuple(map(tuple, b[2])), b[3], b[4]) for b in d["brokers"]}
     topics = {}
     for name, tid, configs, parts in d["topics"]:
-        topics[name] = Topic(name, tid, tuple(Partition(i, tuple(p[0]), tuple(p[1]), p[2], p[3], p[4])
-                                              for i, p in enumerate(parts)), tuple(map(tuple, configs)))
+        topics[name] = Topic(
+            name,
+            tid,
+            tuple(
+                Partition(i, tuple(p[0]), tuple(p[1]), p[2], p[3], p[4])
+                for i, p in enumerate(parts)
+            ),
+            tuple(map(tuple, configs)),
+        )
     s = MetadataState(brokers, topics, d["next_producer_id"], d["last_term"])
     check_invariants(s)
     return s

@@ -57,6 +57,9 @@ def trio_of_voters(tmp_path):
 def test_commits_reach_every_voter_and_survive_restart(tmp_path, trio_of_voters):
     voters, qs = trio_of_voters
     leader = _wait_leader(qs)
+    # the new controller's epoch reaches the state machine before any decision
+    assert _wait(lambda: all(q.state.last_term == leader.term for q in qs))
+    assert leader.controller_elections == 1
     assert leader.propose(R.RegisterBroker(1, "inc-1", (("127.0.0.1", 9092),))).ok
     res = leader.propose(R.AllocateProducerIds(1, 1000))
     assert res.ok and res.value == 0
@@ -134,6 +137,98 @@ def test_password_required_for_multi_voter_quorum(tmp_path):
         MetadataQuorum(1, _voters(3), str(tmp_path / "x"))
     with pytest.raises(ConfigError, match="not among"):
         MetadataQuorum(9, _voters(3), str(tmp_path / "x"), password="p")
+    with pytest.raises(ConfigError, match="share a raft address"):
+        MetadataQuorum(1, {1: ("127.0.0.1", 1), 2: ("127.0.0.1", 1)}, str(tmp_path), password="p")
+
+
+def test_restricted_unpickler_reads_pysyncobj_dumps_but_nothing_else():
+    import pysyncobj.pickle as pp
+    from pysyncobj.node import TCPNode
+
+    harden_pysyncobj()
+    dump = (
+        {"_snapshot_bytes": b"\x00\xff"},
+        (b"\x01x", 5, 2),
+        (b"\x01y", 4, 2),
+        {TCPNode("127.0.0.1:1")},
+    )
+    assert pp.loads(pp.dumps(dump)) == dump
+    for evil in (_Evil(), ValueError("x"), print):
+        with pytest.raises(pickle.UnpicklingError):
+            pp.loads(pickle.dumps(evil, protocol=2))
+
+
+def test_state_survives_log_compaction_and_restart(tmp_path):
+    """The full dump (after compaction pysyncobj truncates its journal) is fsynced
+    and loads through the restricted unpickler."""
+    voters = _voters(1)
+    q = MetadataQuorum(1, voters, str(tmp_path / "q"))
+    try:
+        _wait_leader([q])
+        for _ in range(5):
+            assert q.propose(R.AllocateProducerIds(1, 7)).ok
+        q._obj.forceLogCompaction()
+        assert _wait(lambda: os.path.exists(tmp_path / "q" / "metadata.snapshot"))
+        assert q.propose(R.AllocateProducerIds(1, 7)).ok
+    finally:
+        q.close()
+    q = MetadataQuorum(1, voters, str(tmp_path / "q"))
+    try:
+        assert _wait(lambda: q.state.next_producer_id == 42)
+    finally:
+        q.close()
+
+
+def test_subscribers_see_commits_and_their_errors_are_contained(tmp_path):
+    seen = []
+    q = MetadataQuorum(1, _voters(1), str(tmp_path / "q"), on_commit=lambda *a: seen.append(a))
+
+    def broken(*_):
+        raise RuntimeError("subscriber bug")
+
+    try:
+        q.subscribe(broken)
+        _wait_leader([q])
+        assert _wait(lambda: q.state.last_term == q.term)  # the controller-epoch NoOp
+        errors = q.callback_errors
+        assert q.propose(R.AllocateProducerIds(1, 3)).value == 0
+        assert q.propose(R.AllocateProducerIds(1, 3)).value == 3  # tick thread still alive
+        state, record, result = seen[-1]
+        assert state.next_producer_id == 6 and record == R.AllocateProducerIds(1, 3) and result.ok
+        assert q.callback_errors == errors + 2
+        assert q.read_linearizable().next_producer_id == 6
+    finally:
+        q.close()
+
+
+def test_lost_callback_is_detected_by_request_id(tmp_path, monkeypatch):
+    q = MetadataQuorum(1, _voters(1), str(tmp_path / "q"))
+    try:
+        _wait_leader([q])
+        original = q._obj.apply_envelope
+
+        def drop_callback(envelope, callback):
+            return original(envelope, callback=lambda *_: None)
+
+        monkeypatch.setattr(q._obj, "apply_envelope", drop_callback)
+        assert q.propose(R.AllocateProducerIds(1, 5), timeout_s=1.0).value == 0
+    finally:
+        q.close()
+
+
+def test_quorum_thread_outlives_the_thread_that_created_it(tmp_path):
+    import threading
+
+    box = []
+    t = threading.Thread(target=lambda: box.append(MetadataQuorum(1, _voters(1), str(tmp_path))))
+    t.start()
+    t.join()
+    q = box[0]
+    try:
+        _wait_leader([q])
+        assert q.propose(R.NoOp()).ok
+    finally:
+        q.close()
 
 
 CHILD = r"""
@@ -153,8 +248,9 @@ time.sleep(60)
 
 def test_acknowledged_write_survives_sigkill(tmp_path):
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path / "q"), str(port)],
-                            stdout=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(tmp_path / "q"), str(port)], stdout=subprocess.PIPE
+    )
     try:
         assert proc.stdout.readline().strip() == b"acked"
     finally:

@@ -13,21 +13,39 @@ BROKERS = st.integers(0, 4)
 TOPICS = st.sampled_from(["a", "b", "c"])
 
 _record = st.one_of(
-    st.builds(R.RegisterBroker, BROKERS, st.sampled_from(["i1", "i2"]),
-              st.just((("127.0.0.1", 9092),))),
+    st.builds(
+        R.RegisterBroker, BROKERS, st.sampled_from(["i1", "i2"]), st.just((("127.0.0.1", 9092),))
+    ),
     st.builds(R.FenceBroker, BROKERS),
     st.builds(R.UnfenceBroker, BROKERS),
     st.builds(R.UnregisterBroker, BROKERS),
-    st.builds(R.CreateTopic, TOPICS, st.sampled_from(["id1", "id2"]),
-              st.lists(st.lists(BROKERS, min_size=1, max_size=3, unique=True).map(tuple),
-                       min_size=1, max_size=3).map(tuple)),
+    st.builds(
+        R.CreateTopic,
+        TOPICS,
+        st.sampled_from(["id1", "id2"]),
+        st.lists(
+            st.lists(BROKERS, min_size=1, max_size=3, unique=True).map(tuple),
+            min_size=1,
+            max_size=3,
+        ).map(tuple),
+    ),
     st.builds(R.DeleteTopic, TOPICS),
-    st.builds(R.PartitionChange, TOPICS, st.integers(0, 2), st.integers(-1, 4),
-              st.lists(BROKERS, min_size=0, max_size=3, unique=True).map(tuple),
-              st.integers(0, 6), st.integers(1, 3)),
-    st.builds(R.ConfigChange, TOPICS, st.sampled_from(["retention.ms", "segment.bytes"]),
-              st.one_of(st.none(), st.just("1000"))),
-    st.builds(R.AllocateProducerIds, BROKERS, st.integers(1, 1000)),
+    st.builds(
+        R.PartitionChange,
+        TOPICS,
+        st.integers(0, 2),
+        st.integers(-1, 4),
+        st.lists(BROKERS, min_size=0, max_size=3, unique=True).map(tuple),
+        st.integers(0, 6),
+        st.integers(1, 3),
+    ),
+    st.builds(
+        R.ConfigChange,
+        TOPICS,
+        st.sampled_from(["retention.ms", "unclean.leader.election.enable"]),
+        st.one_of(st.none(), st.just("true"), st.just("1000")),
+    ),
+    st.builds(R.AllocateProducerIds, BROKERS, st.integers(1, 1000), st.sampled_from([-1, 0, 5])),
     st.builds(R.NoOp),
 )
 _log = st.lists(st.tuples(_record, st.integers(1, 3)), max_size=60).map(
@@ -71,7 +89,9 @@ def test_replicas_agree_and_invariants_hold(entries):
 def test_epochs_only_grow(entries):
     s = MetadataState()
     for rec, term in entries:
-        before = {(t.topic_id, t.name, p.partition): p for t in s.topics.values() for p in t.partitions}
+        before = {
+            (t.topic_id, t.name, p.partition): p for t in s.topics.values() for p in t.partitions
+        }
         s, res = apply(s, rec, term=term)
         for t in s.topics.values():
             for p in t.partitions:
@@ -139,10 +159,15 @@ def test_delete_topic_leaves_nothing_and_producer_ids_never_repeat():
     assert restore(snapshot(s)).next_producer_id == 200
 
 
-@pytest.mark.parametrize("data", [
-    b"", b"\xff", b"\xa0",
-    R.encode(R.NoOp()).replace(b"NoOp", b"Nope"),
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\xff",
+        b"\xa0",
+        R.encode(R.NoOp()).replace(b"NoOp", b"Nope"),
+    ],
+)
 def test_garbage_records_are_rejected(data):
     with pytest.raises(R.MetadataRecordError):
         R.decode(data)
@@ -157,3 +182,28 @@ def test_wrong_field_types_are_rejected():
     extra = cbor2.dumps({"v": 1, "t": "FenceBroker", "broker_id": 1, "evil": 1})
     with pytest.raises(R.MetadataRecordError, match="unknown fields"):
         R.decode(extra)
+
+
+def test_unclean_leader_election_only_when_enabled():
+    s = _cluster()
+    for b in (1, 2):
+        s, _ = apply(s, R.FenceBroker(b), term=1)
+    s, _ = apply(s, R.PartitionChange("t", 0, 3, (3,), 2, 1), term=1)
+    s, _ = apply(s, R.FenceBroker(3), term=1)
+    p = s.topics["t"].partitions[0]
+    assert (p.leader, p.isr) == (-1, (3,))
+    s, _ = apply(s, R.UnfenceBroker(1), term=1)
+    assert s.topics["t"].partitions[0].leader == -1  # clean: stays offline
+    epoch = s.topics["t"].partitions[0].leader_epoch
+    s, res = apply(s, R.ConfigChange("t", "unclean.leader.election.enable", "true"), term=1)
+    p = s.topics["t"].partitions[0]
+    assert res.ok and (p.leader, p.isr) == (1, (1,)) and p.leader_epoch == epoch + 1
+    check_invariants(s)
+
+
+def test_producer_id_block_compare_and_set():
+    s = _cluster()
+    s, a = apply(s, R.AllocateProducerIds(1, 10, first_id=0), term=1)
+    assert a.ok and a.value == 0
+    s2, b = apply(s, R.AllocateProducerIds(2, 10, first_id=0), term=1)
+    assert not b.ok and "stale" in b.error and s2.next_producer_id == 10
