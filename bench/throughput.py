@@ -43,7 +43,8 @@ def start_node() -> tuple[subprocess.Popen, str, str]:
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "raftlog.node", "--port", str(port), "--data-dir", d],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -58,18 +59,21 @@ def start_node() -> tuple[subprocess.Popen, str, str]:
 
 def produce(bootstrap: str, topic: str, n: int, acks, mode: str) -> dict:
     value = b"x" * VALUE_BYTES
-    p = Producer(bootstrap, acks=acks, enable_idempotence=False, linger_ms=5)
+    p = Producer(bootstrap, acks=acks, linger_ms=5)
     start = time.perf_counter()
     if mode == "send_many":
         values = [value] * CHUNK
-        futures = [p.send_many(topic, values[: min(CHUNK, n - i)], partition=0) for i in range(0, n, CHUNK)]
+        futures = [
+            p.send_many(topic, values[: min(CHUNK, n - i)], partition=0) for i in range(0, n, CHUNK)
+        ]
     else:
         futures = [p.send(topic, value, partition=0) for _ in range(n)]
     p.flush()
-    for f in futures[-1:]:
-        f.result()
     secs = time.perf_counter() - start
+    failed = [f.exception() for f in futures if f.exception() is not None]
     p.close()
+    if failed:
+        raise SystemExit(f"{len(failed)} of {len(futures)} sends failed, first: {failed[0]!r}")
     return {"produce_rec_s": n / secs, "produce_mb_s": n * VALUE_BYTES / secs / 1e6}
 
 
@@ -87,7 +91,7 @@ def consume(bootstrap: str, topic: str, n: int) -> dict:
 
 
 def latency_producer(bootstrap: str, topic: str, rate: int, secs: float) -> None:
-    p = Producer(bootstrap, acks=1, enable_idempotence=False, linger_ms=0)
+    p = Producer(bootstrap, acks=1, linger_ms=0)
     pad = b"x" * (VALUE_BYTES - 8)
     interval = 1.0 / rate
     total = int(rate * secs)
@@ -120,22 +124,45 @@ def latency_consumer(bootstrap: str, topic: str, total: int, ready_file: str) ->
     def pct(q: float) -> float:
         return lat_ms[min(len(lat_ms) - 1, int(q * len(lat_ms)))] if lat_ms else float("nan")
 
-    return {"lat_records": len(lat_ms), "lat_p50_ms": pct(0.5), "lat_p99_ms": pct(0.99),
-            "lat_p999_ms": pct(0.999), "lat_max_ms": lat_ms[-1] if lat_ms else float("nan")}
+    return {
+        "lat_records": len(lat_ms),
+        "lat_p50_ms": pct(0.5),
+        "lat_p99_ms": pct(0.99),
+        "lat_p999_ms": pct(0.999),
+        "lat_max_ms": lat_ms[-1] if lat_ms else float("nan"),
+    }
 
 
 def _run_role(args) -> None:
     if args.role == "consume":
         print(json.dumps(consume(args.bootstrap, args.topic, args.n)))
     elif args.role == "latency-consumer":
-        print(json.dumps(latency_consumer(args.bootstrap, args.topic, int(args.rate * args.secs), args.ready)))
+        print(
+            json.dumps(
+                latency_consumer(args.bootstrap, args.topic, int(args.rate * args.secs), args.ready)
+            )
+        )
     elif args.role == "latency-producer":
         latency_producer(args.bootstrap, args.topic, args.rate, args.secs)
 
 
 def _child(args, role: str, topic: str, extra: list[str] | None = None) -> subprocess.Popen:
-    cmd = [sys.executable, __file__, "--role", role, "--bootstrap", args.bootstrap, "--topic", topic,
-           "--n", str(args.n), "--rate", str(args.rate), "--secs", str(args.secs)] + (extra or [])
+    cmd = [
+        sys.executable,
+        __file__,
+        "--role",
+        role,
+        "--bootstrap",
+        args.bootstrap,
+        "--topic",
+        topic,
+        "--n",
+        str(args.n),
+        "--rate",
+        str(args.rate),
+        "--secs",
+        str(args.secs),
+    ] + (extra or [])
     return subprocess.Popen(cmd, stdout=subprocess.PIPE)
 
 
@@ -143,7 +170,12 @@ def run(args) -> dict:
     admin = Admin(args.bootstrap)
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     admin.create_topic(topic, partitions=1, replication_factor=args.replication_factor)
-    result = {"n": args.n, "acks": args.acks, "mode": args.mode, "replication_factor": args.replication_factor}
+    result = {
+        "n": args.n,
+        "acks": args.acks,
+        "mode": args.mode,
+        "replication_factor": args.replication_factor,
+    }
     result.update(produce(args.bootstrap, topic, args.n, args.acks, args.mode))
     proc = _child(args, "consume", topic)
     out, _ = proc.communicate(timeout=300)
@@ -166,7 +198,9 @@ def run(args) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--bootstrap", help="HOST:PORT of a running node (default: start one)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--n", type=int, default=200_000)
@@ -195,8 +229,32 @@ def main() -> None:
     if args.json:
         print(json.dumps(res))
     else:
-        for k, v in res.items():
-            print(f"{k:>20}  {v:,.3f}" if isinstance(v, float) else f"{k:>20}  {v}")
+        print_table(res)
+
+
+#: (result key, label, issue-4 target, direction) for the readable table.
+TABLE = [
+    ("produce_rec_s", "produce rec/s", 1_500_000, ">="),
+    ("produce_mb_s", "produce MB/s", None, ">="),
+    ("consume_rec_s", "consume rec/s", 1_200_000, ">="),
+    ("consume_mb_s", "consume MB/s", None, ">="),
+    ("lat_p50_ms", "latency p50 ms", 0.5, "<="),
+    ("lat_p99_ms", "latency p99 ms", 1.5, "<="),
+    ("lat_p999_ms", "latency p99.9 ms", None, "<="),
+    ("lat_max_ms", "latency max ms", None, "<="),
+]
+
+
+def print_table(res: dict) -> None:
+    print(
+        f"n={res['n']} acks={res['acks']} mode={res['mode']} replication_factor={res['replication_factor']}"
+    )
+    print(f"{'metric':<18} {'measured':>14} {'target':>12}")
+    for key, label, target, op in TABLE:
+        v = res[key]
+        shown = f"{v:,.0f}" if v >= 1000 else f"{v:.3f}"
+        goal = "" if target is None else f"{op} {target:,}"
+        print(f"{label:<18} {shown:>14} {goal:>12}")
 
 
 if __name__ == "__main__":

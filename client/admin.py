@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from raftlog.protocol import Api
 
 from .conn import Cluster
-from .errors import api_error
+from .errors import BrokerNotAvailableError, api_error
+
+#: Tries of a read-only admin request when the node it went to is gone.
+READ_ATTEMPTS = 3
+READ_BACKOFF_S = 0.1
+READ_ONLY_APIS = frozenset({Api.METADATA, Api.DESCRIBE_CLUSTER, Api.API_VERSIONS})
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,28 +61,57 @@ class ClusterDescription:
 class Admin:
     """Administrative operations; each call is synchronous and raises ApiError subclasses."""
 
-    def __init__(self, bootstrap_servers: str = "127.0.0.1:9092", *, request_timeout_ms: int = 30_000):
+    def __init__(
+        self, bootstrap_servers: str = "127.0.0.1:9092", *, request_timeout_ms: int = 30_000
+    ):
         self.timeout_s = request_timeout_ms / 1000
         self._cluster = Cluster(bootstrap_servers, self.timeout_s)
 
     def _call(self, api: Api, fields: dict):
-        conn = self._cluster.any_connection()
-        return conn.request(api, fields, timeout_s=self.timeout_s).header
+        """One request to any node. Read-only requests are retried on a fresh
+        connection (up to READ_ATTEMPTS) when a node went away; writes are not,
+        so a lost answer never turns into a confusing second attempt."""
+        attempts = READ_ATTEMPTS if api in READ_ONLY_APIS else 1
+        for attempt in range(attempts):
+            try:
+                conn = self._cluster.any_connection()
+                return conn.request(api, fields, timeout_s=self.timeout_s).header
+            except BrokerNotAvailableError:
+                if attempt + 1 >= attempts:
+                    raise
+                time.sleep(READ_BACKOFF_S)
+        raise AssertionError("unreachable")
 
-    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1,
-                     config: dict | None = None) -> None:
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int = 1,
+        config: dict | None = None,
+    ) -> None:
         """Create a topic. Raises TopicAlreadyExistsError, or ApiError (INVALID_*)."""
-        h = self._call(Api.CREATE_TOPICS, {
-            "topics": [{"name": name, "partitions": partitions, "replication_factor": replication_factor,
-                        "config": {k: str(v) for k, v in (config or {}).items()}}],
-            "timeout_ms": int(self.timeout_s * 1000),
-        })
+        h = self._call(
+            Api.CREATE_TOPICS,
+            {
+                "topics": [
+                    {
+                        "name": name,
+                        "partitions": partitions,
+                        "replication_factor": replication_factor,
+                        "config": {k: str(v) for k, v in (config or {}).items()},
+                    }
+                ],
+                "timeout_ms": int(self.timeout_s * 1000),
+            },
+        )
         _, code, message = h["results"][0]
         if code:
             raise api_error(code, message)
 
     def delete_topic(self, name: str) -> None:
-        h = self._call(Api.DELETE_TOPICS, {"names": [name], "timeout_ms": int(self.timeout_s * 1000)})
+        h = self._call(
+            Api.DELETE_TOPICS, {"names": [name], "timeout_ms": int(self.timeout_s * 1000)}
+        )
         _, code, message = h["results"][0]
         if code:
             raise api_error(code, message)
@@ -94,7 +129,9 @@ class Admin:
             PartitionDescription(p[0], p[2], tuple(p[4]), tuple(p[5]), p[3], tuple(p[6]))
             for p in sorted(t["partitions"])
         )
-        return TopicDescription(t["name"], dict(t.get("config") or {}), parts, t.get("topic_id", ""))
+        return TopicDescription(
+            t["name"], dict(t.get("config") or {}), parts, t.get("topic_id", "")
+        )
 
     def describe_cluster(self) -> ClusterDescription:
         h = self._call(Api.DESCRIBE_CLUSTER, {})
@@ -103,8 +140,13 @@ class Admin:
 
     def alter_config(self, topic: str, config: dict) -> None:
         """Set (value) or remove (None) topic config keys."""
-        self._call(Api.ALTER_CONFIGS, {"topic": topic, "config": {
-            k: (None if v is None else str(v)) for k, v in config.items()}})
+        self._call(
+            Api.ALTER_CONFIGS,
+            {
+                "topic": topic,
+                "config": {k: (None if v is None else str(v)) for k, v in config.items()},
+            },
+        )
 
     def create_partitions(self, topic: str, count: int) -> None:
         """Grow ``topic`` to ``count`` partitions."""

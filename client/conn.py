@@ -102,10 +102,14 @@ class BrokerConnection:
             n = self.sock.recv_into(self._rbuf)
         except OSError as e:
             self.close()
-            raise BrokerNotAvailableError(f"receive from {self.host}:{self.port} failed: {e}") from None
+            raise BrokerNotAvailableError(
+                f"receive from {self.host}:{self.port} failed: {e}"
+            ) from None
         if not n:
             self.close()
-            raise BrokerNotAvailableError(f"connection to {self.host}:{self.port} closed by the node")
+            raise BrokerNotAvailableError(
+                f"connection to {self.host}:{self.port} closed by the node"
+            )
         self.proto.receive_data(self._rview[:n])
 
     def poll_response(self) -> Frame | None:
@@ -143,9 +147,20 @@ class PartitionMeta:
 class Cluster:
     """Brokers, topics and leaders as last seen, plus a connection per broker."""
 
-    def __init__(self, bootstrap_servers, timeout_s: float = 30.0):
+    def __init__(
+        self,
+        bootstrap_servers,
+        timeout_s: float = 30.0,
+        *,
+        metadata_attempts: int = MAX_METADATA_ATTEMPTS,
+        unknown_topic_wait_s: float = UNKNOWN_TOPIC_WAIT_S,
+    ):
+        """``metadata_attempts`` and ``unknown_topic_wait_s`` bound how long one lookup
+        blocks; a background I/O thread with its own retry loop sets them to 1 and 0."""
         self.bootstrap = parse_servers(bootstrap_servers)
         self.timeout_s = timeout_s
+        self.metadata_attempts = metadata_attempts
+        self.unknown_topic_wait_s = unknown_topic_wait_s
         self.brokers: dict[int, tuple[str, int]] = {}
         self.topics: dict[str, dict[int, PartitionMeta]] = {}
         self.controller_id = -1
@@ -194,14 +209,17 @@ class Cluster:
     def refresh(self, topics: list[str] | None = None) -> dict:
         """Fetch metadata (all topics when ``topics`` is None); returns the raw header."""
         last: Exception | None = None
-        for attempt in range(MAX_METADATA_ATTEMPTS):
+        for attempt in range(self.metadata_attempts):
             try:
-                frame = self.any_connection().request(Api.METADATA, {"topics": topics}, timeout_s=self.timeout_s)
+                frame = self.any_connection().request(
+                    Api.METADATA, {"topics": topics}, timeout_s=self.timeout_s
+                )
                 self._update(frame.header)
                 return frame.header
             except BrokerNotAvailableError as e:
                 last = e
-                time.sleep(METADATA_BACKOFF_S * (attempt + 1))
+                if attempt + 1 < self.metadata_attempts:
+                    time.sleep(METADATA_BACKOFF_S * (attempt + 1))
         raise BrokerNotAvailableError(f"metadata refresh failed: {last}")
 
     def _update(self, h: dict) -> None:
@@ -213,18 +231,21 @@ class Cluster:
                 self.topics.pop(t["name"], None)
                 continue
             self.topics[t["name"]] = {
-                p[0]: PartitionMeta(p[0], p[2], p[3], tuple(p[4]), tuple(p[5]), p[1]) for p in t["partitions"]
+                p[0]: PartitionMeta(p[0], p[2], p[3], tuple(p[4]), tuple(p[5]), p[1])
+                for p in t["partitions"]
             }
 
-    def partitions_for(self, topic: str, refresh_if_missing: bool = True,
-                       wait_s: float = UNKNOWN_TOPIC_WAIT_S) -> dict[int, PartitionMeta]:
+    def partitions_for(
+        self, topic: str, refresh_if_missing: bool = True, wait_s: float | None = None
+    ) -> dict[int, PartitionMeta]:
         """Partitions of ``topic``; raises UnknownTopicOrPartitionError.
 
         An unknown topic is looked up again for up to ``wait_s``: in a cluster, a
-        topic just created through one node reaches the others a moment later.
+        topic just created through one node reaches the others a moment later. A
+        single-node cluster's answer is final, so there it fails at once.
         """
         parts = self.topics.get(topic)
-        deadline = time.monotonic() + wait_s
+        deadline = time.monotonic() + (self.unknown_topic_wait_s if wait_s is None else wait_s)
         while parts is None and refresh_if_missing:
             h = self.refresh([topic])
             parts = self.topics.get(topic)
@@ -232,7 +253,8 @@ class Cluster:
                 break
             t = next((t for t in h["topics"] if t["name"] == topic), None)
             code = t["error"] if t else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            if code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION or time.monotonic() >= deadline:
+            final = len(self.brokers) <= 1 or time.monotonic() >= deadline
+            if code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION or final:
                 raise api_error(code, (t or {}).get("message") or f"unknown topic {topic!r}")
             time.sleep(METADATA_BACKOFF_S)
         return parts
@@ -242,8 +264,11 @@ class Cluster:
         meta = parts.get(partition)
         if meta is None:
             raise api_error(
-                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} has no partition {partition}"
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                f"topic {topic!r} has no partition {partition}",
             )
         if meta.leader < 0:
-            raise api_error(ErrorCode.LEADER_NOT_AVAILABLE, f"{topic}-{partition} has no leader now")
+            raise api_error(
+                ErrorCode.LEADER_NOT_AVAILABLE, f"{topic}-{partition} has no leader now"
+            )
         return meta.leader

@@ -10,6 +10,7 @@ for an old position are dropped rather than returned.
 from __future__ import annotations
 
 import queue
+import selectors
 import threading
 import time
 from dataclasses import dataclass
@@ -30,6 +31,10 @@ from .errors import (
 MAX_PREFETCH_CHUNKS = 64
 FETCH_ERROR_BACKOFF_S = 0.1
 MAX_LIST_OFFSETS_ATTEMPTS = 50
+#: How often the prefetch thread wakes to notice seek/assign/close while a long-poll waits.
+FETCHER_SELECT_S = 0.05
+#: Responses at least this big send the next FETCH before delivering (catching up).
+EARLY_FETCH_MIN_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -78,7 +83,9 @@ class Consumer:
         client_id: str = "raftlog-consumer",
     ):
         if auto_offset_reset not in ("earliest", "latest", "none"):
-            raise ValueError(f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}")
+            raise ValueError(
+                f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}"
+            )
         self.group_id = group_id
         self.auto_offset_reset = auto_offset_reset
         self.fetch_min_bytes = fetch_min_bytes
@@ -86,7 +93,9 @@ class Consumer:
         self.max_partition_fetch_bytes = max_partition_fetch_bytes
         self.fetch_max_bytes = fetch_max_bytes
         self.request_timeout_s = request_timeout_ms / 1000
-        self._cluster = Cluster(bootstrap_servers, self.request_timeout_s + fetch_max_wait_ms / 1000)
+        self._cluster = Cluster(
+            bootstrap_servers, self.request_timeout_s + fetch_max_wait_ms / 1000
+        )
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._assignment: list[TopicPartition] = []
@@ -109,19 +118,27 @@ class Consumer:
         )
 
     def commit(self, offsets=None) -> None:
-        raise UnsupportedFeatureError("commit() needs consumer groups (not in this raftlog version)")
+        raise UnsupportedFeatureError(
+            "commit() needs consumer groups (not in this raftlog version)"
+        )
 
     def committed(self, tp: TopicPartition):
-        raise UnsupportedFeatureError("committed() needs consumer groups (not in this raftlog version)")
+        raise UnsupportedFeatureError(
+            "committed() needs consumer groups (not in this raftlog version)"
+        )
 
     def assign(self, partitions) -> None:
         """Read exactly these partitions (replacing any earlier assignment)."""
-        tps = [TopicPartition(*tp) if not isinstance(tp, TopicPartition) else tp for tp in partitions]
+        tps = [
+            TopicPartition(*tp) if not isinstance(tp, TopicPartition) else tp for tp in partitions
+        ]
         for tp in tps:
             parts = self._cluster.partitions_for(tp.topic)
             if tp.partition not in parts:
-                raise api_error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                f"topic {tp.topic!r} has no partition {tp.partition}")
+                raise api_error(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"topic {tp.topic!r} has no partition {tp.partition}",
+                )
         with self._lock:
             self._assignment = list(dict.fromkeys(tps))
             self._positions = {tp: off for tp, off in self._positions.items() if tp in tps}
@@ -178,7 +195,9 @@ class Consumer:
 
     # ------------------------------------------------------------------ offsets
 
-    def _list_offsets(self, wanted: dict[TopicPartition, int], cluster: Cluster | None = None) -> dict[TopicPartition, tuple[int, int]]:
+    def _list_offsets(
+        self, wanted: dict[TopicPartition, int], cluster: Cluster | None = None
+    ) -> dict[TopicPartition, tuple[int, int]]:
         """ListOffsets through each partition's leader, retrying retriable errors
         (leader moving, node restarting) a bounded number of times."""
         cluster = cluster or self._cluster
@@ -186,21 +205,29 @@ class Consumer:
             try:
                 return self._list_offsets_once(wanted, cluster)
             except (ApiError, BrokerNotAvailableError) as e:
-                if isinstance(e, ApiError) and not e.retriable or attempt == MAX_LIST_OFFSETS_ATTEMPTS - 1:
+                if (
+                    isinstance(e, ApiError)
+                    and not e.retriable
+                    or attempt == MAX_LIST_OFFSETS_ATTEMPTS - 1
+                ):
                     raise
                 cluster.topics.clear()
                 time.sleep(FETCH_ERROR_BACKOFF_S)
         raise AssertionError("unreachable")
 
-    def _list_offsets_once(self, wanted: dict, cluster: Cluster) -> dict[TopicPartition, tuple[int, int]]:
+    def _list_offsets_once(
+        self, wanted: dict, cluster: Cluster
+    ) -> dict[TopicPartition, tuple[int, int]]:
         by_leader: dict[int, list[TopicPartition]] = {}
         for tp in wanted:
             by_leader.setdefault(cluster.leader_for(tp.topic, tp.partition), []).append(tp)
         out = {}
         for leader, tps in by_leader.items():
             frame = cluster.connection(leader).request(
-                Api.LIST_OFFSETS, {"parts": [[tp.topic, tp.partition, wanted[tp]] for tp in tps]},
-                timeout_s=self.request_timeout_s)
+                Api.LIST_OFFSETS,
+                {"parts": [[tp.topic, tp.partition, wanted[tp]] for tp in tps]},
+                timeout_s=self.request_timeout_s,
+            )
             for tp, part in zip(tps, frame.header["parts"]):
                 if part[2]:
                     raise api_error(part[2], f"list offsets of {tp.topic}-{tp.partition}")
@@ -208,13 +235,25 @@ class Consumer:
         return out
 
     def beginning_offsets(self, partitions) -> dict[TopicPartition, int]:
-        return {tp: o for tp, (o, _) in self._list_offsets({tp: EARLIEST_TIMESTAMP for tp in partitions}).items()}
+        return {
+            tp: o
+            for tp, (o, _) in self._list_offsets(
+                {tp: EARLIEST_TIMESTAMP for tp in partitions}
+            ).items()
+        }
 
     def end_offsets(self, partitions) -> dict[TopicPartition, int]:
         """The high watermark of each partition (the offset after the last committed record)."""
-        return {tp: o for tp, (o, _) in self._list_offsets({tp: LATEST_TIMESTAMP for tp in partitions}).items()}
+        return {
+            tp: o
+            for tp, (o, _) in self._list_offsets(
+                {tp: LATEST_TIMESTAMP for tp in partitions}
+            ).items()
+        }
 
-    def offsets_for_times(self, timestamps: dict) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+    def offsets_for_times(
+        self, timestamps: dict
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
         """Earliest offset whose timestamp is >= the given ms timestamp, per partition."""
         for tp, ts in timestamps.items():
             if ts < 0:
@@ -228,7 +267,9 @@ class Consumer:
         if not missing:
             return
         if self.auto_offset_reset == "none":
-            raise NoOffsetForPartitionError(f"no position for {missing} and auto_offset_reset='none'")
+            raise NoOffsetForPartitionError(
+                f"no position for {missing} and auto_offset_reset='none'"
+            )
         ts = EARLIEST_TIMESTAMP if self.auto_offset_reset == "earliest" else LATEST_TIMESTAMP
         offsets = self._list_offsets({tp: ts for tp in missing})
         with self._lock:
@@ -263,7 +304,11 @@ class Consumer:
                 return self._take_pending(max_records)
             remaining = deadline - time.monotonic()
             try:
-                gen, tp, recs = self._queue.get(timeout=max(remaining, 0)) if remaining > 0 else self._queue.get_nowait()
+                gen, tp, recs = (
+                    self._queue.get(timeout=max(remaining, 0))
+                    if remaining > 0
+                    else self._queue.get_nowait()
+                )
             except queue.Empty:
                 return []
             with self._lock:
@@ -314,68 +359,14 @@ class Consumer:
 
     def _ensure_thread(self) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._fetch_loop, name="raftlog-consumer-fetch", daemon=True)
+            fetcher = _Fetcher(self)
+            self._thread = threading.Thread(
+                target=fetcher.run, name="raftlog-consumer-fetch", daemon=True
+            )
             self._thread.start()
 
-    def _fetch_loop(self) -> None:
-        cluster = Cluster(self._cluster.bootstrap, self._cluster.timeout_s)
-        try:
-            while True:
-                with self._lock:
-                    while not self._closed and not self._fetch_positions:
-                        self._changed.wait()
-                    if self._closed:
-                        return
-                    gen, positions = self._generation, dict(self._fetch_positions)
-                try:
-                    self._fetch_once(cluster, gen, positions)
-                except (BrokerNotAvailableError, ApiError) as e:
-                    cluster.topics.clear()
-                    if isinstance(e, ApiError) and not e.retriable:
-                        self._error = e
-                    time.sleep(FETCH_ERROR_BACKOFF_S)
-        finally:
-            cluster.close()
-
-    def _fetch_once(self, cluster: Cluster, gen: int, positions: dict) -> None:
-        by_leader: dict[int, list[TopicPartition]] = {}
-        for tp in positions:
-            by_leader.setdefault(cluster.leader_for(tp.topic, tp.partition), []).append(tp)
-        for leader, tps in by_leader.items():
-            fields = {
-                "max_wait_ms": self.fetch_max_wait_ms if len(by_leader) == 1 else 0,
-                "min_bytes": self.fetch_min_bytes,
-                "max_bytes": self.fetch_max_bytes,
-                "parts": [[tp.topic, tp.partition, positions[tp], self.max_partition_fetch_bytes, -1] for tp in tps],
-            }
-            frame = cluster.connection(leader).request(Api.FETCH, fields, timeout_s=self._cluster.timeout_s)
-            self._deliver(cluster, gen, tps, positions, frame)
-        if len(by_leader) > 1:
-            time.sleep(0.001)
-
-    def _deliver(self, cluster: Cluster, gen: int, tps, positions, frame) -> None:
-        body, pos = memoryview(frame.body), 0
-        for tp, part in zip(tps, frame.header["parts"]):
-            code, n = part[2], part[5]
-            data = body[pos : pos + n]
-            pos += n
-            if code == ErrorCode.OFFSET_OUT_OF_RANGE:
-                self._reset_out_of_range(cluster, tp, gen)
-                continue
-            if code:
-                raise api_error(code, part[6] if len(part) > 6 else "")
-            if not n:
-                continue
-            recs = decode_batches(data, tp.topic, tp.partition, start_offset=positions[tp])
-            if not recs:
-                continue
-            with self._lock:
-                if gen != self._generation or self._closed:
-                    return
-                self._fetch_positions[tp] = recs[-1].offset + 1
-            self._put((gen, tp, recs))
-
     def _put(self, item) -> None:
+        """Hand a record list to poll(); blocks while the prefetch queue is full."""
         while not self._closed:
             try:
                 self._queue.put(item, timeout=0.2)
@@ -384,15 +375,205 @@ class Consumer:
                 if item[0] != self._generation:
                     return
 
-    def _reset_out_of_range(self, cluster: Cluster, tp: TopicPartition, gen: int) -> None:
-        if self.auto_offset_reset == "none":
-            self._error = api_error(ErrorCode.OFFSET_OUT_OF_RANGE, f"position of {tp} is out of range")
+
+class _Fetcher:
+    """The prefetch thread: one long-poll FETCH in flight per partition leader.
+
+    While catching up, the next FETCH to a leader goes out *before* the records
+    of a response are handed to poll(), so the node reads while the caller works.
+    """
+
+    def __init__(self, consumer: Consumer):
+        self.c = consumer
+        self.cluster = Cluster(
+            consumer._cluster.bootstrap,
+            consumer._cluster.timeout_s,
+            metadata_attempts=1,
+            unknown_topic_wait_s=0,
+        )
+        # ListOffsets for out-of-range resets on connections with no fetch in flight
+        self.offsets_cluster = Cluster(consumer._cluster.bootstrap, consumer.request_timeout_s)
+        self.sel = selectors.DefaultSelector()
+        #: leader id -> (conn, generation, partitions, positions, sent_at)
+        self.in_flight: dict[int, tuple] = {}
+
+    def run(self) -> None:
+        try:
+            while self._wait_for_work():
+                try:
+                    self._drop_stale()
+                    self._send_missing()
+                    self._receive(FETCHER_SELECT_S)
+                except (BrokerNotAvailableError, ApiError) as e:
+                    self._on_error(e)
+        finally:
+            self.sel.close()
+            self.cluster.close()
+            self.offsets_cluster.close()
+
+    def _wait_for_work(self) -> bool:
+        c = self.c
+        with c._lock:
+            while not c._closed and not c._fetch_positions and not self.in_flight:
+                c._changed.wait()
+            return not c._closed
+
+    def _drop_stale(self) -> None:
+        """After seek/assign, abandon long-polls for old positions instead of waiting
+        up to fetch_max_wait_ms for them: close the connection (the node drops the
+        wait) and reconnect on the next send."""
+        gen = self.c._generation
+        for leader, (conn, fetch_gen, *_) in list(self.in_flight.items()):
+            if fetch_gen != gen:
+                del self.in_flight[leader]
+                self._unregister(conn)
+                conn.close()
+
+    def _on_error(self, e: Exception) -> None:
+        for conn, *_ in self.in_flight.values():
+            conn.close()
+            self._unregister(conn)
+        self.in_flight.clear()
+        self.cluster.topics.clear()
+        if isinstance(e, ApiError) and not e.retriable:
+            self.c._error = e
+        time.sleep(FETCH_ERROR_BACKOFF_S)
+
+    def _send_missing(self) -> None:
+        """Send a FETCH to every leader of an assigned partition that has none in flight."""
+        c = self.c
+        if c._queue.qsize() >= MAX_PREFETCH_CHUNKS:
+            return
+        with c._lock:
+            gen, positions = c._generation, dict(c._fetch_positions)
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for tp in positions:
+            by_leader.setdefault(self.cluster.leader_for(tp.topic, tp.partition), []).append(tp)
+        for leader, tps in by_leader.items():
+            if leader not in self.in_flight:
+                self._send(leader, gen, tps, positions)
+
+    def _send(self, leader: int, gen: int, tps: list, positions: dict) -> None:
+        c = self.c
+        conn = self.cluster.connection(leader)
+        fields = {
+            "max_wait_ms": c.fetch_max_wait_ms,
+            "min_bytes": c.fetch_min_bytes,
+            "max_bytes": c.fetch_max_bytes,
+            "parts": [
+                [tp.topic, tp.partition, positions[tp], c.max_partition_fetch_bytes, -1]
+                for tp in tps
+            ],
+        }
+        conn.send(Api.FETCH, fields)
+        self.in_flight[leader] = (conn, gen, tps, positions, time.monotonic())
+        try:
+            self.sel.register(conn.sock, selectors.EVENT_READ, leader)
+        except KeyError:
+            pass
+
+    def _unregister(self, conn) -> None:
+        try:
+            self.sel.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+
+    def _receive(self, timeout_s: float) -> None:
+        for key, _ in self.sel.select(timeout_s):
+            leader = key.data
+            conn = self.in_flight[leader][0]
+            conn.read_some()
+            frame = conn.poll_response()
+            if frame is not None:
+                self._on_response(leader, frame)
+        self._check_timeouts()
+
+    def _check_timeouts(self) -> None:
+        limit = self.cluster.timeout_s
+        now = time.monotonic()
+        for conn, *_, sent_at in list(self.in_flight.values()):
+            if now - sent_at > limit:
+                raise BrokerNotAvailableError(
+                    f"{conn.host}:{conn.port} did not answer a fetch within {limit}s"
+                )
+
+    def _on_response(self, leader: int, frame) -> None:
+        conn, gen, tps, positions, _ = self.in_flight.pop(leader)
+        self._unregister(conn)
+        h = frame.header
+        if h.get("error"):
+            raise api_error(h["error"], h.get("message", ""))
+        c = self.c
+        batches, resets, errors = _decode_fetch(frame, tps, positions)
+        with c._lock:
+            current = gen == c._generation and not c._closed
+            if current:
+                for tp, recs in batches:
+                    c._fetch_positions[tp] = recs[-1].offset + 1
+                next_positions = dict(c._fetch_positions)
+        if not current:
+            return
+        if errors:  # hand out what did arrive (positions moved past it), then retry
+            for tp, recs in batches:
+                c._put((gen, tp, recs))
+            raise errors[0]
+        for tp in resets:
+            self._reset_out_of_range(tp, gen)
+        # Catching up (a big response): ask for more before handing these out, so
+        # the node works while the caller does. Following the tail (small
+        # responses): hand out first -- on 2 cores an early FETCH wakes the node
+        # and delays the caller's thread (measured +0.05 ms p50, 2x p99).
+        if (
+            not resets
+            and len(frame.body) >= EARLY_FETCH_MIN_BYTES
+            and c._queue.qsize() + len(batches) < MAX_PREFETCH_CHUNKS
+        ):
+            self._send(leader, gen, [tp for tp in tps if tp in next_positions], next_positions)
+        for tp, recs in batches:
+            c._put((gen, tp, recs))
+        if batches and len(frame.body) < EARLY_FETCH_MIN_BYTES:
+            # Following the tail: let the woken poll() take the GIL now rather than
+            # after this thread has built and sent the next FETCH (measured: the
+            # hand-off to poll() drops from ~0.16 to ~0.10 ms p50 on 2 busy cores).
+            time.sleep(0)
+
+    def _reset_out_of_range(self, tp: TopicPartition, gen: int) -> None:
+        c = self.c
+        if c.auto_offset_reset == "none":
+            c._error = api_error(ErrorCode.OFFSET_OUT_OF_RANGE, f"position of {tp} is out of range")
             time.sleep(FETCH_ERROR_BACKOFF_S)
             return
-        ts = EARLIEST_TIMESTAMP if self.auto_offset_reset == "earliest" else LATEST_TIMESTAMP
-        off = self._list_offsets({tp: ts}, cluster)[tp][0]
-        with self._lock:
-            if gen == self._generation:
-                self._positions[tp] = off
-                self._reset_fetch_locked()
+        ts = EARLIEST_TIMESTAMP if c.auto_offset_reset == "earliest" else LATEST_TIMESTAMP
+        off = c._list_offsets({tp: ts}, self.offsets_cluster)[tp][0]
+        with c._lock:
+            if gen == c._generation:
+                c._positions[tp] = off
+                c._reset_fetch_locked()
 
+
+def _decode_fetch(frame, tps: list, positions: dict) -> tuple[list, list, list]:
+    """A FETCH response -> ([(tp, records)], [tp out of range], [ApiError]).
+
+    Whole bodies are decoded with ``decode_batches`` (C-level per batch); records
+    before the requested position (the first batch may start earlier) are dropped.
+    """
+    body, pos = memoryview(frame.body), 0
+    batches, resets, errors = [], [], []
+    for tp, part in zip(tps, frame.header["parts"]):
+        code, n = part[2], part[5]
+        data = body[pos : pos + n]
+        pos += n
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            resets.append(tp)
+        elif code:
+            errors.append(
+                api_error(
+                    code,
+                    part[6] if len(part) > 6 and part[6] else f"fetch {tp.topic}-{tp.partition}",
+                )
+            )
+        elif n:
+            recs = decode_batches(data, tp.topic, tp.partition, start_offset=positions[tp])
+            if recs:
+                batches.append((tp, recs))
+    return batches, resets, errors

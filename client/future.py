@@ -45,7 +45,17 @@ class BatchMetadata:
 class BatchResult:
     """The shared outcome of one batch: base offset or an exception."""
 
-    __slots__ = ("topic", "partition", "timestamp", "base_offset", "error", "_done", "_event", "_callbacks", "_lock")
+    __slots__ = (
+        "topic",
+        "partition",
+        "timestamp",
+        "base_offset",
+        "error",
+        "_done",
+        "_event",
+        "_callbacks",
+        "_lock",
+    )
 
     def __init__(self, topic: str, partition: int, timestamp: int):
         self.topic = topic

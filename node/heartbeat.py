@@ -69,6 +69,10 @@ class Heartbeats:
                 await self._propose(record)
 
     def _decisions(self, state, now: int) -> list:
+        # A broker that registered but never heartbeat (it died at once) must still
+        # expire: its session clock starts when the controller first sees it.
+        for broker_id in state.brokers:
+            self.liveness.last_heartbeat_ms.setdefault(broker_id, now)
         out = self.liveness.fence_decisions(state, now)
         for b in state.brokers.values():
             last = self.liveness.last_heartbeat_ms.get(b.broker_id)

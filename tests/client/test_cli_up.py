@@ -14,8 +14,18 @@ from ..conftest import free_port, wait_for_port
 
 def _up(data_dir: str, port: int) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "raftlog.client.cli", "up", "--data-dir", data_dir, "--port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "raftlog.client.cli",
+            "up",
+            "--data-dir",
+            data_dir,
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
 
 
@@ -46,6 +56,18 @@ def test_up_serves_writes_pid_and_stops_cleanly(tmp_path):
 
 
 def test_up_rejects_a_bad_node_count(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "raftlog.client.cli", "up", "--nodes", "0",
-                        "--data-dir", str(tmp_path)], capture_output=True, timeout=30)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "raftlog.client.cli",
+            "up",
+            "--nodes",
+            "0",
+            "--data-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        timeout=30,
+    )
     assert r.returncode == 2 and b"--nodes" in r.stderr

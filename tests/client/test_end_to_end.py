@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -34,12 +35,17 @@ def _read_all(bootstrap, topic, partition, n, timeout_s=10.0):
 
 def test_admin_topics(node):
     a = Admin(node.bootstrap)
-    a.create_topic("events", partitions=3, replication_factor=1, config={"retention.ms": "604800000"})
+    a.create_topic(
+        "events", partitions=3, replication_factor=1, config={"retention.ms": "604800000"}
+    )
     assert a.list_topics() == ["events"]
     d = a.describe_topic("events")
     assert d.name == "events" and d.config["retention.ms"] == "604800000"
     assert [(p.partition, p.leader, p.replicas, p.isr, p.leader_epoch) for p in d.partitions] == [
-        (0, 1, (1,), (1,), 0), (1, 1, (1,), (1,), 0), (2, 1, (1,), (1,), 0)]
+        (0, 1, (1,), (1,), 0),
+        (1, 1, (1,), (1,), 0),
+        (2, 1, (1,), (1,), 0),
+    ]
     with pytest.raises(TopicAlreadyExistsError):
         a.create_topic("events")
     a.alter_config("events", {"retention.ms": "1000"})
@@ -60,8 +66,16 @@ def test_admin_topics(node):
 def test_order_keys_headers_timestamps(node):
     Admin(node.bootstrap).create_topic("t", partitions=4)
     with Producer(node.bootstrap, acks="all", linger_ms=2) as p:
-        metas = [p.send("t", b"v%d" % i, key=b"key-%d" % (i % 10), headers=[("i", b"%d" % i)],
-                        timestamp_ms=1_000_000 + i).result(10) for i in range(200)]
+        metas = [
+            p.send(
+                "t",
+                b"v%d" % i,
+                key=b"key-%d" % (i % 10),
+                headers=[("i", b"%d" % i)],
+                timestamp_ms=1_000_000 + i,
+            ).result(10)
+            for i in range(200)
+        ]
         none_meta = p.send("t", None, key=b"tomb").result(10)
     for i, m in enumerate(metas):
         assert m.partition == partition_for_key(b"key-%d" % (i % 10), 4)
@@ -76,7 +90,11 @@ def test_order_keys_headers_timestamps(node):
         for off, i in expected:
             r = got[off]
             assert (r.value, r.key, r.headers, r.timestamp) == (
-                b"v%d" % i, b"key-%d" % (i % 10), (("i", b"%d" % i),), 1_000_000 + i)
+                b"v%d" % i,
+                b"key-%d" % (i % 10),
+                (("i", b"%d" % i),),
+                1_000_000 + i,
+            )
     tomb = _read_all(node.bootstrap, "t", none_meta.partition, none_meta.offset + 1)[-1]
     assert tomb.value is None and tomb.key == b"tomb"
 
@@ -89,7 +107,9 @@ def test_send_many_and_compression(node):
         m1, m2 = f1.result(10), f2.result(10)
     assert (m1.offsets, m2.offsets) == (range(0, 1000), range(1000, 2000))
     recs = _read_all(node.bootstrap, "bulk", 1, 2000)
-    assert [r.value for r in recs] == [b"a%d" % i for i in range(1000)] + [b"b%d" % i for i in range(1000)]
+    assert [r.value for r in recs] == [b"a%d" % i for i in range(1000)] + [
+        b"b%d" % i for i in range(1000)
+    ]
 
 
 def test_long_poll_wakes_on_new_data(node):
@@ -175,8 +195,14 @@ def test_unknown_topic_errors_are_clear(node):
 
 def test_producer_to_dead_node_fails_futures_within_delivery_timeout(node):
     Admin(node.bootstrap).create_topic("gone")
-    p = Producer(node.bootstrap, acks=1, enable_idempotence=False, delivery_timeout_ms=1500,
-                 request_timeout_ms=500, retry_backoff_ms=50)
+    p = Producer(
+        node.bootstrap,
+        acks=1,
+        enable_idempotence=False,
+        delivery_timeout_ms=1500,
+        request_timeout_ms=500,
+        retry_backoff_ms=50,
+    )
     p.send("gone", b"first", partition=0).result(5)
     node.stop()
     f = p.send("gone", b"lost", partition=0)
@@ -188,14 +214,39 @@ def test_producer_to_dead_node_fails_futures_within_delivery_timeout(node):
 
 def test_cli_round_trip(node):
     def cli(*args, stdin=None):
-        return subprocess.run([sys.executable, "-m", "raftlog.client.cli", *args, "--bootstrap-server", node.bootstrap],
-                              input=stdin, capture_output=True, timeout=60)
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "raftlog.client.cli",
+                *args,
+                "--bootstrap-server",
+                node.bootstrap,
+            ],
+            input=stdin,
+            capture_output=True,
+            timeout=60,
+        )
 
     assert cli("topics", "create", "cli", "--partitions", "1").returncode == 0
     dup = cli("topics", "create", "cli")
     assert dup.returncode == 1 and b"TOPIC_ALREADY_EXISTS" in dup.stderr
-    assert cli("produce", "--topic", "cli", "--key-separator", ":", stdin=b"k1:hello\nworld\n").returncode == 0
-    out = cli("consume", "--topic", "cli", "--from-beginning", "--max-messages", "2", "--timeout-ms", "10000")
+    assert (
+        cli(
+            "produce", "--topic", "cli", "--key-separator", ":", stdin=b"k1:hello\nworld\n"
+        ).returncode
+        == 0
+    )
+    out = cli(
+        "consume",
+        "--topic",
+        "cli",
+        "--from-beginning",
+        "--max-messages",
+        "2",
+        "--timeout-ms",
+        "10000",
+    )
     assert out.stdout.decode().splitlines() == ["0:0\tk1\thello", "0:1\t\tworld"]
     assert b"Partition: 0" in cli("topics", "describe", "cli").stdout
     bad = cli("topics", "create", "bad name")
@@ -229,4 +280,29 @@ def test_acks_zero_sends_without_waiting(node):
     with Producer(node.bootstrap, acks=0, enable_idempotence=False) as p:
         metas = [p.send("fire", b"%d" % i, partition=0).result(10) for i in range(100)]
     assert {m.offset for m in metas} == {-1}  # no offsets without an answer, as Kafka
-    assert [r.value for r in _read_all(node.bootstrap, "fire", 0, 100)] == [b"%d" % i for i in range(100)]
+    assert [r.value for r in _read_all(node.bootstrap, "fire", 0, 100)] == [
+        b"%d" % i for i in range(100)
+    ]
+
+
+def test_cli_perf_produce_and_consume(node):
+    def cli(*args):
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "raftlog.client.cli",
+                *args,
+                "--bootstrap-server",
+                node.bootstrap,
+            ],
+            capture_output=True,
+            timeout=60,
+        )
+
+    assert cli("topics", "create", "perf").returncode == 0
+    out = cli("perf", "produce", "--topic", "perf", "--num-records", "2000", "--json")
+    produced = json.loads(out.stdout)
+    assert produced["records"] == 2000 and produced["rec_s"] > 0 and "p99_ms" in produced
+    out = cli("perf", "consume", "--topic", "perf", "--num-records", "2000", "--timeout-ms", "5000")
+    assert out.returncode == 0 and out.stdout.startswith(b"2000 records in"), out.stderr

@@ -1,0 +1,334 @@
+"""The producer's record accumulator: pure batching logic, no sockets.
+
+Records of one partition collect in an *open* batch (plain Python lists; nothing
+is encoded on the caller's thread). A batch is *sealed* -- moved to the ready
+queue -- when it reaches ``batch_size`` bytes, has waited ``linger_s``, or on
+``flush()``. The I/O thread drains ready batches, encodes each with one
+``encode_batch`` call, and completes all of a batch's futures in one step.
+
+Bounds: ``buffer_memory`` bytes accumulated and unacknowledged (``append`` waits
+up to ``max_block_s`` for room, then raises BufferFullError).
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+from raftlog import records
+
+from .errors import BufferFullError, ProducerClosedError
+from .future import BatchFuture, BatchResult, RecordFuture
+
+#: Per-record bytes counted toward batch_size besides key and value (lengths).
+RECORD_OVERHEAD = 8
+
+
+def _now() -> float:
+    return time.monotonic()
+
+
+class ProducerBatch:
+    """Records for one partition, accumulated or sealed; encoded lazily once."""
+
+    __slots__ = (
+        "topic",
+        "partition",
+        "seq",
+        "values",
+        "keys",
+        "headers",
+        "timestamps",
+        "size",
+        "created",
+        "result",
+        "data",
+        "attempts",
+        "deadline",
+        "retry_at",
+    )
+
+    def __init__(self, topic: str, partition: int, deadline: float, ts_ms: int, seq: int = 0):
+        self.topic = topic
+        self.partition = partition
+        self.seq = seq  # creation order within the producer: in-order mode sends by it
+        self.values: list = []
+        self.keys: list | None = None
+        self.headers: list | None = None
+        self.timestamps: list | None = None
+        self.size = 0
+        self.created = _now()
+        self.result = BatchResult(topic, partition, ts_ms)
+        self.data: bytes | None = None
+        self.attempts = 0
+        self.deadline = deadline
+        self.retry_at = 0.0
+
+    def __len__(self) -> int:
+        return len(self.values) if self.values is not None else -1
+
+    def encode(self, compression: int) -> bytes:
+        if self.data is None:
+            self.data = records.encode_batch(
+                self.values,
+                self.keys,
+                timestamp=self.result.timestamp,
+                timestamps=self.timestamps,
+                headers=self.headers,
+                compression=compression,
+            )
+            self.values = self.keys = self.headers = self.timestamps = None  # free memory
+        return self.data
+
+
+def record_size(value, key) -> int:
+    """Bytes a record counts toward batch_size and buffer_memory."""
+    return (
+        (len(value) if value is not None else 0)
+        + (len(key) if key is not None else 0)
+        + RECORD_OVERHEAD
+    )
+
+
+class RecordAccumulator:
+    """Open and ready batches under one lock, shared by callers and the I/O thread.
+
+    ``on_seal(topic, partition)`` runs (under the lock) when a batch is sealed --
+    the sticky partitioner moves on. ``wake()`` (under the lock) nudges the I/O
+    thread; it is only called when that thread may be asleep or must act now.
+    """
+
+    def __init__(
+        self,
+        *,
+        batch_size: int,
+        linger_s: float,
+        buffer_memory: int,
+        max_block_s: float,
+        delivery_timeout_s: float,
+        on_seal: Callable[[str, int], None] | None = None,
+        wake: Callable[[], None] | None = None,
+    ):
+        if batch_size <= 0 or buffer_memory < batch_size:
+            raise ValueError("batch_size must be positive and not above buffer_memory")
+        self.batch_size = batch_size
+        self.linger_s = linger_s
+        self.buffer_memory = buffer_memory
+        self.max_block_s = max_block_s
+        self.delivery_timeout_s = delivery_timeout_s
+        self._on_seal = on_seal or (lambda topic, partition: None)
+        self._wake = wake or (lambda: None)
+        self.lock = threading.Lock()
+        self._room = threading.Condition(self.lock)
+        self.open: dict[tuple[str, int], ProducerBatch] = {}
+        self.ready: deque[ProducerBatch] = deque()
+        self.buffered = 0  # bytes appended and not yet completed
+        self.incomplete = 0  # batches created and not yet completed
+        self.closed = False
+        self.io_sleeping = False  # set by the I/O thread before it blocks
+        self._seq = itertools.count()
+
+    # ------------------------------------------------------------------ caller side
+
+    def append(
+        self, topic: str, partition: int, value, key, headers, timestamp_ms, wake: bool = True
+    ) -> RecordFuture:
+        """Add one record to its partition's open batch (creating it); seal when full.
+
+        ``wake=False``: the caller drives the I/O itself next (or calls ``wake_io``)."""
+        size = record_size(value, key)
+        with self.lock:
+            b = self.open.get((topic, partition))
+            if b is None:
+                b = self._new_batch(topic, partition, size, wake)
+            i = len(b.values)
+            b.values.append(value)
+            if key is not None or b.keys is not None:
+                if b.keys is None:
+                    b.keys = [None] * i
+                b.keys.append(key)
+            if headers or b.headers is not None:
+                if b.headers is None:
+                    b.headers = [None] * i
+                b.headers.append(list(headers) if headers else None)
+            if timestamp_ms is not None or b.timestamps is not None:
+                if b.timestamps is None:
+                    b.timestamps = [b.result.timestamp] * i
+                b.timestamps.append(
+                    b.result.timestamp if timestamp_ms is None else int(timestamp_ms)
+                )
+            b.size += size
+            self.buffered += size
+            if b.size >= self.batch_size:
+                self._seal(b)
+            return RecordFuture(b.result, i)
+
+    def append_batch(
+        self, topic: str, partition: int, values: list, keys, headers, timestamp_ms, size: int
+    ) -> BatchFuture:
+        """Queue a whole batch as one sealed unit (the bulk path), after the open one."""
+        with self.lock:
+            if self.closed:
+                raise ProducerClosedError("send_many() after close()")
+            self._wait_for_room(size)
+            prev = self.open.get((topic, partition))
+            if prev is not None:
+                self._seal(prev)  # keep per-partition order
+            ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
+            b = ProducerBatch(
+                topic, partition, _now() + self.delivery_timeout_s, ts, next(self._seq)
+            )
+            b.values, b.keys = values, keys
+            b.headers = [list(h) if h else None for h in headers] if headers else None
+            b.size = size
+            self.buffered += size
+            self.incomplete += 1
+            self.ready.append(b)
+            self._wake()
+            return BatchFuture(b.result, len(values))
+
+    def wake_io(self) -> None:
+        """Wake the I/O thread if it may be asleep."""
+        with self.lock:
+            if self.io_sleeping:
+                self.io_sleeping = False
+                self._wake()
+
+    def seal_all(self) -> None:
+        with self.lock:
+            for b in list(self.open.values()):
+                self._seal(b)
+            self._wake()
+
+    def wait_empty(self, timeout: float | None, alive: Callable[[], bool]) -> None:
+        """Block until every batch is completed; TimeoutError after ``timeout`` s."""
+        deadline = None if timeout is None else _now() + timeout
+        with self.lock:
+            while self.incomplete:
+                remaining = None if deadline is None else deadline - _now()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(
+                        f"flush did not finish within {timeout}s ({self.incomplete} batches left)"
+                    )
+                self._room.wait(min(remaining, 1.0) if remaining is not None else 1.0)
+                if not alive():
+                    break
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+            self._wake()
+
+    # ------------------------------------------------------------------ I/O thread side
+
+    def drain(self, now: float) -> tuple[list[ProducerBatch], float | None]:
+        """Seal batches that lingered long enough; take every ready batch.
+
+        Returns (batches, seconds until the next open batch's linger ends or None)
+        and marks the I/O thread as about to sleep.
+        """
+        with self.lock:
+            for b in [b for b in self.open.values() if now - b.created >= self.linger_s]:
+                self._seal(b)
+            out = list(self.ready)
+            self.ready.clear()
+            nxt = min((b.created + self.linger_s for b in self.open.values()), default=None)
+            self.io_sleeping = True
+            return out, (None if nxt is None else max(0.0, nxt - now))
+
+    def finished(self) -> bool:
+        """Closed and nothing left to send (the I/O thread may stop)."""
+        with self.lock:
+            return self.closed and not self.open and not self.ready
+
+    def complete(
+        self, b: ProducerBatch, base_offset: int = -1, error: BaseException | None = None
+    ) -> None:
+        """Resolve every future of ``b`` at once and give its bytes back."""
+        b.result.complete(base_offset, error)
+        with self.lock:
+            self.buffered -= b.size
+            self.incomplete -= 1
+            self._room.notify_all()
+
+    def abort(self) -> list[ProducerBatch]:
+        """Take every batch not yet drained (the I/O thread is dying)."""
+        with self.lock:
+            batches = list(self.open.values()) + list(self.ready)
+            self.open.clear()
+            self.ready.clear()
+            return batches
+
+    # ------------------------------------------------------------------ under the lock
+
+    def _new_batch(self, topic: str, partition: int, size: int, wake: bool = True) -> ProducerBatch:
+        if self.closed:
+            raise ProducerClosedError("send() after close()")
+        self._wait_for_room(size)
+        b = ProducerBatch(
+            topic,
+            partition,
+            _now() + self.delivery_timeout_s,
+            int(time.time() * 1000),
+            next(self._seq),
+        )
+        self.open[(topic, partition)] = b
+        self.incomplete += 1
+        if wake and self.io_sleeping:
+            self.io_sleeping = False
+            self._wake()
+        return b
+
+    def _wait_for_room(self, size: int) -> None:
+        deadline = _now() + self.max_block_s
+        while self.buffered + size > self.buffer_memory and self.buffered:
+            remaining = deadline - _now()
+            if remaining <= 0:
+                raise BufferFullError(
+                    f"{self.buffered} bytes buffered (buffer_memory={self.buffer_memory}) for "
+                    f"{self.max_block_s}s: the nodes are not keeping up or are unreachable"
+                )
+            self._room.wait(remaining)
+
+    def _seal(self, b: ProducerBatch) -> None:
+        if self.open.get((b.topic, b.partition)) is b:
+            del self.open[(b.topic, b.partition)]
+            self.ready.append(b)
+            self._on_seal(b.topic, b.partition)
+            self.io_sleeping = False
+            self._wake()
+
+
+def select_sendable(pending, now: float, in_order: bool, busy: set) -> tuple[list, deque, list]:
+    """Split queued batches into (send now, keep queued, expired).
+
+    Pure: no I/O, no locks. In-order mode sends batches by creation order and at
+    most one per partition that has none in flight (``busy``); a batch waiting
+    for its retry backoff holds back the later batches of its partition.
+    """
+    sendable: list = []
+    keep: deque = deque()
+    expired: list = []
+    blocked: set = set()
+    for b in sorted(pending, key=_SEQ) if in_order else pending:
+        if now >= b.deadline:
+            expired.append(b)
+            continue
+        key = (b.topic, b.partition)
+        if in_order and (key in blocked or key in busy):
+            keep.append(b)
+            continue
+        if b.retry_at > now:
+            keep.append(b)
+            blocked.add(key)
+            continue
+        sendable.append(b)
+        blocked.add(key)
+    return sendable, keep, expired
+
+
+_SEQ = operator.attrgetter("seq")

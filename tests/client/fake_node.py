@@ -1,0 +1,126 @@
+"""A scripted fake node for client tests: the real codec over a loopback socket.
+
+It answers METADATA from a fixed description and PRODUCE through a callback that
+can return error codes, so retry, ordering and routing logic are tested exactly,
+without a node process. Each FakeNode serves one connection at a time on its own
+thread; it is not a broker (no storage beyond a list of appended batches).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+from raftlog import records
+from raftlog.errors import ErrorCode
+from raftlog.protocol import Api, FrameDecoder, encode_frame, parse_request, split_body
+
+
+class FakeNode:
+    """``produce_error(topic, partition, attempt) -> ErrorCode`` decides each PRODUCE part."""
+
+    def __init__(self, node_id: int = 1, topics: dict | None = None, produce_error=None):
+        self.node_id = node_id
+        self.topics = topics or {"t": 1}  # name -> partition count
+        self.leaders: dict[tuple[str, int], int] = {}  # default: this node leads everything
+        self.brokers: dict[int, tuple[str, int]] = {}
+        self.produce_error = produce_error or (lambda topic, partition, attempt: ErrorCode.NONE)
+        self.appended: list[tuple[str, int, list[bytes]]] = []  # (topic, partition, values)
+        self.attempts: dict[tuple[str, int], int] = {}
+        self.metadata_requests = 0
+        self._next_offset: dict[tuple[str, int], int] = {}
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self.brokers[node_id] = ("127.0.0.1", self.port)
+        self._closed = False
+        self._thread = threading.Thread(target=self._accept_loop, daemon=True)
+        self._thread.start()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        self._closed = True
+        self._listener.close()
+
+    # ------------------------------------------------------------------ serving
+
+    def _accept_loop(self) -> None:
+        while not self._closed:
+            try:
+                sock, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
+
+    def _serve(self, sock: socket.socket) -> None:
+        decoder = FrameDecoder()
+        with sock:
+            while True:
+                try:
+                    data = sock.recv(1 << 20)
+                except OSError:
+                    return
+                if not data:
+                    return
+                decoder.receive_data(data)
+                while (frame := decoder.next_frame()) is not None:
+                    req = parse_request(frame)
+                    header = self._handle(req)
+                    if header is not None:
+                        header.update(id=req.id, error=0)
+                        sock.sendall(encode_frame(header))
+
+    def _handle(self, req) -> dict | None:
+        if req.api == Api.METADATA:
+            self.metadata_requests += 1
+            return self._metadata(req.fields["topics"])
+        if req.api == Api.PRODUCE:
+            parts = self._produce(req)
+            return None if req.fields["acks"] == 0 else {"parts": parts}
+        raise AssertionError(f"fake node does not serve {req.api.name}")
+
+    def _metadata(self, wanted) -> dict:
+        names = self.topics if wanted is None else wanted
+        topics = []
+        for name in names:
+            n = self.topics.get(name)
+            if n is None:
+                topics.append(
+                    {
+                        "name": name,
+                        "error": int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                        "partitions": [],
+                    }
+                )
+                continue
+            parts = [
+                [p, 0, self.leaders.get((name, p), self.node_id), 0, [1], [1], []] for p in range(n)
+            ]
+            topics.append({"name": name, "error": 0, "partitions": parts})
+        brokers = [[i, h, p, None, False] for i, (h, p) in self.brokers.items()]
+        return {
+            "cluster_id": "fake",
+            "controller_id": self.node_id,
+            "node_id": self.node_id,
+            "brokers": brokers,
+            "topics": topics,
+        }
+
+    def _produce(self, req) -> list:
+        out = []
+        bodies = split_body(req.body, [n for _, _, n in req.fields["parts"]])
+        for (topic, partition, _), body in zip(req.fields["parts"], bodies):
+            key = (topic, partition)
+            attempt = self.attempts[key] = self.attempts.get(key, 0) + 1
+            code = self.produce_error(topic, partition, attempt)
+            if code:
+                out.append([topic, partition, int(code), -1, -1, "scripted"])
+                continue
+            values = [r.value for r in records.decode_batches(bytes(body), topic, partition)]
+            base = self._next_offset.get(key, 0)
+            self._next_offset[key] = base + len(values)
+            self.appended.append((topic, partition, values))
+            out.append([topic, partition, 0, base, -1, ""])
+        return out

@@ -1,0 +1,201 @@
+"""The producer's pure parts: accumulator, send selection, batch encoding, fetch decoding.
+
+No sockets and no node: these run in milliseconds.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+
+import pytest
+
+from raftlog import records
+from raftlog.client import BufferFullError, Producer, ProducerClosedError, RecordMetadata
+from raftlog.client.accumulator import (
+    RECORD_OVERHEAD,
+    ProducerBatch,
+    RecordAccumulator,
+    select_sendable,
+)
+from raftlog.client.consumer import TopicPartition, _decode_fetch
+from raftlog.errors import ErrorCode, OffsetOutOfRangeError
+from raftlog.protocol import Frame
+
+
+def _acc(**kw) -> RecordAccumulator:
+    opts = dict(
+        batch_size=1000,
+        linger_s=10.0,
+        buffer_memory=10_000,
+        max_block_s=0.05,
+        delivery_timeout_s=60,
+    )
+    opts.update(kw)
+    return RecordAccumulator(**opts)
+
+
+def test_append_groups_by_partition_and_seals_at_batch_size():
+    sealed = []
+    acc = _acc(on_seal=lambda t, p: sealed.append((t, p)))
+    futures = [acc.append("t", 0, b"x" * 92, None, None, None) for _ in range(11)]  # 100 bytes each
+    acc.append("t", 1, b"y", None, None, None)
+    assert sealed == [("t", 0)]  # the 10th record reached batch_size
+    assert [len(b) for b in acc.ready] == [10]
+    assert sorted(acc.open) == [("t", 0), ("t", 1)]
+    assert acc.buffered == 11 * 100 + 1 + RECORD_OVERHEAD
+    assert acc.incomplete == 3
+    batch = acc.ready[0]
+    acc.complete(batch, base_offset=500)
+    assert [f.result(0).offset for f in futures[:10]] == list(range(500, 510))
+    assert not futures[10].done()
+    assert acc.incomplete == 2 and acc.buffered == 100 + 1 + RECORD_OVERHEAD
+
+
+def test_optional_columns_are_backfilled_and_encode_round_trips():
+    acc = _acc()
+    acc.append("t", 0, b"a", None, None, None)
+    acc.append("t", 0, b"b", b"k", [("h", b"v")], 1234)
+    acc.append("t", 0, None, None, None, None)
+    b = acc.open[("t", 0)]
+    ts = b.result.timestamp
+    assert b.keys == [None, b"k", None]
+    assert b.headers == [None, [("h", b"v")], None]
+    assert b.timestamps == [ts, 1234, ts]
+    data = b.encode(records.LZ4)
+    assert b.values is None  # lists freed after encoding
+    recs = records.decode_batches(data, "t", 0)
+    assert [(r.offset, r.value, r.key, r.headers, r.timestamp) for r in recs] == [
+        (0, b"a", None, (), ts),
+        (1, b"b", b"k", (("h", b"v"),), 1234),
+        (2, None, None, (), ts),
+    ]
+
+
+def test_drain_seals_lingered_batches_and_reports_the_next_linger():
+    acc = _acc(linger_s=0.5)
+    acc.append("t", 0, b"a", None, None, None)
+    created = acc.open[("t", 0)].created
+    batches, left = acc.drain(created + 0.1)
+    assert batches == [] and left == pytest.approx(0.4)
+    batches, left = acc.drain(created + 0.5)
+    assert [len(b) for b in batches] == [1] and left is None and not acc.open
+
+
+def test_append_batch_seals_the_open_batch_first_to_keep_order():
+    acc = _acc()
+    acc.append("t", 0, b"first", None, None, None)
+    f = acc.append_batch("t", 0, [b"b1", b"b2"], None, None, None, size=20)
+    assert [b.values for b in acc.ready] == [[b"first"], [b"b1", b"b2"]]
+    assert [b.seq for b in acc.ready] == sorted(b.seq for b in acc.ready)
+    acc.complete(acc.ready[1], base_offset=1)
+    assert f.result(0).offsets == range(1, 3)
+
+
+def test_full_buffer_blocks_then_raises_and_completion_makes_room():
+    acc = _acc(batch_size=100, buffer_memory=200, max_block_s=0.05)
+    acc.append("t", 0, b"x" * 150, None, None, None)
+    acc.append("t", 1, b"x" * 30, None, None, None)  # 196 of 200 bytes
+    t0 = time.monotonic()
+    with pytest.raises(BufferFullError, match="buffer_memory=200"):
+        acc.append("t", 2, b"x" * 40, None, None, None)
+    assert time.monotonic() - t0 >= 0.05
+    acc2 = _acc(batch_size=100, buffer_memory=200, max_block_s=5)
+    acc2.append("t", 0, b"x" * 150, None, None, None)
+    first = acc2.ready[0]
+    threading.Timer(0.05, acc2.complete, args=(first, 0)).start()
+    acc2.append("t", 1, b"x" * 100, None, None, None)  # waits for the completion, then fits
+    assert acc2.buffered == 100 + RECORD_OVERHEAD
+
+
+def test_closed_accumulator_refuses_new_records():
+    acc = _acc()
+    acc.close()
+    with pytest.raises(ProducerClosedError):
+        acc.append("t", 0, b"x", None, None, None)
+    with pytest.raises(ProducerClosedError):
+        acc.append_batch("t", 0, [b"x"], None, None, None, size=9)
+    assert acc.finished()
+
+
+def test_wait_empty_times_out_with_a_clear_message():
+    acc = _acc()
+    acc.append("t", 0, b"x", None, None, None)
+    with pytest.raises(TimeoutError, match="1 batches left"):
+        acc.wait_empty(0.05, alive=lambda: True)
+
+
+def _batch(topic="t", partition=0, seq=0, deadline=100.0, retry_at=0.0) -> ProducerBatch:
+    b = ProducerBatch(topic, partition, deadline, 0, seq)
+    b.retry_at = retry_at
+    return b
+
+
+def test_select_sendable_in_order_sends_one_batch_per_idle_partition():
+    a0, a1, b0, c0 = _batch("a", 0, 0), _batch("a", 0, 1), _batch("b", 0, 2), _batch("c", 0, 3)
+    send, keep, expired = select_sendable(deque([a1, c0, b0, a0]), 1.0, True, busy={("c", 0)})
+    assert send == [a0, b0] and list(keep) == [a1, c0] and expired == []
+
+
+def test_select_sendable_backoff_holds_back_later_batches_of_the_partition():
+    retried, later, other = _batch(seq=0, retry_at=5.0), _batch(seq=1), _batch("o", 0, 2)
+    send, keep, _ = select_sendable(deque([later, retried, other]), 1.0, True, set())
+    assert send == [other] and list(keep) == [retried, later]
+    # without in-order delivery only the batch in backoff waits
+    send, keep, _ = select_sendable(deque([later, retried, other]), 1.0, False, set())
+    assert send == [later, other] and list(keep) == [retried]
+
+
+def test_select_sendable_expires_batches_past_their_delivery_deadline():
+    old, fresh = _batch(seq=0, deadline=1.0), _batch(seq=1, deadline=10.0)
+    send, keep, expired = select_sendable(deque([old, fresh]), 2.0, True, set())
+    assert expired == [old] and send == [fresh] and not keep
+
+
+def test_producer_options_follow_kafka():
+    with Producer("127.0.0.1:1", acks=1) as p:  # no connection until a record is sent
+        assert p.enable_idempotence is False
+    with Producer("127.0.0.1:1") as p:
+        assert p.acks == -1 and p.enable_idempotence is True
+    with pytest.raises(ValueError, match="requires acks='all'"):
+        Producer("127.0.0.1:1", acks=1, enable_idempotence=True)
+    with pytest.raises(ValueError, match="acks"):
+        Producer("127.0.0.1:1", acks=2)
+    with pytest.raises(ValueError, match="batch_size"):
+        Producer("127.0.0.1:1", batch_size=10, buffer_memory=5)
+    with pytest.raises(ValueError):
+        Producer("nonsense")
+
+
+def test_decode_fetch_splits_parts_and_drops_records_before_the_position():
+    b0 = bytearray(records.encode_batch([b"a", b"b", b"c"]))
+    records.stamp(b0, 0, base_offset=10, leader_epoch=0)
+    b1 = records.encode_batch([b"z"])
+    tp0, tp1, tp2, tp3 = (TopicPartition("t", i) for i in range(4))
+    header = {
+        "parts": [
+            ["t", 0, 0, 13, 0, len(b0), ""],
+            ["t", 1, 0, 1, 0, len(b1), ""],
+            ["t", 2, int(ErrorCode.OFFSET_OUT_OF_RANGE), -1, 0, 0, "out"],
+            ["t", 3, int(ErrorCode.NOT_LEADER_OR_FOLLOWER), -1, -1, 0, ""],
+        ]
+    }
+    frame = Frame(header, bytes(b0) + b1)
+    batches, resets, errors = _decode_fetch(
+        frame, [tp0, tp1, tp2, tp3], {tp0: 11, tp1: 0, tp2: 5, tp3: 0}
+    )
+    assert [(tp, [r.offset for r in recs]) for tp, recs in batches] == [(tp0, [11, 12]), (tp1, [0])]
+    assert [r.value for r in batches[0][1]] == [b"b", b"c"]
+    assert resets == [tp2]
+    assert [e.code for e in errors] == [ErrorCode.NOT_LEADER_OR_FOLLOWER] and "t-3" in str(
+        errors[0]
+    )
+    assert not isinstance(errors[0], OffsetOutOfRangeError)
+
+
+def test_record_metadata_is_a_small_value():
+    m = RecordMetadata("t", 1, 2, 3)
+    assert (m.topic, m.partition, m.offset, m.timestamp) == ("t", 1, 2, 3)
+    with pytest.raises(AttributeError):
+        m.offset = 5
