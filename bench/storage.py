@@ -90,10 +90,14 @@ def bench(n_records: int, directory: str) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--records", type=int, default=2_000_000)
-    ap.add_argument("--dir", default=None, help="directory on the disk to measure (default: a temp dir)")
+    ap.add_argument(
+        "--dir", default=None, help="directory on the disk to measure (default: a temp dir)"
+    )
     args = ap.parse_args()
     directory = tempfile.mkdtemp(dir=args.dir)
     try:

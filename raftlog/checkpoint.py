@@ -37,7 +37,35 @@ def write_all(fd: int, data) -> None:
     """os.write until every byte is written (short writes happen)."""
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view) :]
+        n = os.write(fd, view)
+        if n <= 0:  # never for regular files; keeps the loop bounded if it happens
+            raise OSError(f"write returned {n}")
+        view = view[n:]
+
+
+def write_file(path: str, data: bytes) -> None:
+    """Replace ``path`` with ``data`` via a temp file and rename, without fsync.
+
+    For disposable files (indexes): a crash may leave the old file, the new one, or
+    (after power loss) a damaged one, which the reader validates and rebuilds.
+
+    Raises:
+        StorageError: the write or rename failed.
+    """
+    tmp = path + ".tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            write_all(fd, data)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise StorageError(f"cannot write {path}: {e}") from e
 
 
 def atomic_write(path: str, data: bytes) -> None:

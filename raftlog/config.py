@@ -79,7 +79,9 @@ class LogConfig:
         out = {}
         for f in fields(self):
             v = getattr(self, f.name)
-            out[f.name.replace("_", ".")] = "" if v is None else (str(v).lower() if isinstance(v, bool) else str(v))
+            out[f.name.replace("_", ".")] = (
+                "" if v is None else (str(v).lower() if isinstance(v, bool) else str(v))
+            )
         return out
 
 
@@ -107,7 +109,15 @@ def _convert(key: str, value, kind):
 
 
 _TYPES = {
-    f.name: (str if f.type == "str" else bool if f.type == "bool" else "optint" if "None" in f.type else int)
+    f.name: (
+        str
+        if f.type == "str"
+        else bool
+        if f.type == "bool"
+        else "optint"
+        if "None" in f.type
+        else int
+    )
     for f in fields(LogConfig)
 }
 #: Every topic config key.

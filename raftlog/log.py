@@ -5,15 +5,27 @@ and, while open, no ``.clean_shutdown`` marker. Vocabulary as Kafka's: log start
 offset, log end offset (LEO), high watermark (HW, owned by the caller, stored here),
 leader epoch, recovery point.
 
-Opening runs recovery: after a clean shutdown the indexes are trusted; otherwise
-every segment from the recovery point on is scanned, CRC-checked and cut at the
-first torn or corrupt batch (later segments are dropped: the log is a prefix).
-Data below the recovery point is CRC-checked lazily, once, before it is served.
+Opening runs recovery, and ``open`` returns only when it is done. After a clean
+shutdown (marker present, checkpoint valid) the validated indexes are used;
+otherwise every segment holding data past the recovery point is scanned,
+CRC-checked and cut at the first torn or corrupt batch (later segments are dropped:
+the log is always a prefix). Segments wholly below the recovery point were fsynced
+before it advanced, so they are not rescanned at open (that would make a restart
+cost a read of the whole disk); instead every batch is CRC-checked lazily, once per
+process, before it is first served, and a corrupt one raises CorruptRecordError
+naming the segment and offset -- it is never served. A segment whose indexes fail
+validation is rescanned at open whatever its place.
 
 Threading: every method is meant for one thread (the node's event loop), except
-:meth:`compact`, which may run in a worker thread; it takes ``self._lock`` only to
-swap cleaned segments in, and appends touch only the active segment, which
-compaction never rewrites.
+:meth:`flush` and :meth:`compact`, which may run in a worker thread while the loop
+appends and reads. Both take ``self._lock`` only for bookkeeping -- never across an
+fsync or a segment rewrite -- and appends touch only the active segment, which
+compaction never rewrites. A compaction rewrite is swapped in only if the segment
+did not change meanwhile (truncation, retention), otherwise it is discarded.
+
+Blocking: append and read do no fsync. Rolling a segment writes its indexes (no
+fsync); the rolled segment is fsynced by the next :meth:`flush`. Epoch changes,
+truncation and retention write the checkpoint (a few small fsyncs).
 """
 
 from __future__ import annotations
@@ -39,6 +51,16 @@ CHECKPOINT_FILE = "partition.checkpoint"
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
 
 
+def _merge_epochs(per_segment) -> list[tuple[int, int]]:
+    """Concatenate segments' epoch starts, keeping strictly increasing epochs."""
+    out: list[tuple[int, int]] = []
+    for starts in per_segment:
+        for e, o in starts:
+            if e >= 0 and (not out or e > out[-1][0]):
+                out.append((e, o))
+    return out
+
+
 def _wall_ms() -> int:
     return int(time.time() * 1000)
 
@@ -60,6 +82,9 @@ class PartitionLog:
         self.epochs: list[tuple[int, int]] = []
         self._unflushed_messages = 0
         self._last_flush_ms = clock_ms()
+        self._dir_dirty = False  # a segment file was created since the last flush
+        self._truncations = 0  # bumped by truncate_to: a concurrent flush must not advance
+        # the recovery point over bytes rewritten after its snapshot
 
     # ------------------------------------------------------------------ open / recovery
 
@@ -90,24 +115,32 @@ class PartitionLog:
         if cp is not None:
             self.log_start_offset, self._high_watermark = cp.log_start_offset, cp.high_watermark
             self.recovery_point, self.epochs = cp.recovery_point, list(cp.epochs)
-        self._recover(clean)
+        scanned = self._recover(clean)
+        if cp is None:  # the epoch cache is lost: every segment was scanned, rebuild it
+            self.epochs = _merge_epochs(seg.epoch_starts for seg in self.segments)
         if not self.segments:
-            self.segments = [LogSegment(self.path, self.log_start_offset, self.config.index_interval_bytes)]
+            self.segments = [
+                LogSegment(self.path, self.log_start_offset, self.config.index_interval_bytes)
+            ]
         self._bases = [s.base_offset for s in self.segments]
         leo = self.log_end_offset
         self.log_start_offset = max(min(self.log_start_offset, leo), self.segments[0].base_offset)
         self._high_watermark = min(self._high_watermark, leo)
         self.recovery_point = min(self.recovery_point, leo)
         self.epochs = [(e, o) for e, o in self.epochs if o <= leo]
+        if scanned:
+            self._sync_recovered(scanned)
         if os.path.exists(clean_marker):
             os.unlink(clean_marker)
             fsync_dir(self.path)
         self.checkpoint()
 
-    def _recover(self, clean: bool) -> None:
-        """Trust indexes of segments wholly below the recovery point (written when they
-        rolled); scan, CRC-check and cut every segment holding data past it."""
+    def _recover(self, clean: bool) -> list[LogSegment]:
+        """Trust validated indexes of segments wholly below the recovery point (or of
+        all, after a clean shutdown); scan, CRC-check and cut every other segment.
+        Returns the segments scanned."""
         kept: list[LogSegment] = []
+        scanned: list[LogSegment] = []
         for i, seg in enumerate(self.segments):
             if kept and seg.base_offset < kept[-1].next_offset:
                 self._drop_from(i, "overlapping offsets")
@@ -116,11 +149,22 @@ class PartitionLog:
             truncated = 0
             if not loaded or (not clean and seg.next_offset > self.recovery_point):
                 truncated = seg.recover()
+                scanned.append(seg)
             kept.append(seg)
             if truncated:
                 self._drop_from(i + 1, f"corrupt or torn tail in {seg.path}")
                 break
         self.segments = kept
+        return scanned
+
+    def _sync_recovered(self, scanned: list[LogSegment]) -> None:
+        """fsync what recovery scanned (a crashed process's writes may sit in the page
+        cache only) so the recovery point can move to the log end offset, as Kafka does."""
+        for seg in scanned:
+            if seg in self.segments:
+                seg.flush()
+        fsync_dir(self.path)
+        self.recovery_point = self.log_end_offset
 
     def _drop_from(self, i: int, why: str) -> None:
         """Delete segments[i:] (recovery found the log ends before them)."""
@@ -164,7 +208,9 @@ class PartitionLog:
 
     # ------------------------------------------------------------------ append
 
-    def append(self, batches: bytes, *, leader_epoch: int = 0, now_ms: int | None = None) -> tuple[int, int]:
+    def append(
+        self, batches: bytes, *, leader_epoch: int = 0, now_ms: int | None = None
+    ) -> tuple[int, int]:
         """Append client batches as leader: assign offsets from the LEO, stamp the epoch.
 
         One or more batches; each is CRC-checked first, and nothing is written if any
@@ -182,11 +228,15 @@ class PartitionLog:
         if not headers:
             raise CorruptRecordError("no record batch in the appended bytes")
         next_offset = self.log_end_offset
+        append_time = self.config.message_timestamp_type == "LogAppendTime"
+        now = (now_ms if now_ms is not None else self._clock_ms()) if append_time else 0
         stamped = []
         for pos, h in headers:
             if h.record_count == 0:
                 raise CorruptRecordError("a produced batch must hold at least one record")
             records.stamp(buf, pos, next_offset, leader_epoch)
+            if append_time:
+                records.set_log_append_time(buf, pos, h, now)
             stamped.append((pos, records.read_header(buf, pos)))
             next_offset += h.last_offset_delta + 1
         if leader_epoch > self.latest_epoch:
@@ -196,8 +246,16 @@ class PartitionLog:
     def append_as_follower(self, batches: bytes) -> tuple[int, int]:
         """Append batches fetched from the leader, keeping their offsets and epochs.
 
+        Each batch must start at or after the end of the previous one (the first at or
+        after the log end offset). Equal is the rule; *after* happens only across a gap
+        left by compaction on the leader (whole batches removed), which Kafka's
+        followers accept too. Durable when it returns: page cache only, like append.
+
+        Returns:
+            (base offset of the first batch, last offset of the last batch).
         Raises:
-            CorruptRecordError: bad CRC, or offsets that do not continue this log.
+            CorruptRecordError: bad CRC, or offsets that overlap this log's end.
+            StorageError: the disk write failed (the log is unchanged).
         """
         buf = bytes(batches)
         headers = list(records.iter_batches(buf, verify=True))
@@ -205,9 +263,10 @@ class PartitionLog:
             raise CorruptRecordError("no record batch in the replicated bytes")
         expected = self.log_end_offset
         for _, h in headers:
-            if h.base_offset != expected:
+            if h.base_offset < expected:
                 raise CorruptRecordError(
-                    f"replicated batch starts at offset {h.base_offset}, log end offset is {expected}"
+                    f"replicated batch starts at offset {h.base_offset}, below the log end "
+                    f"offset {expected}: truncate first"
                 )
             if h.leader_epoch > self.latest_epoch:
                 self.assign_epoch(h.leader_epoch, h.base_offset)
@@ -216,7 +275,7 @@ class PartitionLog:
 
     def _append(self, data: bytes, headers, now_ms: int | None) -> tuple[int, int]:
         first, last = headers[0][1], headers[-1][1]
-        assert first.base_offset == self.log_end_offset
+        assert first.base_offset >= self.log_end_offset
         with self._lock:
             self._maybe_roll(len(data), last.last_offset, now_ms)
             self.active_segment.append(data, headers)
@@ -240,17 +299,22 @@ class PartitionLog:
             self.roll(now)
 
     def roll(self, now_ms: int | None = None) -> None:
-        """Close the active segment (flushed) and start a new one at the LEO."""
+        """Close the active segment and start a new one at the LEO.
+
+        Writes the closed segment's indexes (no fsync); the closed segment stays dirty,
+        so the next :meth:`flush` fsyncs it before the recovery point passes it.
+        """
         with self._lock:
             old = self.active_segment
             if not old.size:
                 return
-            old.flush()
+            old.seal()
+            old.write_indexes()
             new = LogSegment(self.path, old.next_offset, self.config.index_interval_bytes)
             new.created_ms = now_ms or self._clock_ms()
             self.segments.append(new)
             self._bases.append(new.base_offset)
-            fsync_dir(self.path)
+            self._dir_dirty = True
 
     # ------------------------------------------------------------------ read
 
@@ -284,7 +348,9 @@ class PartitionLog:
 
     def read_records(self, offset: int, max_bytes: int, max_offset: int | None = None) -> list:
         """Decoded records from ``offset`` (convenience for tests and tools)."""
-        return records.decode_batches(self.read_bytes(offset, max_bytes, max_offset), start_offset=offset)
+        return records.decode_batches(
+            self.read_bytes(offset, max_bytes, max_offset), start_offset=offset
+        )
 
     def offset_for_timestamp(self, ts_ms: int) -> int | None:
         """First offset whose record timestamp is >= ``ts_ms`` (None if none)."""
@@ -324,9 +390,11 @@ class PartitionLog:
             found = seg.position_of(offset) if offset > seg.base_offset else (0, None)
             if found is not None:
                 pos, h = found
-                cut = h.base_offset if h is not None else seg.base_offset
+                # mid-batch: cut at the batch start; in a compaction gap: at ``offset``
+                cut = min(h.base_offset, offset) if h is not None else seg.base_offset
                 seg.truncate_to_position(pos, cut)
                 seg.flush()
+            self._truncations += 1
             self._high_watermark = min(self._high_watermark, self.log_end_offset)
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
             self.epochs = [(e, o) for e, o in self.epochs if o < self.log_end_offset]
@@ -359,28 +427,41 @@ class PartitionLog:
     # ------------------------------------------------------------------ durability
 
     def flush(self) -> None:
-        """fsync every dirty segment, advance the recovery point, checkpoint.
+        """fsync every dirty segment (and the directory after a roll), write changed
+        indexes of closed segments, advance the recovery point, checkpoint.
 
-        Durable when it returns. Safe to call from a worker thread while the event
-        loop appends: the lock is held only for bookkeeping, never across an fsync.
+        Durable when it returns: everything appended before the call. Safe to call from
+        a worker thread while the event loop appends: the lock is held only for
+        bookkeeping and index writes (page cache), never across an fsync.
+
+        Raises:
+            StorageError: an fsync or write failed (the recovery point does not move).
         """
         with self._lock:
             dirty = [s for s in self.segments if s.dirty]
-            leo = self.log_end_offset
+            leo, truncations, dir_dirty = self.log_end_offset, self._truncations, self._dir_dirty
             for seg in dirty:
                 seg.dirty = False
+            for seg in self.segments[:-1]:
+                seg.write_indexes()
             files = [seg.file for seg in dirty]  # keep the fds open while we sync
             self._unflushed_messages = 0
+            self._dir_dirty = False
         try:
             for f in files:
                 if f.fd >= 0:
                     os.fsync(f.fd)
+            if dir_dirty:
+                fsync_dir(self.path)
         except OSError as e:
-            for seg in dirty:
-                seg.dirty = True
+            with self._lock:
+                for seg in dirty:
+                    seg.dirty = True
+                self._dir_dirty = self._dir_dirty or dir_dirty
             raise StorageError(f"fsync of {self.path} failed: {e}") from e
         with self._lock:
-            self.recovery_point = max(self.recovery_point, min(leo, self.log_end_offset))
+            if truncations == self._truncations:
+                self.recovery_point = max(self.recovery_point, min(leo, self.log_end_offset))
             self._last_flush_ms = self._clock_ms()
         self.checkpoint()
 
@@ -420,7 +501,11 @@ class PartitionLog:
             total = self.size_bytes
             while len(self.segments) > 1:
                 seg = self.segments[0]
-                too_old = cfg.retention_ms >= 0 and seg.max_timestamp >= 0 and now - seg.max_timestamp > cfg.retention_ms
+                too_old = (
+                    cfg.retention_ms >= 0
+                    and seg.max_timestamp >= 0
+                    and now - seg.max_timestamp > cfg.retention_ms
+                )
                 too_big = cfg.retention_bytes >= 0 and total - seg.size >= cfg.retention_bytes
                 if not (too_old or too_big):
                     break
@@ -457,10 +542,16 @@ class PartitionLog:
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
-        """Flush, write the active segment's indexes, mark a clean shutdown, close files."""
+        """Flush, write every segment's indexes (fsynced), mark a clean shutdown, and
+        drop the segment files (each fd closes once no FileSlice holds it).
+
+        Durable when it returns: everything appended, indexes, checkpoint, marker.
+        """
         with self._lock:
             self.flush()
-            self.active_segment.flush()
+            self.active_segment.seal()
+            for seg in self.segments:
+                seg.write_indexes(sync=True)
             marker = os.path.join(self.path, CLEAN_SHUTDOWN_FILE)
             with open(marker, "wb") as f:
                 os.fsync(f.fileno())
@@ -469,9 +560,10 @@ class PartitionLog:
                 seg.close()
 
     def delete(self) -> None:
-        """Close and remove the whole partition directory."""
+        """Remove the whole partition directory. Open FileSlices stay readable."""
         with self._lock:
             for seg in self.segments:
                 seg.close()
             self.segments = []
+            self._bases = []
             shutil.rmtree(self.path, ignore_errors=True)

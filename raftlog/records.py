@@ -209,7 +209,9 @@ def verify_crc(buf, pos: int, header: BatchHeader) -> None:
         )
 
 
-def iter_batches(buf, *, verify: bool = True, allow_partial: bool = False) -> Iterator[tuple[int, BatchHeader]]:
+def iter_batches(
+    buf, *, verify: bool = True, allow_partial: bool = False
+) -> Iterator[tuple[int, BatchHeader]]:
     """Yield ``(position, header)`` for every batch in ``buf``.
 
     Args:
@@ -296,7 +298,9 @@ def _decompress(codec: int, data) -> bytes:
         elif codec == ZSTD:
             import zstandard
 
-            out = zstandard.ZstdDecompressor().decompress(bytes(data), max_output_size=MAX_BATCH_BYTES)
+            out = zstandard.ZstdDecompressor().decompress(
+                bytes(data), max_output_size=MAX_BATCH_BYTES
+            )
         elif codec == GZIP:
             import zlib
 
@@ -412,21 +416,26 @@ def encode_batch(
     region = b"".join(parts)
     if compression:
         region = _compress(compression, region)
-    body = struct.pack(
-        "<hiqqqhii",
-        attrs,
-        last_delta,
-        first_ts,
-        max_ts,
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        n,
-    ) + region
+    body = (
+        struct.pack(
+            "<hiqqqhii",
+            attrs,
+            last_delta,
+            first_ts,
+            max_ts,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            n,
+        )
+        + region
+    )
     size = RECORDS_OFFSET + len(region)
     if size > MAX_BATCH_BYTES:
         raise ValueError(f"batch of {size} bytes exceeds MAX_BATCH_BYTES {MAX_BATCH_BYTES}")
-    prefix = struct.pack("<qiibI", base_offset, size - LOG_OVERHEAD, leader_epoch, MAGIC, _crc32c.crc32c(body))
+    prefix = struct.pack(
+        "<qiibI", base_offset, size - LOG_OVERHEAD, leader_epoch, MAGIC, _crc32c.crc32c(body)
+    )
     return prefix + body
 
 
@@ -459,7 +468,9 @@ def _slices(blob, lens: array, base: int):
     return out, ends[-1]
 
 
-def decode_records(buf, pos: int, header: BatchHeader, topic: str = "", partition: int = 0) -> list[Record]:
+def decode_records(
+    buf, pos: int, header: BatchHeader, topic: str = "", partition: int = 0
+) -> list[Record]:
     """Decode the records of the batch at ``buf[pos:]`` (CRC already verified).
 
     Raises:
@@ -482,10 +493,14 @@ def decode_records(buf, pos: int, header: BatchHeader, topic: str = "", partitio
     except CorruptRecordError:
         raise
     except (ValueError, TypeError, IndexError, OverflowError, cbor2.CBORDecodeError) as e:
-        raise CorruptRecordError(f"records region of batch at offset {header.base_offset}: {e}") from None
+        raise CorruptRecordError(
+            f"records region of batch at offset {header.base_offset}: {e}"
+        ) from None
 
 
-def _decode_region(region: bytes, n: int, header: BatchHeader, topic: str, partition: int) -> list[Record]:
+def _decode_region(
+    region: bytes, n: int, header: BatchHeader, topic: str, partition: int
+) -> list[Record]:
     attrs = header.attributes
     p = 0
     base = header.base_offset
@@ -503,7 +518,9 @@ def _decode_region(region: bytes, n: int, header: BatchHeader, topic: str, parti
             raise CorruptRecordError("last_offset_delta does not match record count")
         offsets = range(base, base + n)
     if attrs & ATTR_UNIFORM_TS:
-        timestamps = repeat(header.max_timestamp if attrs & ATTR_LOG_APPEND_TIME else header.first_timestamp, n)
+        timestamps = repeat(
+            header.max_timestamp if attrs & ATTR_LOG_APPEND_TIME else header.first_timestamp, n
+        )
     else:
         ts, p = _take_array(region, p, "q" if attrs & ATTR_WIDE_TS else "i", n)
         if attrs & ATTR_LOG_APPEND_TIME:

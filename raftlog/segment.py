@@ -9,6 +9,16 @@ fetch response is still being sent.
 Every batch read back from disk is CRC-checked once per process before it is
 served (``verified_position``); batches appended by this process were checked on
 the way in. A corrupt batch is never served: reads raise CorruptRecordError.
+
+File lifetime (for ``os.sendfile``): segment files are never closed explicitly while
+the log runs. Closing, deleting or compacting a segment only drops the segment's
+reference to its :class:`SegmentFile`; the descriptor closes when the last
+:class:`FileSlice` holding it is gone (CPython reference counting), so a slice stays
+readable and its fd number can never be reused for another file under a sender.
+
+Index files are written without fsync (they are disposable and validated on load:
+structure, bounds, and a sample of entries checked against the batches they point
+to); the ``.log`` file is fsynced by the log's flush.
 """
 
 from __future__ import annotations
@@ -19,7 +29,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from raftlog import records
-from raftlog.checkpoint import atomic_write
+from raftlog.checkpoint import atomic_write, fsync_dir, write_file
 from raftlog.errors import CorruptRecordError, StorageError
 from raftlog.index import OffsetIndex, TimeIndex
 from raftlog.records import HEADER_SIZE, BatchHeader
@@ -35,6 +45,8 @@ SCAN_CHUNK_BYTES = 1024 * 1024
 RECENT_BATCHES = 256
 #: Relative offsets are u32 in the index: roll before a segment spans more offsets.
 MAX_RELATIVE_OFFSET = 2**31 - 1
+#: Index entries checked against the log when an index is loaded (evenly spaced).
+INDEX_SAMPLE_ENTRIES = 16
 
 
 def segment_name(base_offset: int, suffix: str = LOG_SUFFIX) -> str:
@@ -66,6 +78,13 @@ class SegmentFile:
             self.close()
         except OSError:
             pass
+
+    @classmethod
+    def closed(cls) -> SegmentFile:
+        """A placeholder with fd -1 for a segment that was closed or deleted."""
+        f = cls.__new__(cls)
+        f.fd = -1
+        return f
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,30 +118,50 @@ EMPTY_SLICE_FILE = None
 def _pread_exact(fd: int, n: int, pos: int) -> bytes:
     data = os.pread(fd, n, pos)
     if len(data) != n:
-        raise CorruptRecordError(f"expected {n} bytes at position {pos}, file ended after {len(data)}")
+        raise CorruptRecordError(
+            f"expected {n} bytes at position {pos}, file ended after {len(data)}"
+        )
     return data
 
 
 class LogSegment:
-    """A segment of a partition log. Not thread-safe: the log serialises access."""
+    """A segment of a partition log. Not thread-safe: the log serialises access.
 
-    def __init__(self, directory: str, base_offset: int, index_interval_bytes: int):
+    ``path`` defaults to ``<directory>/<base_offset:020d>.log``; compaction opens a
+    side file (``.log.cleaned``) as a segment to build its indexes off the lock.
+    """
+
+    def __init__(
+        self, directory: str, base_offset: int, index_interval_bytes: int, path: str | None = None
+    ):
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
-        self.path = os.path.join(directory, segment_name(base_offset))
-        self.file = SegmentFile(self.path)
-        self.size = os.fstat(self.file.fd).st_size
+        self.path = path or os.path.join(directory, segment_name(base_offset))
+        try:
+            self.file = SegmentFile(self.path)
+            self.size = os.fstat(self.file.fd).st_size
+        except OSError as e:
+            raise StorageError(f"cannot open segment {self.path}: {e}") from e
         self.index = OffsetIndex()
         self.time_index = TimeIndex()
         self.next_offset = base_offset
+        #: Largest batch max_timestamp in the segment, and the position of that batch.
         self.max_timestamp = -1
+        self._max_ts_position = 0
         self.created_ms: int | None = None
         self.verified_position = 0
         self._bytes_since_index = 0
-        self.dirty = False  # appended since the last flush
+        self.dirty = False  # .log appended or cut since the last fsync
+        self.indexes_dirty = False  # in-memory indexes differ from the index files
+        #: Bumped whenever the bytes of the file change other than by append (truncation,
+        #: compaction swap): compaction checks it before swapping its rewrite in.
+        self.generation = 0
         # (base_offset, next_offset, position, size) of the latest batches, oldest first
         self._recent: deque = deque(maxlen=RECENT_BATCHES)
+        #: (leader epoch, start offset) of each epoch increase seen by :meth:`recover`,
+        #: to rebuild a lost leader-epoch cache.
+        self.epoch_starts: list[tuple[int, int]] = []
 
     # ------------------------------------------------------------------ paths
 
@@ -139,16 +178,22 @@ class LogSegment:
     def append(self, data: bytes, headers: list[tuple[int, BatchHeader]]) -> None:
         """Write validated, stamped batches with one write; update indexes.
 
+        Durable when it returns: in the OS page cache only (the log fsyncs on flush).
+
         Raises:
             StorageError: the write failed; the file is cut back to its old size.
         """
-        assert headers and headers[0][1].base_offset == self.next_offset
+        assert headers and headers[0][1].base_offset >= self.next_offset
+        assert headers[-1][0] + headers[-1][1].size == len(data)
         start = self.size
         try:
             view = memoryview(data)
             written = 0
             while written < len(data):
-                written += os.pwrite(self.file.fd, view[written:], start + written)
+                n = os.pwrite(self.file.fd, view[written:], start + written)
+                if n <= 0:
+                    raise OSError(f"pwrite returned {n}")
+                written += n
         except OSError as e:
             self._cut_back(start)
             raise StorageError(f"append to {self.path} failed: {e}") from e
@@ -165,16 +210,32 @@ class LogSegment:
             pass
 
     def _index_batch(self, position: int, h: BatchHeader) -> None:
+        """Account for the batch at ``position``: sparse index entries, tail memory.
+
+        The time index maps the largest timestamp so far to the position of the batch
+        holding it (as Kafka's): every batch before that position has a smaller or equal
+        max timestamp, so a lookup may start scanning there.
+        """
+        if h.max_timestamp > self.max_timestamp:
+            self.max_timestamp, self._max_ts_position = h.max_timestamp, position
         if self._bytes_since_index >= self.index_interval_bytes or not len(self.index):
             self.index.append(h.base_offset - self.base_offset, position)
             self._bytes_since_index = 0
-            if h.max_timestamp > self.time_index.max_timestamp:
-                self.time_index.append(h.max_timestamp, position)
+            self._maybe_time_entry()
         self._bytes_since_index += h.size
         self._recent.append((h.base_offset, h.next_offset, position, h.size))
-        if h.max_timestamp > self.max_timestamp:
-            self.max_timestamp = h.max_timestamp
         self.next_offset = h.next_offset
+        self.indexes_dirty = True
+
+    def _maybe_time_entry(self) -> None:
+        if self.max_timestamp > self.time_index.max_timestamp:
+            self.time_index.append(self.max_timestamp, self._max_ts_position)
+
+    def seal(self) -> None:
+        """The segment stops being active: record its final max timestamp (as Kafka)."""
+        if self.size and self.max_timestamp > self.time_index.max_timestamp:
+            self._maybe_time_entry()
+            self.indexes_dirty = True
 
     # ------------------------------------------------------------------ scanning
 
@@ -184,16 +245,9 @@ class LogSegment:
         Raises CorruptRecordError on an unparseable header or a batch running
         past ``end`` (default: the segment size).
         """
-        end = self.size if end is None else end
-        fd = self.file.fd
-        while position < end:
-            if end - position < HEADER_SIZE:
-                raise CorruptRecordError(f"{self.path}: partial batch header at position {position}")
-            h = records.read_header(os.pread(fd, HEADER_SIZE, position))
-            if position + h.size > end:
-                raise CorruptRecordError(f"{self.path}: batch at position {position} runs past the end")
-            yield position, h
-            position += h.size
+        return iter_file_headers(
+            self.file.fd, self.path, position, self.size if end is None else end
+        )
 
     def recover(self) -> int:
         """Scan every batch, verify CRCs, cut a torn or corrupt tail, rebuild indexes.
@@ -203,7 +257,8 @@ class LogSegment:
         self.index, self.time_index = OffsetIndex(), TimeIndex()
         self._bytes_since_index = 0
         self._recent.clear()
-        self.next_offset, self.max_timestamp = self.base_offset, -1
+        self.next_offset, self.max_timestamp, self._max_ts_position = self.base_offset, -1, 0
+        self.epoch_starts = []
         valid, size = 0, self.size
         while valid < size:
             chunk = os.pread(self.file.fd, min(SCAN_CHUNK_BYTES, size - valid), valid)
@@ -213,6 +268,7 @@ class LogSegment:
                 if consumed == 0:
                     break
             valid += consumed
+        self.indexes_dirty = True
         return self._finish_recovery(valid, size)
 
     def _scan_chunk(self, chunk: bytes, offset_in_file: int) -> int:
@@ -222,6 +278,7 @@ class LogSegment:
             for pos, h in records.iter_batches(chunk, verify=True, allow_partial=True):
                 self._check_contiguous(h)
                 self._index_batch(offset_in_file + pos, h)
+                self._note_epoch(h)
                 consumed = pos + h.size
         except CorruptRecordError:
             pass
@@ -239,23 +296,41 @@ class LogSegment:
         except CorruptRecordError:
             return 0
         self._index_batch(position, h)
+        self._note_epoch(h)
         return h.size
 
+    def _note_epoch(self, h: BatchHeader) -> None:
+        if not self.epoch_starts or h.leader_epoch > self.epoch_starts[-1][0]:
+            self.epoch_starts.append((h.leader_epoch, h.base_offset))
+
     def _check_contiguous(self, h: BatchHeader) -> None:
-        if h.base_offset < self.next_offset or h.base_offset - self.base_offset > MAX_RELATIVE_OFFSET:
+        if (
+            h.base_offset < self.next_offset
+            or h.last_offset - self.base_offset > MAX_RELATIVE_OFFSET
+        ):
             raise CorruptRecordError(f"{self.path}: batch offset {h.base_offset} out of order")
 
     def _finish_recovery(self, valid: int, size: int) -> int:
         truncated = size - valid
         if truncated:
-            os.ftruncate(self.file.fd, valid)
-            os.fsync(self.file.fd)
+            try:
+                os.ftruncate(self.file.fd, valid)
+                os.fsync(self.file.fd)
+            except OSError as e:
+                raise StorageError(f"cannot truncate {self.path} to {valid}: {e}") from e
             self.size = valid
+            self.generation += 1
         self.verified_position = valid
         return truncated
 
     def load_indexes(self) -> bool:
-        """Trust the on-disk indexes of a cleanly closed segment. False if unusable."""
+        """Trust the on-disk indexes of a segment if they pass validation.
+
+        Validation: fixed-width entries, both columns strictly increasing, positions
+        inside the file, a sample of offset-index entries pointing at batch headers with
+        the offset they claim, and the tail after the last entry parsing as whole batches.
+        False if unusable (the caller rebuilds them with :meth:`recover`).
+        """
         try:
             with open(self.index_path, "rb") as f:
                 index = OffsetIndex.decode(f.read(), self.size)
@@ -265,30 +340,58 @@ class LogSegment:
             return False
         if index is None or tindex is None or (self.size and not len(index)):
             return False
-        last = self._last_batch(index)
-        if last is None:
+        if self.size and (index.positions[0] != 0 or not self._sample_ok(index, tindex)):
+            return False
+        tail = self._tail_batches(index)
+        if tail is None:
             return False
         self.index, self.time_index = index, tindex
-        self.next_offset = last.next_offset if self.size else self.base_offset
+        self.next_offset = tail[-1][1].next_offset if tail else self.base_offset
         self.max_timestamp = tindex.max_timestamp
+        self._max_ts_position = tindex.positions[-1] if len(tindex) else 0
+        for pos, h in tail:
+            if h.max_timestamp > self.max_timestamp:
+                self.max_timestamp, self._max_ts_position = h.max_timestamp, pos
         self._bytes_since_index = self.index_interval_bytes  # next append gets an entry
+        self.indexes_dirty = False
         return True
 
-    def _last_batch(self, index: OffsetIndex):
+    def _sample_ok(self, index: OffsetIndex, tindex: TimeIndex) -> bool:
+        """Evenly spaced entries point at batch headers that agree with them: the offset
+        index's relative offset, the time index's max timestamp."""
+        return self._sample(
+            index, lambda h, k: h.base_offset == self.base_offset + k
+        ) and self._sample(tindex, lambda h, k: h.max_timestamp == k)
+
+    def _sample(self, index, agrees) -> bool:
+        n = len(index)
+        if not n:
+            return True
+        step = max(1, n // INDEX_SAMPLE_ENTRIES)
+        for i in itertools.chain(range(0, n, step), (n - 1,)):
+            try:
+                h = records.read_header(os.pread(self.file.fd, HEADER_SIZE, index.positions[i]))
+            except CorruptRecordError:
+                return False
+            if not agrees(h, index.keys[i]):
+                return False
+        return True
+
+    def _tail_batches(self, index: OffsetIndex) -> list[tuple[int, BatchHeader]] | None:
+        """Headers from the last index entry to the end (bounded by the index interval
+        unless the index is stale, which then fails or costs one scan); None if torn."""
         if not self.size:
-            return BatchHeader(self.base_offset, 0, 0, 0, 0, 0, -1, 0, 0, 0, 0, 0, 0)
-        last = None
+            return []
         try:
-            for _, h in self.iter_headers(index.positions[-1]):
-                last = h
+            return list(self.iter_headers(index.positions[-1]))
         except CorruptRecordError:
             return None
-        return last
 
     # ------------------------------------------------------------------ reads
 
     def position_of(self, offset: int) -> tuple[int, BatchHeader] | None:
-        """Position and header of the batch holding ``offset`` (None: past the end)."""
+        """Position and header of the first batch whose last offset is >= ``offset``
+        (the batch holding it, or the next one across a compaction gap); None: past the end."""
         entry = self.index.floor(offset - self.base_offset)
         start = entry[1] if entry else 0
         for pos, h in self.iter_headers(start):
@@ -296,7 +399,9 @@ class LogSegment:
                 return pos, h
         return None
 
-    def _recent_slice(self, offset: int, max_bytes: int, max_offset: int | None) -> FileSlice | None:
+    def _recent_slice(
+        self, offset: int, max_bytes: int, max_offset: int | None
+    ) -> FileSlice | None:
         """The slice for a read among the latest batches, from memory; None if older."""
         recent = self._recent
         if not recent or offset < recent[0][0] or offset >= self.next_offset:
@@ -333,7 +438,9 @@ class LogSegment:
             return FileSlice(None, 0, 0, offset, offset)
         end, next_offset = start + first.size, first.next_offset
         for pos, h in self.iter_headers(end):
-            if pos + h.size - start > max_bytes or (max_offset is not None and h.base_offset >= max_offset):
+            if pos + h.size - start > max_bytes or (
+                max_offset is not None and h.base_offset >= max_offset
+            ):
                 break
             end, next_offset = pos + h.size, h.next_offset
         self._verify_or_raise(start, end, first.base_offset)
@@ -380,30 +487,81 @@ class LogSegment:
     # ------------------------------------------------------------------ lifecycle
 
     def truncate_to_position(self, position: int, next_offset: int) -> None:
+        """Cut the file at ``position`` (a batch start); the segment ends at ``next_offset``.
+
+        Durable when it returns: not yet (call :meth:`flush`).
+        """
+        assert 0 <= position <= self.size
         while self._recent and self._recent[-1][2] >= position:
             self._recent.pop()
-        os.ftruncate(self.file.fd, position)
+        try:
+            os.ftruncate(self.file.fd, position)
+        except OSError as e:
+            raise StorageError(f"cannot truncate {self.path}: {e}") from e
         self.size = position
+        self.generation += 1
         self.index.truncate_to_position(position)
         self.time_index.truncate_to_position(position)
         self.next_offset = next_offset
         self.verified_position = min(self.verified_position, position)
-        self.max_timestamp = self.time_index.max_timestamp
+        self._rescan_max_timestamp()
         self._bytes_since_index = self.index_interval_bytes
-        self.dirty = True
+        self.dirty = self.indexes_dirty = True
+
+    def _rescan_max_timestamp(self) -> None:
+        """After a cut: the max timestamp of what is left (time index, then the headers
+        after the last offset-index entry -- at most ``index.interval.bytes`` of them)."""
+        t = self.time_index
+        self.max_timestamp = t.max_timestamp
+        self._max_ts_position = t.positions[-1] if len(t) else 0
+        start = self.index.positions[-1] if len(self.index) else 0
+        for pos, h in self.iter_headers(start):
+            if h.max_timestamp > self.max_timestamp:
+                self.max_timestamp, self._max_ts_position = h.max_timestamp, pos
+
+    def adopt(self, cleaned: LogSegment) -> None:
+        """Replace this segment's bytes with ``cleaned`` (a compacted rewrite of it, already
+        scanned and indexed). Quick: unlink old indexes, rename, fsync the directory.
+        Readers holding a FileSlice of the old file keep reading the old bytes."""
+        assert cleaned.base_offset == self.base_offset and cleaned.size <= self.size
+        for p in (self.index_path, self.timeindex_path):
+            try:
+                os.unlink(p)  # a crash before the rename then rebuilds the old indexes
+            except FileNotFoundError:
+                pass
+        os.replace(cleaned.path, self.path)
+        fsync_dir(self.directory)
+        self.file, cleaned.file = cleaned.file, SegmentFile.closed()
+        self.size = cleaned.size
+        self.index, self.time_index = cleaned.index, cleaned.time_index
+        self.max_timestamp, self._max_ts_position = cleaned.max_timestamp, cleaned._max_ts_position
+        self.verified_position = cleaned.verified_position
+        self._recent.clear()  # positions moved
+        self.generation += 1
+        self.indexes_dirty = True
+
+    def write_indexes(self, *, sync: bool = False) -> None:
+        """Write the index files if they changed (fsynced only when ``sync``)."""
+        if not self.indexes_dirty:
+            return
+        write = atomic_write if sync else write_file
+        write(self.index_path, self.index.encode())
+        write(self.timeindex_path, self.time_index.encode())
+        self.indexes_dirty = False
 
     def flush(self) -> None:
-        """fsync the log file and write the indexes. Durable when it returns."""
+        """fsync the log file and write the indexes (fsynced). Durable when it returns."""
         try:
             os.fsync(self.file.fd)
-            atomic_write(self.index_path, self.index.encode())
-            atomic_write(self.timeindex_path, self.time_index.encode())
         except OSError as e:
             raise StorageError(f"flush of {self.path} failed: {e}") from e
         self.dirty = False
+        self.write_indexes(sync=True)
 
     def close(self) -> None:
-        self.file.close()
+        """Drop this segment's reference to its file; the fd closes when no FileSlice
+        holds it any more (never under a sender)."""
+        self.file = SegmentFile.closed()
 
     def delete(self) -> None:
         """Unlink the files; the fd closes when the last FileSlice is gone."""
@@ -412,5 +570,21 @@ class LogSegment:
                 os.unlink(p)
             except FileNotFoundError:
                 pass
-        self.file = SegmentFile.__new__(SegmentFile)
-        self.file.fd = -1
+            except OSError as e:
+                raise StorageError(f"cannot delete {p}: {e}") from e
+        self.close()
+
+
+def iter_file_headers(fd: int, path: str, position: int, end: int):
+    """Yield (position, header) of the batches in ``fd`` from ``position`` to ``end``.
+
+    Raises CorruptRecordError on an unparseable header or a batch running past ``end``.
+    """
+    while position < end:
+        if end - position < HEADER_SIZE:
+            raise CorruptRecordError(f"{path}: partial batch header at position {position}")
+        h = records.read_header(os.pread(fd, HEADER_SIZE, position))
+        if position + h.size > end:
+            raise CorruptRecordError(f"{path}: batch at position {position} runs past the end")
+        yield position, h
+        position += h.size

@@ -39,6 +39,8 @@ print("ok", appended)
 
 
 def test_write_failure_is_a_storage_error_and_loses_nothing(tmp_path):
-    r = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "p")], capture_output=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(tmp_path / "p")], capture_output=True, timeout=60
+    )
     assert r.returncode == 0, r.stderr.decode()
     assert r.stdout.startswith(b"ok ")

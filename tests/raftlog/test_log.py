@@ -64,8 +64,9 @@ def test_read_bounds(tmp_path):
 
 def test_segments_roll_by_size_and_time(tmp_path):
     now = [1_000_000]
-    log = PartitionLog.open(str(tmp_path / "p"), LogConfig(segment_bytes=2048, segment_ms=1000),
-                            clock_ms=lambda: now[0])
+    log = PartitionLog.open(
+        str(tmp_path / "p"), LogConfig(segment_bytes=2048, segment_ms=1000), clock_ms=lambda: now[0]
+    )
     for _ in range(20):
         log.append(encode_batch([b"x" * 100] * 3))
     assert log.segment_count >= 4  # ~373-byte batches, 5 per 2 KiB segment
@@ -120,7 +121,9 @@ def test_follower_append_keeps_offsets_and_epochs(tmp_path):
 
 
 def test_offset_for_timestamp(tmp_path):
-    log = PartitionLog.open(str(tmp_path / "p"), LogConfig(segment_bytes=1024, index_interval_bytes=0))
+    log = PartitionLog.open(
+        str(tmp_path / "p"), LogConfig(segment_bytes=1024, index_interval_bytes=0)
+    )
     for i in range(30):
         log.append(encode_batch([b"v" * 40] * 2, timestamps=[1000 + 10 * i, 1005 + 10 * i]))
     assert log.offset_for_timestamp(0) == 0
@@ -259,3 +262,116 @@ def test_compaction_in_a_thread_does_not_block_appends(tmp_path):
     assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
     assert [r.value for r in recs if r.key == b"fresh"] == [b"new%d" % i for i in range(appended)]
     assert log.log_end_offset == 400 + appended
+
+
+def test_log_append_time_topic_overwrites_timestamps(tmp_path):
+    log = PartitionLog.open(str(tmp_path / "p"), LogConfig(message_timestamp_type="LogAppendTime"))
+    log.append(encode_batch([b"a", b"b"], timestamps=[1, 2]), now_ms=5000)
+    assert {r.timestamp for r in log.read_records(0, 1 << 20)} == {5000}
+    assert log.offset_for_timestamp(4000) == 0
+
+
+def test_follower_refuses_overlap_and_accepts_compaction_gaps(tmp_path):
+    log = PartitionLog.open(str(tmp_path / "p"))
+    log.append_as_follower(encode_batch([b"a"] * 3, base_offset=0, leader_epoch=1))
+    with pytest.raises(CorruptRecordError, match="truncate first"):
+        log.append_as_follower(encode_batch([b"b"], base_offset=2, leader_epoch=1))
+    assert log.append_as_follower(encode_batch([b"c"], base_offset=7, leader_epoch=2)) == (7, 7)
+    assert log.log_end_offset == 8 and log.epochs == [(1, 0), (2, 7)]
+    assert [r.offset for r in log.read_records(3, 1 << 20)] == [7]
+
+
+def test_offset_for_timestamp_with_out_of_order_timestamps(tmp_path):
+    log = PartitionLog.open(
+        str(tmp_path / "p"), LogConfig(segment_bytes=1024, index_interval_bytes=200)
+    )
+    stamps = [100, 150, 9000, 200, 250, 300, 350, 400] * 8
+    for ts in stamps:
+        log.append(encode_batch([b"v" * 60], timestamp=ts))
+    for target in (0, 120, 160, 5000, 9000, 9001, 260):
+        want = next((i for i, ts in enumerate(stamps) if ts >= target), None)
+        assert log.offset_for_timestamp(target) == want, target
+    log.close()
+    log = PartitionLog.open(log.path, log.config)  # loaded indexes answer the same
+    assert log.offset_for_timestamp(5000) == 2 and log.offset_for_timestamp(9001) is None
+
+
+def test_truncate_into_a_closed_segment_then_append(tmp_path):
+    log = PartitionLog.open(str(tmp_path / "p"), LogConfig(segment_bytes=1024))
+    for i in range(40):
+        log.append(encode_batch([b"%d" % i] * 2))
+    assert log.segment_count >= 3 and log.segments[1].base_offset > 13
+    log.truncate_to(13)
+    assert log.log_end_offset == 12
+    log.append(encode_batch([b"new"]))
+    assert [r.value for r in _all(log)][-2:] == [b"5", b"new"]
+    del log  # crash
+    log = PartitionLog.open(str(tmp_path / "p"), LogConfig(segment_bytes=1024))
+    assert log.log_end_offset == 13
+
+
+def test_slices_stay_readable_after_close_and_delete(tmp_path):
+    log = PartitionLog.open(str(tmp_path / "p"))
+    log.append(encode_batch([b"a"] * 5))
+    sl = log.read(0, 1 << 20)
+    expect = sl.read_bytes()
+    log.delete()
+    other = os.open(str(tmp_path / "other"), os.O_RDWR | os.O_CREAT)  # may reuse a freed fd
+    try:
+        assert sl.fileno != other
+        assert os.pread(sl.fileno, sl.length, sl.position) == expect
+    finally:
+        os.close(other)
+
+
+def test_lost_checkpoint_rebuilds_the_epoch_cache(tmp_path):
+    log = PartitionLog.open(str(tmp_path / "p"), LogConfig(segment_bytes=1024))
+    for e in (1, 1, 3, 3, 3, 7):
+        for _ in range(4):
+            log.append(encode_batch([b"x" * 40] * 2), leader_epoch=e)
+    epochs = list(log.epochs)
+    log.close()
+    os.unlink(os.path.join(log.path, CHECKPOINT_FILE))
+    log = PartitionLog.open(log.path, LogConfig(segment_bytes=1024))
+    assert log.epochs == epochs == [(1, 0), (3, 16), (7, 40)]
+    assert log.end_offset_for_epoch(5) == (3, 40)
+
+
+def test_roll_defers_fsync_to_flush(tmp_path):
+    log = PartitionLog.open(str(tmp_path / "p"), LogConfig(segment_bytes=1024))
+    for _ in range(20):
+        log.append(encode_batch([b"x" * 100] * 2))
+    assert log.segment_count > 1 and log.recovery_point == 0
+    assert log.needs_flush
+    log.flush()
+    assert log.recovery_point == log.log_end_offset and not log.needs_flush
+
+
+def test_flush_in_a_thread_while_appending(tmp_path):
+    import threading
+
+    log = PartitionLog.open(str(tmp_path / "p"), LogConfig(segment_bytes=4096))
+    stop = threading.Event()
+    errors = []
+
+    def flusher():
+        while not stop.is_set():
+            try:
+                log.flush()
+            except Exception as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+    t = threading.Thread(target=flusher)
+    t.start()
+    for i in range(300):
+        log.append(encode_batch([b"%d" % i] * 3))
+        if i == 150:
+            log.truncate_to(200)
+    stop.set()
+    t.join()
+    assert not errors
+    log.flush()
+    assert log.recovery_point == log.log_end_offset
+    del log
+    log = PartitionLog.open(str(tmp_path / "p"), LogConfig(segment_bytes=4096))
+    assert [r.offset for r in _all(log)] == list(range(log.log_end_offset))

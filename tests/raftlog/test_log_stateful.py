@@ -31,7 +31,10 @@ class LogMachine(RuleBasedStateMachine):
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
 
-    @rule(values=st.lists(st.binary(min_size=0, max_size=120), min_size=1, max_size=8), epoch=st.integers(0, 3))
+    @rule(
+        values=st.lists(st.binary(min_size=0, max_size=120), min_size=1, max_size=8),
+        epoch=st.integers(0, 3),
+    )
     def append(self, values, epoch):
         base, last = self.log.append(encode_batch(values), leader_epoch=epoch)
         assert (base, last) == (self.end, self.end + len(values) - 1)
@@ -79,8 +82,9 @@ class LogMachine(RuleBasedStateMachine):
     @rule(limit=st.integers(0, 3000))
     def retention(self, limit):
         self.log.high_watermark = self.log.log_end_offset
-        self.log.config = LogConfig(segment_bytes=1024, index_interval_bytes=200, retention_ms=-1,
-                                    retention_bytes=limit)
+        self.log.config = LogConfig(
+            segment_bytes=1024, index_interval_bytes=200, retention_ms=-1, retention_bytes=limit
+        )
         self.log.apply_retention()
         self.log.config = CONFIG
         new_start = self.log.log_start_offset

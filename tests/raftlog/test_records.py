@@ -30,7 +30,9 @@ def test_round_trip_with_none_keys_values_headers(codec):
     keys = [None, b"k", b"", None]
     headers = [None, [("h", b"v"), ("n", None)], [], [("only", b"")]]
     ts = [5, 3, 2**40, 7]
-    b = encode_batch(values, keys, timestamps=ts, headers=headers, compression=codec, base_offset=10)
+    b = encode_batch(
+        values, keys, timestamps=ts, headers=headers, compression=codec, base_offset=10
+    )
     recs = decode_batch(b, "t", 4)
     assert [r.value for r in recs] == values
     assert [r.key for r in recs] == keys
@@ -49,8 +51,15 @@ def test_uniform_timestamp_and_null_keys_carry_no_arrays():
 
 
 def test_header_fields():
-    b = encode_batch([b"x", b"y"], timestamps=[100, 50], producer_id=7, producer_epoch=2,
-                     base_sequence=40, leader_epoch=3, base_offset=9)
+    b = encode_batch(
+        [b"x", b"y"],
+        timestamps=[100, 50],
+        producer_id=7,
+        producer_epoch=2,
+        base_sequence=40,
+        leader_epoch=3,
+        base_offset=9,
+    )
     h = read_header(b)
     assert (h.base_offset, h.leader_epoch, h.last_offset_delta, h.record_count) == (9, 3, 1, 2)
     assert (h.first_timestamp, h.max_timestamp) == (100, 100)
@@ -91,7 +100,9 @@ def test_empty_batch_is_refused():
 
 
 def test_offset_deltas_keep_gaps():
-    b = encode_batch([b"a", b"b", b"c"], [b"1", b"2", b"3"], offset_deltas=[0, 5, 9], base_offset=100)
+    b = encode_batch(
+        [b"a", b"b", b"c"], [b"1", b"2", b"3"], offset_deltas=[0, 5, 9], base_offset=100
+    )
     assert [r.offset for r in decode_batch(b)] == [100, 105, 109]
     assert read_header(b).last_offset == 109
 
@@ -135,7 +146,9 @@ _record = st.tuples(
     st.one_of(st.none(), st.binary(max_size=40)),
     st.one_of(st.none(), st.binary(max_size=20)),
     st.integers(min_value=0, max_value=2**45),
-    st.lists(st.tuples(st.text(max_size=5), st.one_of(st.none(), st.binary(max_size=5))), max_size=2),
+    st.lists(
+        st.tuples(st.text(max_size=5), st.one_of(st.none(), st.binary(max_size=5))), max_size=2
+    ),
 )
 
 
@@ -146,8 +159,12 @@ def test_round_trip_property(recs, codec):
     keys = [r[1] for r in recs]
     ts = [r[2] for r in recs]
     headers = [r[3] for r in recs]
-    out = decode_batch(encode_batch(values, keys, timestamps=ts, headers=headers, compression=codec))
-    assert [(r.value, r.key, r.timestamp, list(r.headers)) for r in out] == list(zip(values, keys, ts, headers))
+    out = decode_batch(
+        encode_batch(values, keys, timestamps=ts, headers=headers, compression=codec)
+    )
+    assert [(r.value, r.key, r.timestamp, list(r.headers)) for r in out] == list(
+        zip(values, keys, ts, headers)
+    )
 
 
 def _decode_all(data: bytes) -> None:
@@ -175,9 +192,15 @@ def test_fuzz_arbitrary_bytes_raise_only_corrupt_record_error(data):
 def test_fuzz_mutated_valid_batches(recs, codec, data):
     """Bit flips, truncations and overwritten fields (with the CRC fixed up, so the
     records region parser is reached) raise only CorruptRecordError."""
-    b = bytearray(encode_batch([r[0] for r in recs], [r[1] for r in recs],
-                               timestamps=[r[2] for r in recs], headers=[r[3] for r in recs],
-                               compression=codec))
+    b = bytearray(
+        encode_batch(
+            [r[0] for r in recs],
+            [r[1] for r in recs],
+            timestamps=[r[2] for r in recs],
+            headers=[r[3] for r in recs],
+            compression=codec,
+        )
+    )
     kind = data.draw(st.sampled_from(["flip", "truncate", "field"]))
     if kind == "flip":
         i = data.draw(st.integers(0, len(b) - 1))

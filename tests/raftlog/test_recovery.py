@@ -63,7 +63,7 @@ def test_sigkill_mid_append_recovers_a_valid_prefix(tmp_path):
     for _ in range(4):
         proc = subprocess.Popen([sys.executable, "-c", WRITER, path], stdout=subprocess.PIPE)
         assert proc.stdout.readline().strip() == b"ready"
-        time.sleep(random.uniform(0.2, 0.5))
+        time.sleep(random.uniform(0.1, 0.3))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         log = PartitionLog.open(path, CONFIG)

@@ -1,0 +1,108 @@
+"""Retention: retention.ms and retention.bytes delete whole closed, committed segments."""
+
+from __future__ import annotations
+
+import os
+
+from raftlog.config import LogConfig
+from raftlog.log import PartitionLog
+from raftlog.records import decode_batches, encode_batch
+
+
+def _log(tmp_path, now, **cfg):
+    cfg.setdefault("segment_bytes", 1024)
+    return PartitionLog.open(str(tmp_path / "p"), LogConfig(**cfg), clock_ms=lambda: now[0])
+
+
+def _fill(log, n, ts):
+    for _ in range(n):
+        log.append(encode_batch([b"x" * 100] * 2, timestamp=ts))
+    log.high_watermark = log.log_end_offset
+
+
+def test_time_retention_deletes_old_segments_only(tmp_path):
+    now = [1_000_000]
+    log = _log(tmp_path, now, retention_ms=10_000)
+    _fill(log, 20, ts=now[0])
+    old_segments = log.segment_count
+    now[0] += 5_000
+    _fill(log, 20, ts=now[0])
+    now[0] += 6_000  # the first half is 11 s old, the second 6 s
+    deleted = log.apply_retention()
+    assert 0 < deleted < old_segments + 1
+    assert log.log_start_offset == log.segments[0].base_offset
+    first = decode_batches(log.read_bytes(log.log_start_offset, 1 << 20))
+    assert first and first[0].offset == log.log_start_offset
+
+
+def test_infinite_time_retention(tmp_path):
+    now = [1_000_000]
+    log = _log(tmp_path, now, retention_ms=-1)
+    _fill(log, 30, ts=0)
+    now[0] += 10**12
+    assert log.apply_retention() == 0
+
+
+def test_size_retention_keeps_at_most_retention_bytes_of_closed_segments(tmp_path):
+    now = [1_000_000]
+    log = _log(tmp_path, now, retention_ms=-1, retention_bytes=2500)
+    _fill(log, 60, ts=now[0])
+    log.apply_retention()
+    closed = log.size_bytes - log.active_segment.size
+    # a segment goes only if what remains stays >= retention.bytes (as Kafka)
+    assert log.size_bytes >= 2500 and log.size_bytes - log.segments[0].size < 2500
+    assert closed >= 0
+
+
+def test_active_segment_is_never_deleted(tmp_path):
+    now = [1_000_000]
+    log = _log(tmp_path, now, segment_bytes=1 << 20, retention_ms=1, retention_bytes=0)
+    _fill(log, 10, ts=0)
+    now[0] += 10**9
+    assert log.segment_count == 1 and log.apply_retention() == 0
+    assert log.log_end_offset == 20 and log.log_start_offset == 0
+
+
+def test_compact_policy_does_not_delete(tmp_path):
+    now = [1_000_000]
+    log = _log(tmp_path, now, retention_ms=1, cleanup_policy="compact")
+    _fill(log, 30, ts=0)
+    now[0] += 10**9
+    assert log.apply_retention() == 0
+
+
+def test_retention_persists_log_start_offset(tmp_path):
+    now = [1_000_000]
+    log = _log(tmp_path, now, retention_bytes=0, retention_ms=-1)
+    _fill(log, 30, ts=now[0])
+    assert log.apply_retention() > 0
+    start = log.log_start_offset
+    names = sorted(f for f in os.listdir(log.path) if f.endswith(".log"))
+    assert len(names) == log.segment_count
+    del log  # crash: the checkpoint written by apply_retention must hold
+    log = _log(tmp_path, now)
+    assert log.log_start_offset == start
+
+
+def test_slice_survives_retention(tmp_path):
+    now = [1_000_000]
+    log = _log(tmp_path, now, retention_bytes=0, retention_ms=-1)
+    _fill(log, 30, ts=now[0])
+    sl = log.read(0, 1 << 20)
+    expect = sl.read_bytes()
+    assert log.apply_retention() > 0
+    assert not os.path.exists(os.path.join(log.path, "00000000000000000000.log"))
+    assert os.pread(sl.fileno, sl.length, sl.position) == expect
+
+
+def test_delete_records_before(tmp_path):
+    now = [1_000_000]
+    log = _log(tmp_path, now, retention_ms=-1)
+    _fill(log, 30, ts=now[0])
+    log.delete_records_before(25)
+    assert log.log_start_offset == 25
+    recs = decode_batches(log.read_bytes(25, 1 << 20), start_offset=25)
+    assert recs[0].offset == 25
+    log.close()
+    log = _log(tmp_path, now)
+    assert log.log_start_offset == 25
