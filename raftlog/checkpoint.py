@@ -52,20 +52,7 @@ def write_file(path: str, data: bytes) -> None:
     Raises:
         StorageError: the write or rename failed.
     """
-    tmp = path + ".tmp"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            write_all(fd, data)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise StorageError(f"cannot write {path}: {e}") from e
+    _replace(path, data, durable=False)
 
 
 def atomic_write(path: str, data: bytes) -> None:
@@ -74,16 +61,24 @@ def atomic_write(path: str, data: bytes) -> None:
     Raises:
         StorageError: the write, fsync or rename failed (the old file is intact).
     """
+    _replace(path, data, durable=True)
+
+
+def _replace(path: str, data: bytes, durable: bool) -> None:
+    """Write a temp file and rename it over ``path``; with ``durable``, fsync the file
+    before and the directory after the rename."""
     tmp = path + ".tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             write_all(fd, data)
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
-        fsync_dir(os.path.dirname(os.path.abspath(path)))
+        if durable:
+            fsync_dir(os.path.dirname(os.path.abspath(path)))
     except OSError as e:
         try:
             os.unlink(tmp)
