@@ -46,6 +46,10 @@ class OffsetOutOfRangeError(RaftlogError):
         self.log_end_offset = log_end_offset
 
 
+class CorruptSnapshotError(RaftlogError):
+    """A state snapshot (for example producer state) fails its CRC or does not parse."""
+
+
 class ConfigError(RaftlogError):
     """A configuration key is unknown or its value is invalid."""
 
@@ -109,6 +113,9 @@ class ErrorCode(enum.IntEnum):
     FENCED_INSTANCE_ID = 41
     CLUSTER_AUTHORIZATION_FAILED = 42
     UNSTABLE_OFFSET_COMMIT = 43
+    INCONSISTENT_GROUP_PROTOCOL = 44
+    OFFSET_METADATA_TOO_LARGE = 45
+    GROUP_MAX_SIZE_REACHED = 46
 
     @property
     def retriable(self) -> bool:

@@ -1,0 +1,412 @@
+"""Idempotent producer state of one partition: pure, no I/O.
+
+The leader of a partition keeps, per producer id, the producer's epoch and the
+sequence numbers and offsets of its last :data:`BATCHES_RETAINED` batches
+(Kafka keeps 5 as well: a producer has at most 5 requests in flight per
+partition). Before an append the leader asks :meth:`ProducerStateManager.check`;
+after a successful append it calls :meth:`ProducerStateManager.update` with the
+stamped offsets. Followers and recovery replay batch headers with
+:meth:`ProducerStateManager.apply_header`, which does not validate (the leader
+already did).
+
+Rules (Kafka's ``ProducerAppendInfo.checkSequence`` and ``findDuplicateBatch``):
+
+* ``epoch < current epoch``: the producer is a zombie -> INVALID_PRODUCER_EPOCH.
+* ``epoch > current epoch``: a new epoch must start at sequence 0, else
+  OUT_OF_ORDER_SEQUENCE; the retained batches of the old epoch are dropped.
+* same epoch: a batch whose first and last sequence equal a retained batch is a
+  retry -> DUPLICATE with that batch's original offsets (nothing is appended);
+  otherwise the first sequence must be last sequence + 1, where the successor of
+  ``MAX_SEQUENCE`` (2**31 - 1) is 0 -> else OUT_OF_ORDER_SEQUENCE.
+* unknown producer id: any first sequence is accepted. As in Kafka since 2.5, the
+  state may have been removed by retention or expiry while the producer lives on;
+  a brand-new producer starts at 0 anyway.
+
+Snapshot bytes (persisted next to the log, Kafka's ``<offset>.snapshot``)::
+
+    offset  size  field
+    0       4     magic     b"RLPS"
+    4       2     version   u16 (SNAPSHOT_VERSION)
+    6       4     crc       u32 CRC32C of the body
+    10            body      CBOR [end_offset, [[pid, epoch, last_ts, [[fs, ls, bo, lo], ...]], ...]]
+
+Producer ids come in blocks from the metadata quorum: :class:`ProducerIdBlocks`
+describes (and implements, purely) how a node hands them out.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import cbor2
+import crc32c as _crc32c
+
+from raftlog.errors import CorruptSnapshotError, ErrorCode
+from raftlog.records import NO_PRODUCER_ID, BatchHeader
+
+#: Largest sequence number; the next one after it is 0.
+MAX_SEQUENCE = 2**31 - 1
+#: Batches remembered per producer (Kafka: 5, the client's max in-flight requests).
+BATCHES_RETAINED = 5
+NO_SEQUENCE = -1
+#: Highest producer epoch (i16); a producer that reaches it needs a new producer id.
+MAX_PRODUCER_EPOCH = 2**15 - 1
+#: Kafka's producer.id.expiration.ms default: forget producers idle for a day.
+PRODUCER_ID_EXPIRATION_MS = 86_400_000
+#: Bound on the producers one partition tracks; a snapshot with more is corrupt.
+PRODUCERS_MAX = 1_000_000
+
+SNAPSHOT_MAGIC = b"RLPS"
+SNAPSHOT_VERSION = 1
+_SNAPSHOT_HEAD = struct.Struct("<4sHI")
+SNAPSHOT_HEADER_SIZE = _SNAPSHOT_HEAD.size  # 10
+
+
+def snapshot_file_name(end_offset: int) -> str:
+    """File name of the snapshot taken when the log end offset was ``end_offset``."""
+    return f"{end_offset:020d}.snapshot"
+
+
+def next_sequence(seq: int, count: int = 1) -> int:
+    """``seq`` advanced by ``count``, wrapping after MAX_SEQUENCE."""
+    return (seq + count) % (MAX_SEQUENCE + 1)
+
+
+class Verdict(enum.Enum):
+    APPEND = "append"
+    DUPLICATE = "duplicate"
+    OUT_OF_ORDER_SEQUENCE = "out_of_order_sequence"
+    INVALID_PRODUCER_EPOCH = "invalid_producer_epoch"
+    INVALID = "invalid"  # fields no producer may send (negative sequence, count < 1)
+
+
+_VERDICT_CODES = {
+    Verdict.APPEND: ErrorCode.NONE,
+    Verdict.DUPLICATE: ErrorCode.NONE,  # answered with the original offsets, as success
+    Verdict.OUT_OF_ORDER_SEQUENCE: ErrorCode.OUT_OF_ORDER_SEQUENCE,
+    Verdict.INVALID_PRODUCER_EPOCH: ErrorCode.INVALID_PRODUCER_EPOCH,
+    Verdict.INVALID: ErrorCode.INVALID_REQUEST,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    """Sequences and offsets of one appended batch."""
+
+    first_seq: int
+    last_seq: int
+    base_offset: int
+    last_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """The answer of :meth:`ProducerStateManager.check`.
+
+    ``duplicate`` holds the original batch when ``verdict`` is DUPLICATE: answer the
+    produce with its ``base_offset`` instead of appending.
+    """
+
+    verdict: Verdict
+    message: str = ""
+    duplicate: BatchMetadata | None = None
+
+    @property
+    def error_code(self) -> ErrorCode:
+        return _VERDICT_CODES[self.verdict]
+
+
+_APPEND = Check(Verdict.APPEND)
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    """What a partition remembers of one producer."""
+
+    producer_id: int
+    epoch: int
+    batches: list[BatchMetadata] = field(default_factory=list)  # oldest first
+    last_timestamp_ms: int = -1
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+
+class ProducerStateManager:
+    """Producer ids, epochs and recent sequences of one partition.
+
+    ``end_offset`` is the offset after the last batch applied: a snapshot taken now
+    covers the log below it, and recovery replays batches from there.
+    """
+
+    def __init__(self, end_offset: int = 0):
+        self.producers: dict[int, ProducerEntry] = {}
+        self.end_offset = end_offset
+
+    # ------------------------------------------------------------------ leader path
+
+    def check(self, producer_id: int, epoch: int, first_seq: int, count: int) -> Check:
+        """Decide what to do with a produced batch (nothing changes).
+
+        Args:
+            producer_id: the batch's producer id (>= 0; non-idempotent batches skip this).
+            epoch: its producer epoch.
+            first_seq: its base sequence.
+            count: its record count (last sequence = first_seq + count - 1, wrapping).
+        """
+        if producer_id < 0 or epoch < 0 or not 0 <= first_seq <= MAX_SEQUENCE or count < 1:
+            return Check(
+                Verdict.INVALID,
+                f"idempotent batch of producer {producer_id} has epoch {epoch}, "
+                f"sequence {first_seq}, {count} records",
+            )
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return _APPEND
+        if epoch < entry.epoch:
+            return Check(
+                Verdict.INVALID_PRODUCER_EPOCH,
+                f"producer {producer_id} epoch {epoch} is fenced by epoch {entry.epoch}",
+            )
+        if epoch > entry.epoch:
+            if first_seq != 0:
+                return Check(
+                    Verdict.OUT_OF_ORDER_SEQUENCE,
+                    f"producer {producer_id} new epoch {epoch} must start at sequence 0, "
+                    f"not {first_seq}",
+                )
+            return _APPEND
+        last_seq = next_sequence(first_seq, count - 1)
+        for b in entry.batches:
+            if b.first_seq == first_seq and b.last_seq == last_seq:
+                return Check(Verdict.DUPLICATE, "", b)
+        expected = 0 if entry.last_seq == NO_SEQUENCE else next_sequence(entry.last_seq)
+        if first_seq != expected:
+            return Check(
+                Verdict.OUT_OF_ORDER_SEQUENCE,
+                f"producer {producer_id} epoch {epoch} sent sequence {first_seq}, "
+                f"expected {expected}",
+            )
+        return _APPEND
+
+    def update(
+        self,
+        producer_id: int,
+        epoch: int,
+        first_seq: int,
+        count: int,
+        base_offset: int,
+        timestamp_ms: int = -1,
+    ) -> None:
+        """Remember a batch the leader appended after ``check`` said APPEND.
+
+        ``count`` records got offsets ``base_offset .. base_offset + count - 1``.
+        Nothing is durable: the batch in the log is, and a rebuild finds it again.
+        """
+        assert count >= 1 and base_offset >= 0
+        self._record(
+            producer_id,
+            epoch,
+            BatchMetadata(first_seq, next_sequence(first_seq, count - 1), base_offset,
+                          base_offset + count - 1),
+            timestamp_ms,
+        )
+
+    # ------------------------------------------------------------------ replay path
+
+    def apply_header(self, h: BatchHeader) -> None:
+        """Replay a batch from the log (recovery, follower append). No validation.
+
+        A batch without producer id only advances ``end_offset``.
+        """
+        if h.producer_id != NO_PRODUCER_ID and h.base_sequence >= 0:
+            self._record(
+                h.producer_id,
+                h.producer_epoch,
+                BatchMetadata(h.base_sequence, h.last_sequence, h.base_offset, h.last_offset),
+                h.max_timestamp,
+            )
+        self.end_offset = max(self.end_offset, h.next_offset)
+
+    def _record(self, pid: int, epoch: int, batch: BatchMetadata, timestamp_ms: int) -> None:
+        entry = self.producers.get(pid)
+        if entry is None:
+            entry = self.producers[pid] = ProducerEntry(pid, epoch)
+        elif epoch != entry.epoch:
+            # A new epoch forgets the old one's batches; an older one only appears when
+            # replaying a log the leader already validated, so follow it as Kafka does.
+            entry.epoch = epoch
+            entry.batches.clear()
+        entry.batches.append(batch)
+        if len(entry.batches) > BATCHES_RETAINED:
+            del entry.batches[0]
+        entry.last_timestamp_ms = max(entry.last_timestamp_ms, timestamp_ms)
+        self.end_offset = max(self.end_offset, batch.last_offset + 1)
+
+    @classmethod
+    def rebuild(
+        cls, headers: Iterable[BatchHeader], snapshot: bytes | None = None
+    ) -> ProducerStateManager:
+        """State from an optional snapshot plus the batch headers after it.
+
+        Headers below the snapshot's ``end_offset`` are skipped, so a caller may pass
+        the headers of whole segments.
+
+        Raises:
+            CorruptSnapshotError: the snapshot does not verify.
+        """
+        state = cls.restore(snapshot) if snapshot is not None else cls()
+        start = state.end_offset
+        for h in headers:
+            if h.base_offset >= start:
+                state.apply_header(h)
+        return state
+
+    # ------------------------------------------------------------------ housekeeping
+
+    def remove_expired(self, now_ms: int, expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> list[int]:
+        """Forget producers idle for longer than ``expiration_ms``; returns their ids."""
+        gone = [
+            pid
+            for pid, e in self.producers.items()
+            if e.last_timestamp_ms >= 0 and now_ms - e.last_timestamp_ms > expiration_ms
+        ]
+        for pid in gone:
+            del self.producers[pid]
+        return gone
+
+    def truncate_head(self, log_start_offset: int) -> None:
+        """Retention moved the log start: forget producers with no batch left in the log."""
+        for pid in [p for p, e in self.producers.items() if e.last_offset < log_start_offset]:
+            del self.producers[pid]
+
+    # ------------------------------------------------------------------ snapshots
+
+    def snapshot(self) -> bytes:
+        """Bytes to persist (CRC-protected). Nothing is written here."""
+        body = cbor2.dumps(
+            [
+                self.end_offset,
+                [
+                    [
+                        e.producer_id,
+                        e.epoch,
+                        e.last_timestamp_ms,
+                        [[b.first_seq, b.last_seq, b.base_offset, b.last_offset] for b in e.batches],
+                    ]
+                    for _, e in sorted(self.producers.items())
+                ],
+            ]
+        )
+        return _SNAPSHOT_HEAD.pack(SNAPSHOT_MAGIC, SNAPSHOT_VERSION, _crc32c.crc32c(body)) + body
+
+    @classmethod
+    def restore(cls, data: bytes) -> ProducerStateManager:
+        """Parse :meth:`snapshot` bytes. Raises CorruptSnapshotError and nothing else."""
+        if len(data) < SNAPSHOT_HEADER_SIZE:
+            raise CorruptSnapshotError(f"producer snapshot of {len(data)} bytes is too short")
+        magic, version, crc = _SNAPSHOT_HEAD.unpack_from(data, 0)
+        if magic != SNAPSHOT_MAGIC or version != SNAPSHOT_VERSION:
+            raise CorruptSnapshotError(f"not a producer snapshot (magic {magic!r}, version {version})")
+        body = memoryview(data)[SNAPSHOT_HEADER_SIZE:]
+        if _crc32c.crc32c(body) != crc:
+            raise CorruptSnapshotError("producer snapshot CRC mismatch")
+        try:
+            end_offset, producers = cbor2.loads(body)
+            state = cls(_nonneg(end_offset))
+            if len(producers) > PRODUCERS_MAX:
+                raise ValueError(f"{len(producers)} producers")
+            for pid, epoch, last_ts, batches in producers:
+                if len(batches) > BATCHES_RETAINED:
+                    raise ValueError(f"{len(batches)} batches for producer {pid}")
+                entry = ProducerEntry(
+                    _nonneg(pid),
+                    _nonneg(epoch),
+                    [BatchMetadata(*(_nonneg(x) for x in b)) for b in batches],
+                    _int(last_ts),
+                )
+                if pid in state.producers:
+                    raise ValueError(f"producer {pid} twice")
+                state.producers[pid] = entry
+        except CorruptSnapshotError:
+            raise
+        except Exception as e:  # cbor2 and unpacking raise many types on garbage
+            raise CorruptSnapshotError(f"producer snapshot does not parse: {e!r}") from None
+        return state
+
+
+def _int(v) -> int:
+    if type(v) is not int:
+        raise ValueError(f"{v!r} is not an integer")
+    return v
+
+
+def _nonneg(v) -> int:
+    if _int(v) < 0:
+        raise ValueError(f"{v} is negative")
+    return v
+
+
+# --------------------------------------------------------------------------- producer ids
+
+#: Ids a node reserves per AllocateProducerIds record (Kafka: 1000 per block).
+PRODUCER_ID_BLOCK_SIZE = 1000
+
+
+class ProducerIdBlocks:
+    """Hands out producer ids from blocks reserved in the metadata quorum. Pure.
+
+    Interface with the node (cluster mode), per InitProducerId request:
+
+    1. ``pid = blocks.next_id()``; if it returns an id, answer ``(pid, epoch 0)``.
+    2. If it returns None (no block, or the block is used up), propose
+       ``metadata.records.AllocateProducerIds(broker_id, PRODUCER_ID_BLOCK_SIZE)``
+       through the quorum (a replicated write, so the block is durable before any id
+       of it is handed out); the applied ``Result.value`` is the block's first id:
+       ``blocks.add_block(first, PRODUCER_ID_BLOCK_SIZE)`` and retry step 1. Until the
+       write commits, answer COORDINATOR_LOAD_IN_PROGRESS (retriable) or wait.
+    3. ``blocks.wants_prefetch`` turns true when less than 10% of the block is
+       left: propose the next block in the background, so requests rarely wait.
+
+    The quorum's ``next_producer_id`` only grows and survives restarts and controller
+    failover, so an id is never handed out twice; ids of a block a node held when it
+    crashed are simply skipped. A single node without quorum can do the same with a
+    checkpointed counter (advance and fsync the counter before handing out a block).
+    """
+
+    def __init__(self) -> None:
+        self._blocks: list[tuple[int, int]] = []  # (next id, end), at most 2
+        self.prefetch_pending = False
+
+    def add_block(self, first_id: int, count: int) -> None:
+        assert first_id >= 0 and count >= 1
+        assert len(self._blocks) < 2, "at most the current block and one prefetched"
+        self._blocks.append((first_id, first_id + count))
+        self.prefetch_pending = False
+
+    def next_id(self) -> int | None:
+        while self._blocks:
+            nxt, end = self._blocks[0]
+            if nxt < end:
+                self._blocks[0] = (nxt + 1, end)
+                return nxt
+            del self._blocks[0]
+        return None
+
+    @property
+    def remaining(self) -> int:
+        return sum(end - nxt for nxt, end in self._blocks)
+
+    @property
+    def wants_prefetch(self) -> bool:
+        return not self.prefetch_pending and len(self._blocks) < 2 and (
+            self.remaining < PRODUCER_ID_BLOCK_SIZE // 10
+        )
