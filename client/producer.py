@@ -515,12 +515,13 @@ class _ProducerIO:
             isinstance(err, ApiError) and err.retriable
         )
         if retriable and b.attempts <= self.p.retries and time.monotonic() < b.deadline:
-            if isinstance(err, ApiError) and err.code in (
+            if isinstance(err, BrokerNotAvailableError) or isinstance(err, ApiError) and err.code in (
                 ErrorCode.NOT_LEADER_OR_FOLLOWER,
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                 ErrorCode.LEADER_NOT_AVAILABLE,
                 ErrorCode.FENCED_LEADER_EPOCH,
             ):
+                # the leader moved or died: look it up again before the retry
                 self.cluster.topics.pop(b.topic, None)
             b.retry_at = time.monotonic() + self.p.retry_backoff_s
             self.pending.append(b)

@@ -284,6 +284,8 @@ def _partition_change(s: MetadataState, r: R.PartitionChange, term: int):
     isr = tuple(r.isr)
     if not isr or not set(isr) <= set(p.replicas) or len(set(isr)) != len(isr):
         return s, _fail(f"ISR {isr} must be a non-empty subset of replicas {p.replicas}")
+    if any(not _alive(s, b) for b in set(isr) - set(p.isr)):
+        return s, _fail(f"ISR {isr} adds a fenced broker (KIP-841): only live brokers may join")
     if r.leader != -1 and (r.leader not in isr or not _alive(s, r.leader)):
         return s, _fail(f"leader {r.leader} must be an unfenced member of the ISR {isr}")
     if r.leader == -1 and any(_alive(s, b) for b in isr):

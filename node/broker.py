@@ -52,6 +52,8 @@ SERVED_APIS = {
         Api.CREATE_PARTITIONS,
         Api.ALTER_CONFIGS,
         Api.BROKER_HEARTBEAT,
+        Api.OFFSETS_FOR_LEADER_EPOCH,
+        Api.ELECT_LEADERS,
     )
 }
 
@@ -75,6 +77,12 @@ class Broker:
         self._applied_configs: dict[str, dict] = {}
         #: Cluster mode: called with (broker_id, incarnation_id) for each BrokerHeartbeat.
         self.on_heartbeat = None
+        #: Cluster mode: False until this incarnation's registration has committed.
+        self.registered = not self.cluster_mode
+        #: Cluster mode: the follower fetchers (node/fetcher.py), told what to follow.
+        self.fetchers = None
+        #: Cluster mode: pokes the ISR manager (follower progress or metadata changed).
+        self.isr_changed = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -105,15 +113,27 @@ class Broker:
             part = self.partitions.get((name, partition))
             if part is None:
                 path = partition_dir(self.config.data_dir, name, partition)
-                part = Partition(name, partition, PartitionLog.open(path, cfg), p.leader_epoch)
-                # Until replication lands, what the leader appends is committed.
-                part.log.high_watermark = part.log.log_end_offset
+                part = Partition(name, partition, PartitionLog.open(path, cfg), p.leader_epoch,
+                                 node_id=self.config.node_id)
                 self.partitions[(name, partition)] = part
             part.log.config = cfg
-            part.leader_epoch = p.leader_epoch
-            was_leader, part.is_leader = part.is_leader, p.leader == self.config.node_id
-            if was_leader and not part.is_leader:
-                part.wake_waiters()
+            # Until this node's registration commits, its copy of the metadata may be
+            # stale (a restart replays its own journal first): take no role from it.
+            leader = p.leader if self.registered else -1
+            role = part.update_metadata(leader, p.leader_epoch, tuple(p.replicas),
+                                        tuple(p.isr), p.partition_epoch)
+            if role is not None:
+                self.events.info("partition_role", partition=part, role=role,
+                                 leader=p.leader, leader_epoch=p.leader_epoch,
+                                 leo=part.log.log_end_offset, hw=part.high_watermark)
+        if self.fetchers is not None:
+            self.fetchers.update({
+                key: (part.leader_id, part.leader_epoch)
+                for key, part in self.partitions.items()
+                if not part.is_leader and part.leader_id >= 0
+            })
+        if self.isr_changed is not None:
+            self.isr_changed()
 
     def close(self) -> None:
         """Flush and checkpoint every log: durable when it returns."""
@@ -202,17 +222,86 @@ class Broker:
             results.append(self._produce_one(topic, partition, data))
         return {"parts": results}, []
 
-    def _produce_one(self, topic: str, partition: int, data) -> list:
+    def _produce_one(self, topic: str, partition: int, data, acks: int = 1, waits=None) -> list:
         try:
             if topic not in self.store.topics:
                 self._maybe_auto_create(topic)
             part = self.partition(topic, partition)
             cfg = self.log_configs[topic]
+            if acks == -1:
+                min_isr = self.min_insync_replicas(topic)
+                if len(part.isr) < min_isr and part.is_leader:
+                    raise ApiError(
+                        ErrorCode.NOT_ENOUGH_REPLICAS,
+                        f"{part} has {len(part.isr)} in-sync replica(s) {list(part.isr)}; "
+                        f"min.insync.replicas is {min_isr}",
+                    )
             base, last = part.append_as_leader(bytes(data), cfg.max_message_bytes)
-            part.maybe_increment_high_watermark(last + 1)
+            if waits is not None and part.high_watermark <= last:
+                waits.append((part, part.leader_epoch, last, topic, partition))
             return [topic, partition, 0, base, -1, ""]
         except ApiError as e:
             return [topic, partition, int(e.code), -1, -1, e.message]
+
+    def min_insync_replicas(self, topic: str) -> int:
+        info = self.store.topics.get(topic)
+        if info is not None and "min.insync.replicas" in info.config:
+            return self.log_configs[topic].min_insync_replicas
+        return self.config.min_insync_replicas
+
+    async def produce_acks_all(self, req: Request) -> Response:
+        """acks=all: append, then answer once the HW passes every batch (each follower
+        in the ISR holds it), or fail that partition after the request timeout."""
+        parts = req.fields["parts"]
+        try:
+            bodies = split_body(req.body, [p[2] for p in parts])
+        except ValueError as e:
+            raise ApiError(ErrorCode.INVALID_REQUEST, str(e)) from None
+        waits: list = []
+        results = [self._produce_one(t, p, data, -1, waits) for (t, p, _), data in zip(parts, bodies)]
+        if waits:
+            timeout_ms = min(req.fields["timeout_ms"], self.config.request_timeout_ms)
+            deadline = trio.current_time() + timeout_ms / 1000
+            failed = await self._await_high_watermarks(waits, deadline)
+            for i, r in enumerate(results):
+                err = failed.get((r[0], r[1]))
+                if err is not None and r[2] == 0:
+                    results[i] = [r[0], r[1], int(err.code), -1, -1, err.message]
+        return {"parts": results}, []
+
+    async def _await_high_watermarks(self, waits, deadline) -> dict:
+        failed: dict = {}
+        pending = list(waits)
+        while pending:
+            still = []
+            for w in pending:
+                part, epoch, last, topic, partition = w
+                if not part.is_leader or part.leader_epoch != epoch:
+                    failed[(topic, partition)] = ApiError(
+                        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                        f"leadership of {part} changed before the write was replicated; "
+                        "it may or may not be committed")
+                elif part.high_watermark <= last:
+                    still.append(w)
+            pending = still
+            if not pending:
+                break
+            if trio.current_time() >= deadline:
+                for part, _e, last, topic, partition in pending:
+                    failed[(topic, partition)] = ApiError(
+                        ErrorCode.REQUEST_TIMED_OUT,
+                        f"{part}: offset {last} not replicated to the ISR {list(part.isr)} "
+                        f"in time (high watermark {part.high_watermark})")
+                break
+            ev = trio.Event()
+            registered = [w[0] for w in pending if w[0].add_waiter(ev)]
+            try:
+                with trio.move_on_at(deadline):
+                    await ev.wait()
+            finally:
+                for part in registered:
+                    part.remove_waiter(ev)
+        return failed
 
     def _maybe_auto_create(self, topic: str) -> None:
         if not self.config.auto_create_topics_enable:
@@ -226,9 +315,11 @@ class Broker:
         consumer = req.fields["replica_id"] < 0
         budget = req.fields["max_bytes"]
         headers, pieces, total, error = [], [], 0, False
-        for topic, partition, offset, part_max, _epoch in req.fields["parts"]:
+        for topic, partition, offset, part_max, epoch in req.fields["parts"]:
             try:
                 part = self.leader_partition(topic, partition)
+                if epoch >= 0 and epoch != part.leader_epoch:
+                    _epoch_mismatch(part, epoch)
                 log = part.log
                 max_offset = part.high_watermark if consumer else None
                 limit = min(part_max, budget - total) if total else part_max
@@ -267,7 +358,8 @@ class Broker:
             ev = trio.Event()
             parts = [self.partitions.get((t, p)) for t, p, *_ in req.fields["parts"]]
             parts = [p for p in parts if p is not None]
-            registered = [p for p in parts if p.add_waiter(ev)]
+            follower = req.fields["replica_id"] >= 0
+            registered = [p for p in parts if p.add_waiter(ev, leo=follower)]
             try:
                 if len(registered) < len(parts):
                     return {"parts": headers}, pieces
@@ -276,6 +368,33 @@ class Broker:
             finally:
                 for p in registered:
                     p.remove_waiter(ev)
+
+    def on_replica_fetch(self, req: Request) -> None:
+        """A follower's Fetch: record its progress (once per request, before reading)."""
+        replica = req.fields["replica_id"]
+        for topic, partition, offset, _max, epoch in req.fields["parts"]:
+            part = self.partitions.get((topic, partition))
+            if part is None or not part.is_leader or (epoch >= 0 and epoch != part.leader_epoch):
+                continue  # fetch_once answers with the error
+            try:
+                was_in_isr = replica in part.isr
+                part.on_follower_fetch(replica, offset)
+                if not was_in_isr and self.isr_changed is not None:
+                    self.isr_changed()
+            except ApiError:
+                continue
+
+    def offsets_for_leader_epoch(self, req: Request) -> Response:
+        """KIP-101/279: (largest epoch <= requested, its end offset) per partition."""
+        out = []
+        for topic, partition, epoch in req.fields["parts"]:
+            try:
+                part = self.leader_partition(topic, partition)
+                found, end = part.log.end_offset_for_epoch(epoch)
+                out.append([topic, partition, 0, found, end])
+            except ApiError as e:
+                out.append([topic, partition, int(e.code), -1, -1])
+        return {"parts": out}, []
 
     # ------------------------------------------------------------------ offsets
 
@@ -369,6 +488,14 @@ class Broker:
             raise ApiError(ErrorCode.NOT_CONTROLLER, f"the controller is {self.controller_id}")
         return {}, []
 
+    def elect_leaders(self, req: Request) -> Response:
+        """Preferred-leader election: move leadership back to each partition's first
+        replica where it is alive and in the ISR. Blocking (a quorum write)."""
+        wanted = req.fields["parts"]
+        if not self.cluster_mode:
+            return {"results": [[t, p, 0, ""] for t, p in (wanted or [])]}, []
+        return {"results": self.store.elect_preferred(wanted)}, []
+
     def api_versions(self, req: Request) -> Response:
         return {
             "apis": [[int(a), lo, hi] for a, (lo, hi) in sorted(SERVED_APIS.items())],
@@ -387,14 +514,6 @@ class Broker:
                 ErrorCode.INVALID_REPLICATION_FACTOR,
                 f"replication factor {replication_factor} must be between 1 and the "
                 f"{brokers} available broker(s)",
-            )
-        if self.cluster_mode and replication_factor > 1:
-            # Metadata is replicated (Raft) but partition data is not yet: refusing is
-            # better than an ISR that promises copies which do not exist.
-            raise ApiError(
-                ErrorCode.INVALID_REPLICATION_FACTOR,
-                "replication factor above 1 needs partition replication, which this raftlog "
-                "version does not have yet; use replication_factor=1",
             )
         validate_topic_config(config, self.config.log_defaults)
         info = self.store.create(name, partitions, config, replication_factor)
@@ -460,6 +579,14 @@ class Broker:
         return {}, []
 
 
+def _epoch_mismatch(part: Partition, epoch: int):
+    if epoch < part.leader_epoch:
+        raise ApiError(ErrorCode.FENCED_LEADER_EPOCH,
+                       f"{part}: leader epoch {epoch} is older than the current {part.leader_epoch}")
+    raise ApiError(ErrorCode.UNKNOWN_LEADER_EPOCH,
+                   f"{part}: leader epoch {epoch} is newer than this leader's {part.leader_epoch}")
+
+
 def _legal(name: str) -> bool:
     try:
         validate_topic_name(name)
@@ -479,4 +606,6 @@ _SYNC_HANDLERS = {
     Api.CREATE_PARTITIONS: Broker.create_partitions,
     Api.ALTER_CONFIGS: Broker.alter_configs,
     Api.BROKER_HEARTBEAT: Broker.broker_heartbeat,
+    Api.OFFSETS_FOR_LEADER_EPOCH: Broker.offsets_for_leader_epoch,
+    Api.ELECT_LEADERS: Broker.elect_leaders,
 }

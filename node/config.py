@@ -99,6 +99,8 @@ class NodeConfig:
     replica_lag_time_max_ms: int = 10_000
     min_insync_replicas: int = 1
     unclean_leader_election_enable: bool = False
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_ms: int = 10_000
     #: Topic config defaults (``retention.ms`` ...), from ``log.*`` keys.
     log_defaults: dict = field(default_factory=dict)
     #: Test-only fault flags (never set in production configs).
@@ -226,6 +228,10 @@ _NODE_KEYS = {
     "replica.lag.time.max.ms": _set("replica_lag_time_max_ms", lambda k, v: _int(k, v, 10)),
     "min.insync.replicas": _set("min_insync_replicas", lambda k, v: _int(k, v, 1)),
     "unclean.leader.election.enable": _set("unclean_leader_election_enable", _bool),
+    "auto.leader.rebalance.enable": _set("auto_leader_rebalance_enable", _bool),
+    "leader.imbalance.check.interval.ms": _set(
+        "leader_imbalance_check_interval_ms", lambda k, v: _int(k, v, 100)
+    ),
     "test.flags": _set("test_flags", _flags),
 }
 

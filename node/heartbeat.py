@@ -16,7 +16,7 @@ import trio
 
 from raftlog.errors import ApiError, ErrorCode, RemoteProtocolError
 from raftlog.metadata import records as R
-from raftlog.metadata.controller import BrokerLiveness
+from raftlog.metadata.controller import BrokerLiveness, preferred_leader_changes
 from raftlog.metadata.errors import QuorumError
 from raftlog.protocol import Api, ClientConnection
 
@@ -38,6 +38,7 @@ class Heartbeats:
         self.liveness: BrokerLiveness | None = None
         self._stream = None
         self._stream_target = None
+        self._last_balance_ms = _now_ms()
 
     # ------------------------------------------------------------------ controller side
 
@@ -67,6 +68,11 @@ class Heartbeats:
             self.liveness.heartbeat(self.config.node_id, now)
             for record in self._decisions(state, now):
                 await self._propose(record)
+            if (self.config.auto_leader_rebalance_enable
+                    and now - self._last_balance_ms >= self.config.leader_imbalance_check_interval_ms):
+                self._last_balance_ms = now
+                for record in preferred_leader_changes(self.store.quorum.state, self.store.quorum.term):
+                    await self._propose(record)
 
     def _decisions(self, state, now: int) -> list:
         # A broker that registered but never heartbeat (it died at once) must still
@@ -90,7 +96,9 @@ class Heartbeats:
             return
         if result.ok:
             self.events.info("controller_decision", record=type(record).__name__,
-                             broker=getattr(record, "broker_id", ""))
+                             broker=getattr(record, "broker_id", ""),
+                             partition=f"{getattr(record, 'topic', '')}-{getattr(record, 'partition', '')}",
+                             leader=getattr(record, "leader", ""))
 
     # ------------------------------------------------------------------ broker side
 

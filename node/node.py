@@ -61,8 +61,14 @@ class Node:
             async with trio.open_nursery() as nursery:
                 self.address = await nursery.start(self.server.serve)
                 if self.store is not None:
+                    from .fetcher import FetcherManager
                     from .heartbeat import Heartbeats
+                    from .isr import IsrManager
 
+                    self.broker.fetchers = FetcherManager(self.broker, self.events, nursery)
+                    isr = IsrManager(self.broker, self.store, self.events)
+                    self.broker.isr_changed = isr.poke
+                    nursery.start_soon(isr.run)
                     beats = Heartbeats(self, self.store, self.events)
                     self.broker.on_heartbeat = beats.record
                     nursery.start_soon(self._register)
@@ -83,6 +89,7 @@ class Node:
     async def _register(self) -> None:
         await trio.to_thread.run_sync(self.store.register, abandon_on_cancel=True)
         self.events.info("registered", incarnation=self.store.incarnation_id)
+        self.broker.registered = True
         self._reconcile()
 
     async def _every(self, interval_ms: int, fn) -> None:

@@ -1,8 +1,15 @@
 """A partition replica hosted by this node: its log, its role and its waiters.
 
-All methods run on the trio thread. Waiters (long-poll fetches, and later acks=all
-produces) are plain ``trio.Event`` objects registered per partition and woken when
-the high watermark moves -- the purgatory, kept as small as it can be.
+All methods run on the trio thread. Waiters are plain ``trio.Event`` objects
+registered per partition -- the purgatory, kept as small as it can be:
+
+- HW waiters (consumer long-polls, acks=all produces) wake when the high watermark
+  moves or the role changes;
+- LEO waiters (followers' long-polls) wake when the leader appends.
+
+Leadership, the ISR and the epochs come from the committed metadata
+(:meth:`update_metadata`); as leader, follower progress is kept in a pure
+:class:`~raftlog.node.replica.LeaderState`.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ import trio
 from raftlog.errors import ApiError, CorruptRecordError, ErrorCode, StorageError
 from raftlog.log import PartitionLog
 
+from .replica import UNKNOWN, LeaderState
+
 #: Waiters one partition may hold before new long-polls answer at once.
 MAX_WAITERS_PER_PARTITION = 10_000
 
@@ -24,20 +33,111 @@ def partition_dir(data_dir: str, topic: str, partition: int) -> str:
     return os.path.join(data_dir, f"{topic}-{partition}")
 
 
-class Partition:
-    """One replica. ``leader_epoch`` and leadership come from metadata."""
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
 
-    def __init__(self, topic: str, partition: int, log: PartitionLog, leader_epoch: int = 0):
+
+class Partition:
+    """One replica. Leadership, ISR and epochs come from metadata."""
+
+    def __init__(self, topic: str, partition: int, log: PartitionLog, leader_epoch: int = 0,
+                 node_id: int = 0):
         self.topic = topic
         self.partition = partition
         self.log = log
+        self.node_id = node_id
         self.leader_epoch = leader_epoch
+        self.partition_epoch = -1
+        self.leader_id = node_id
+        self.replicas: tuple = (node_id,)
+        self.isr: tuple = (node_id,)
         self.is_leader = True
+        #: as leader: follower progress; None as follower
+        self.leader_state: LeaderState | None = None
+        #: ISR proposed to the controller and not yet committed (None: nothing pending)
+        self.pending_isr: tuple | None = None
         self._waiters: set[trio.Event] = set()
+        self._leo_waiters: set[trio.Event] = set()
 
     @property
     def high_watermark(self) -> int:
         return self.log.high_watermark
+
+    # ------------------------------------------------------------------ metadata
+
+    def update_metadata(self, leader: int, leader_epoch: int, replicas: tuple, isr: tuple,
+                        partition_epoch: int) -> str | None:
+        """Follow committed metadata. Returns "leader" / "follower" when this replica
+        starts a new role (or a new leader epoch), else None."""
+        new_epoch = leader_epoch != self.leader_epoch or self.partition_epoch < 0
+        was_leader = self.is_leader
+        self.replicas, self.isr = tuple(replicas), tuple(isr)
+        if partition_epoch != self.partition_epoch:
+            self.pending_isr = None  # the committed state answers any pending change
+        self.partition_epoch = partition_epoch
+        self.leader_id, self.leader_epoch = leader, leader_epoch
+        self.is_leader = leader == self.node_id
+        if self.is_leader:
+            if new_epoch or not was_leader or self.leader_state is None:
+                # Epoch E starts at the current LEO: OffsetsForLeaderEpoch answers from it.
+                self.log.assign_epoch(leader_epoch, self.log.log_end_offset)
+                self.leader_state = LeaderState(self.node_id, self.replicas, _now_ms())
+                self.wake_waiters()
+                self.wake_leo_waiters()
+                self.maybe_advance_hw()
+                return "leader"
+            self.leader_state.set_replicas(self.replicas, _now_ms())
+            self.maybe_advance_hw()
+            return None
+        self.leader_state = None
+        self.pending_isr = None
+        if was_leader or new_epoch:
+            self.wake_waiters()
+            self.wake_leo_waiters()
+            return "follower"
+        return None
+
+    @property
+    def hw_isr(self) -> tuple:
+        """The ISR the HW is computed over: the committed ISR plus any members being
+        added (Kafka's *maximal* ISR), so a pending change never lowers safety."""
+        if self.pending_isr is None:
+            return self.isr
+        return tuple(set(self.isr) | set(self.pending_isr))
+
+    def maybe_advance_hw(self) -> bool:
+        """As leader: HW = min LEO over the ISR (never moves back)."""
+        if not self.is_leader:
+            return False
+        isr = self.hw_isr
+        if len(isr) == 1 and isr[0] == self.node_id:
+            hw = self.log.log_end_offset
+        elif self.leader_state is None:
+            return False
+        else:
+            hw = self.leader_state.high_watermark(self.log.log_end_offset, isr)
+            if hw == UNKNOWN:
+                return False
+        return self.maybe_increment_high_watermark(hw)
+
+    def on_follower_fetch(self, replica: int, fetch_offset: int) -> None:
+        """A follower fetched at ``fetch_offset``: it holds everything below it.
+
+        Raises:
+            ApiError: NOT_LEADER_OR_FOLLOWER (not the leader, or ``replica`` is not a
+                replica of this partition).
+        """
+        if not self.is_leader or self.leader_state is None:
+            raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"not the leader of {self}")
+        if not self.leader_state.on_fetch(replica, fetch_offset, self.log.log_end_offset, _now_ms()):
+            raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                           f"broker {replica} is not a replica of {self}")
+        self.maybe_advance_hw()
+
+    def set_follower_high_watermark(self, leader_hw: int) -> None:
+        """As follower: HW = min(leader's HW, own LEO). Moves back only by truncation."""
+        hw = min(leader_hw, self.log.log_end_offset)
+        self.maybe_increment_high_watermark(hw)
 
     def append_as_leader(self, data: bytes, max_message_bytes: int) -> tuple[int, int]:
         """Append client batches; the caller answers the producer.
@@ -65,6 +165,8 @@ class Partition:
         except StorageError as e:
             raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR, str(e)) from None
         self.log.maybe_flush(int(time.time() * 1000))
+        self.wake_leo_waiters()
+        self.maybe_advance_hw()
         return base, last
 
     def maybe_increment_high_watermark(self, hw: int) -> bool:
@@ -80,21 +182,31 @@ class Partition:
         for ev in waiters:
             ev.set()
 
-    def add_waiter(self, ev: trio.Event) -> bool:
-        if len(self._waiters) >= MAX_WAITERS_PER_PARTITION:
+    def wake_leo_waiters(self) -> None:
+        if self._leo_waiters:
+            waiters, self._leo_waiters = self._leo_waiters, set()
+            for ev in waiters:
+                ev.set()
+
+    def add_waiter(self, ev: trio.Event, leo: bool = False) -> bool:
+        waiters = self._leo_waiters if leo else self._waiters
+        if len(waiters) >= MAX_WAITERS_PER_PARTITION:
             return False
-        self._waiters.add(ev)
+        waiters.add(ev)
         return True
 
     def remove_waiter(self, ev: trio.Event) -> None:
         self._waiters.discard(ev)
+        self._leo_waiters.discard(ev)
 
     def close(self) -> None:
         self.wake_waiters()
+        self.wake_leo_waiters()
         self.log.close()
 
     def delete(self) -> None:
         self.wake_waiters()
+        self.wake_leo_waiters()
         path = getattr(self.log, "path", None) or getattr(self.log, "dir", None)
         self.log.delete()
         if path and os.path.isdir(path):

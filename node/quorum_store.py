@@ -14,7 +14,12 @@ import uuid
 
 from raftlog.errors import ApiError, ErrorCode
 from raftlog.metadata import records as R
-from raftlog.metadata.controller import PlacementError, place_replicas
+from raftlog.metadata.controller import (
+    PlacementError,
+    alter_partition,
+    place_replicas,
+    preferred_leader_changes,
+)
 from raftlog.metadata.errors import NotControllerError, QuorumTimeoutError
 from raftlog.metadata.quorum import MetadataQuorum
 
@@ -48,11 +53,15 @@ class QuorumTopicStore:
     def topics(self) -> dict[str, TopicInfo]:
         state = self.quorum.state
         if state is not self._cache_state:
+            down = {b.broker_id for b in state.brokers.values() if b.fenced}
             self._cache_topics = {
                 name: TopicInfo(
                     name, t.topic_id, dict(t.configs),
                     tuple(PartitionInfo(p.partition, p.leader, p.leader_epoch, p.replicas, p.isr,
-                                        p.partition_epoch) for p in t.partitions),
+                                        p.partition_epoch,
+                                        tuple(r for r in p.replicas if r in down or
+                                              r not in state.brokers))
+                          for p in t.partitions),
                 )
                 for name, t in state.topics.items()
             }
@@ -106,6 +115,9 @@ class QuorumTopicStore:
             assignments = place_replicas(self.quorum.state, partitions, replication_factor)
         except PlacementError as e:
             raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR, str(e)) from None
+        config = dict(config)
+        if self.config.unclean_leader_election_enable:
+            config.setdefault("unclean.leader.election.enable", "true")
         record = R.CreateTopic(name, uuid.uuid4().hex, assignments, tuple(sorted(config.items())))
         result = self._propose(record)
         if not result.ok:
@@ -128,6 +140,49 @@ class QuorumTopicStore:
             if not result.ok:
                 raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, result.error)
         return self.topics[name]
+
+    def alter_isr(self, topic: str, partition: int, isr: tuple, expected_partition_epoch: int):
+        """AlterPartition: this node, as leader, asks the controller to set the ISR.
+
+        A compare-and-set on the partition epoch, checked again when the record is
+        applied (the controller epoch too): a leader deposed meanwhile, or a change
+        racing another, is rejected. Blocking; returns the applied Result."""
+        state = self.quorum.state
+        try:
+            record = alter_partition(state, topic, partition, self.node_id, tuple(isr),
+                                     expected_partition_epoch, self.quorum.term)
+        except ValueError as e:
+            raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, str(e)) from None
+        return self._propose(record)
+
+    def elect_preferred(self, wanted) -> list:
+        """Propose preferred-leader changes; ``wanted`` None means every partition."""
+        state = self.quorum.state
+        changes = {(c.topic, c.partition): c
+                   for c in preferred_leader_changes(state, self.quorum.term)}
+        if wanted is None:
+            wanted = sorted(changes)
+        out = []
+        for topic, partition in wanted:
+            t = state.topics.get(topic)
+            if t is None or not 0 <= partition < len(t.partitions):
+                out.append([topic, partition, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                            f"unknown partition {topic}-{partition}"])
+                continue
+            change = changes.get((topic, partition))
+            if change is None:
+                p = t.partitions[partition]
+                why = ("already led by its preferred replica" if p.leader == p.replicas[0]
+                       else f"preferred replica {p.replicas[0]} is not alive and in the ISR")
+                out.append([topic, partition, 0, why])
+                continue
+            try:
+                result = self._propose(change)
+                out.append([topic, partition, 0 if result.ok else int(ErrorCode.POLICY_VIOLATION),
+                            "" if result.ok else result.error])
+            except ApiError as e:
+                out.append([topic, partition, int(e.code), e.message])
+        return out
 
     def add_partitions(self, name: str, count: int) -> TopicInfo:
         raise ApiError(ErrorCode.POLICY_VIOLATION,

@@ -48,7 +48,8 @@ MAX_CONNECTIONS = 4096
 #: Requests handled from one connection before yielding to others (fairness).
 MAX_REQUESTS_PER_TURN = 256
 #: Admin APIs that write through the metadata quorum in cluster mode.
-QUORUM_WRITE_APIS = frozenset({Api.CREATE_TOPICS, Api.DELETE_TOPICS, Api.ALTER_CONFIGS, Api.CREATE_PARTITIONS})
+QUORUM_WRITE_APIS = frozenset({Api.CREATE_TOPICS, Api.DELETE_TOPICS, Api.ALTER_CONFIGS,
+                               Api.CREATE_PARTITIONS, Api.ELECT_LEADERS})
 #: File slices smaller than this are read and coalesced instead of sendfile'd.
 SENDFILE_MIN_BYTES = 64 * 1024
 
@@ -224,6 +225,10 @@ class Server:
         try:
             if req.api == Api.FETCH:
                 header, pieces = await self._fetch(req, out, sock)
+            elif req.api == Api.PRODUCE and req.fields["acks"] == -1:
+                if out.pieces:  # about to wait for replication: send earlier answers first
+                    await out.flush(sock)
+                header, pieces = await self.broker.produce_acks_all(req)
             elif self.broker.cluster_mode and req.api in QUORUM_WRITE_APIS:
                 # a Raft commit takes milliseconds (seconds without a quorum): not on the loop
                 header, pieces = await trio.to_thread.run_sync(self.broker.handle_sync, req)
@@ -254,6 +259,8 @@ class Server:
                 out.add_slice(p)
 
     async def _fetch(self, req, out: Outbox, sock):
+        if req.fields["replica_id"] >= 0:
+            self.broker.on_replica_fetch(req)
         headers, pieces, total, error = self.broker.fetch_once(req)
         if error or total >= req.fields["min_bytes"] or req.fields["max_wait_ms"] == 0:
             return {"parts": headers}, pieces

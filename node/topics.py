@@ -32,10 +32,8 @@ class PartitionInfo:
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     partition_epoch: int = 0
-
-    @property
-    def offline_replicas(self) -> tuple[int, ...]:
-        return ()
+    #: replicas on fenced (or unregistered) brokers
+    offline_replicas: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

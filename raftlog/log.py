@@ -400,6 +400,21 @@ class PartitionLog:
             self.epochs = [(e, o) for e, o in self.epochs if o < self.log_end_offset]
             self.checkpoint()
 
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every record and restart the log empty at ``offset`` (a follower whose
+        log end fell below the leader's log start, after retention). Durable on return."""
+        assert offset >= 0, offset
+        with self._lock:
+            for seg in self.segments:
+                seg.delete()
+            self.segments = [LogSegment(self.path, offset, self.config.index_interval_bytes)]
+            self._bases = [offset]
+            self.log_start_offset = self._high_watermark = self.recovery_point = offset
+            self.epochs = []
+            self._truncations += 1
+            self._dir_dirty = True
+            self.checkpoint()
+
     # ------------------------------------------------------------------ leader epochs
 
     def assign_epoch(self, epoch: int, start_offset: int) -> None:

@@ -63,7 +63,7 @@ def test_cluster_metadata_failover_and_restart(cluster):
     admin = Admin(cluster[1].bootstrap)
     admin.create_topic("events", partitions=3, replication_factor=1)
     with pytest.raises(ApiError) as e:
-        admin.create_topic("replicated", partitions=1, replication_factor=3)
+        admin.create_topic("too-replicated", partitions=1, replication_factor=4)
     assert e.value.code == ErrorCode.INVALID_REPLICATION_FACTOR
     # every node answers Metadata from its own copy, and the copies agree
     views = _until(lambda: (v := [_view(n) for n in cluster]) and all(x == v[0] for x in v) and v)

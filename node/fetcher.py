@@ -1,0 +1,268 @@
+"""Follower replication: one fetcher task per leader broker (cluster mode).
+
+Every partition this node follows is assigned to the fetcher of its current leader.
+Before fetching a partition in a new leader epoch, the fetcher truncates any
+divergent tail (KIP-101/279): it asks the leader for the end offset of the largest
+epoch <= its own latest epoch (OffsetsForLeaderEpoch) and cuts its log there. Then it
+long-polls Fetch with ``replica_id`` = this node and its log end offset, appends what
+arrives with :meth:`PartitionLog.append_as_follower` (offsets and epochs kept, CRC
+checked), and takes the high watermark from the response.
+
+Bounded: one request in flight per leader, ``FETCH_MAX_BYTES`` per response,
+``PARTITION_MAX_BYTES`` per partition; failures back off (``BACKOFF_S``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import trio
+
+from raftlog.errors import (
+    ApiError,
+    CorruptRecordError,
+    ErrorCode,
+    RemoteProtocolError,
+    StorageError,
+)
+from raftlog.protocol import Api, ClientConnection
+
+FETCH_MAX_WAIT_MS = 500
+FETCH_MAX_BYTES = 16 * 1024 * 1024
+PARTITION_MAX_BYTES = 4 * 1024 * 1024
+REQUEST_TIMEOUT_S = 10.0
+BACKOFF_S = 0.2
+#: Errors that mean "this node's metadata is behind or ahead of the leader's": wait.
+_WAIT_FOR_METADATA = {
+    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.FENCED_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.LEADER_NOT_AVAILABLE,
+}
+
+
+@dataclass(eq=False)
+class FollowState:
+    """One followed partition as one fetcher sees it."""
+
+    leader_id: int
+    leader_epoch: int
+    truncated: bool = False
+    retry_at: float = 0.0
+
+
+class FetcherManager:
+    """Keeps one :class:`LeaderFetcher` per leader that this node follows a partition of."""
+
+    def __init__(self, broker, events, nursery):
+        self.broker = broker
+        self.events = events
+        self.nursery = nursery
+        self.fetchers: dict[int, LeaderFetcher] = {}
+        self.follows: dict[tuple, FollowState] = {}
+
+    def update(self, wanted: dict) -> None:
+        """``wanted``: {(topic, partition): (leader_id, leader_epoch)}. Trio thread."""
+        for key in [k for k in self.follows if k not in wanted]:
+            del self.follows[key]
+        for key, (leader, epoch) in wanted.items():
+            st = self.follows.get(key)
+            if st is None or (st.leader_id, st.leader_epoch) != (leader, epoch):
+                self.follows[key] = FollowState(leader, epoch)  # truncate again first
+        by_leader: dict[int, dict] = {}
+        for key, st in self.follows.items():
+            by_leader.setdefault(st.leader_id, {})[key] = st
+        for leader, fetcher in list(self.fetchers.items()):
+            fetcher.assign(by_leader.get(leader, {}))
+            if not fetcher.partitions:
+                fetcher.cancel()
+                del self.fetchers[leader]
+        for leader, parts in by_leader.items():
+            if leader not in self.fetchers:
+                fetcher = LeaderFetcher(self.broker, leader, self.events)
+                fetcher.assign(parts)
+                self.fetchers[leader] = fetcher
+                self.nursery.start_soon(fetcher.run)
+
+    def lag(self) -> dict:
+        return {k: (st.leader_id, st.truncated) for k, st in self.follows.items()}
+
+
+class LeaderFetcher:
+    def __init__(self, broker, leader_id: int, events):
+        self.broker = broker
+        self.leader_id = leader_id
+        self.events = events
+        self.partitions: dict[tuple, FollowState] = {}
+        self.scope = trio.CancelScope()
+        self._stream = None
+        self._proto: ClientConnection | None = None
+        self._changed = trio.Event()
+
+    def assign(self, parts: dict) -> None:
+        if set(parts) != set(self.partitions) or any(
+                self.partitions.get(k) is not v for k, v in parts.items()):
+            self._changed.set()
+        self.partitions = dict(parts)
+
+    def cancel(self) -> None:
+        self.scope.cancel()
+
+    # ------------------------------------------------------------------ loop
+
+    async def run(self) -> None:
+        self.events.info("replica_fetcher_started", leader=self.leader_id,
+                         partitions=len(self.partitions))
+        with self.scope:
+            try:
+                while self.partitions:
+                    try:
+                        await self._round()
+                    except (OSError, trio.TooSlowError, RemoteProtocolError, ApiError,
+                            trio.BrokenResourceError, trio.ClosedResourceError) as e:
+                        self.events.warning("replica_fetch_failed", leader=self.leader_id,
+                                            error=repr(e))
+                        await self._close()
+                        await trio.sleep(BACKOFF_S)
+                    except Exception as e:  # a bug of ours: log it, never take the node down
+                        self.events.error("replica_fetcher_error", leader=self.leader_id,
+                                          error=repr(e))
+                        await self._close()
+                        await trio.sleep(1.0)
+            finally:
+                await self._close()
+
+    async def _round(self) -> None:
+        now = trio.current_time()
+        ready = {k: st for k, st in self.partitions.items()
+                 if st.retry_at <= now and k in self.broker.partitions}
+        if not ready:
+            self._changed = trio.Event()
+            with trio.move_on_after(BACKOFF_S):
+                await self._changed.wait()
+            return
+        await self._connect()
+        todo = [k for k, st in ready.items() if not st.truncated]
+        if todo:
+            await self._truncate(todo, ready)
+        parts = []
+        for key, st in ready.items():
+            part = self.broker.partitions.get(key)
+            if st.truncated and part is not None and not part.is_leader:
+                parts.append([key[0], key[1], part.log.log_end_offset, PARTITION_MAX_BYTES,
+                              st.leader_epoch])
+        if not parts:
+            return
+        header, body = await self._call(Api.FETCH, {
+            "replica_id": self.broker.config.node_id, "max_wait_ms": FETCH_MAX_WAIT_MS,
+            "min_bytes": 1, "max_bytes": FETCH_MAX_BYTES, "parts": parts},
+            timeout_s=REQUEST_TIMEOUT_S + FETCH_MAX_WAIT_MS / 1000)
+        pos = 0
+        for (topic, partition, err, hw, log_start, n, msg), sent in zip(header["parts"], parts):
+            data = body[pos:pos + n]
+            pos += n
+            key = (topic, partition)
+            st = ready.get(key)
+            if st is None or self.partitions.get(key) is not st:
+                continue  # reassigned while the fetch was in flight
+            part = self.broker.partitions.get(key)
+            if part is None or part.is_leader:
+                continue
+            if err:
+                self._on_error(key, st, part, ErrorCode(err), msg, sent[2], log_start)
+                continue
+            if n:
+                try:
+                    part.log.append_as_follower(data)
+                except CorruptRecordError as e:
+                    # overlap (a stale view of our end) or bad bytes: re-check the epochs
+                    self.events.warning("replica_append_rejected", partition=part, error=str(e))
+                    st.truncated = False
+                    st.retry_at = trio.current_time() + BACKOFF_S
+                    continue
+                except StorageError as e:
+                    self.events.error("replica_append_failed", partition=part, error=str(e))
+                    st.retry_at = trio.current_time() + 1.0
+                    continue
+                part.log.maybe_flush()
+            if hw >= 0:
+                part.set_follower_high_watermark(hw)
+
+    def _on_error(self, key, st: FollowState, part, err: ErrorCode, msg: str,
+                  fetch_offset: int, leader_log_start: int) -> None:
+        if err == ErrorCode.OFFSET_OUT_OF_RANGE:
+            if 0 <= leader_log_start and fetch_offset < leader_log_start:
+                self.events.warning("replica_reset", partition=part, start=leader_log_start)
+                part.log.truncate_fully_and_start_at(leader_log_start)
+            else:
+                st.truncated = False  # ahead of the leader: truncate by epoch again
+        elif err not in _WAIT_FOR_METADATA:
+            self.events.warning("replica_fetch_error", partition=part, error=err.name, message=msg)
+        st.retry_at = trio.current_time() + BACKOFF_S
+
+    async def _truncate(self, keys: list, ready: dict) -> None:
+        """OffsetsForLeaderEpoch for ``keys``, then cut each log at the divergence."""
+        asks = []
+        for key in keys:
+            part = self.broker.partitions.get(key)
+            if part is not None:
+                asks.append([key[0], key[1], part.log.latest_epoch])
+        if not asks:
+            return
+        header, _ = await self._call(Api.OFFSETS_FOR_LEADER_EPOCH, {
+            "replica_id": self.broker.config.node_id, "parts": asks}, timeout_s=REQUEST_TIMEOUT_S)
+        for topic, partition, err, epoch, end in header["parts"]:
+            key = (topic, partition)
+            st, part = ready.get(key), self.broker.partitions.get(key)
+            if st is None or self.partitions.get(key) is not st or part is None or part.is_leader:
+                continue
+            if err:
+                if ErrorCode(err) not in _WAIT_FOR_METADATA:
+                    self.events.warning("epoch_query_failed", partition=part,
+                                        error=ErrorCode(err).name)
+                st.retry_at = trio.current_time() + BACKOFF_S
+                continue
+            log = part.log
+            if epoch < 0:
+                cut = part.high_watermark  # no common epoch known: keep what was committed
+            elif epoch == log.latest_epoch:
+                cut = min(end, log.log_end_offset)
+            else:
+                cut = min(end, log.end_offset_for_epoch(epoch)[1])
+            if cut < log.log_end_offset:
+                self.events.warning("replica_truncated", partition=part, from_offset=cut,
+                                    leo=log.log_end_offset, leader_epoch=epoch)
+                log.truncate_to(max(cut, 0))
+            st.truncated = True
+
+    # ------------------------------------------------------------------ I/O
+
+    async def _connect(self) -> None:
+        if self._stream is not None:
+            return
+        broker = self.broker.store.quorum.state.brokers.get(self.leader_id)
+        if broker is None or not broker.listeners:
+            raise OSError(f"leader {self.leader_id} has no known address")
+        host, port = broker.listeners[0]
+        with trio.fail_after(REQUEST_TIMEOUT_S):
+            self._stream = await trio.open_tcp_stream(host, port)
+        self._proto = ClientConnection(max_in_flight=1)
+
+    async def _call(self, api: Api, fields: dict, timeout_s: float):
+        _, data = self._proto.send_request(api, fields)
+        with trio.fail_after(timeout_s):
+            await self._stream.send_all(data)
+            while (frame := self._proto.next_response()) is None:
+                chunk = await self._stream.receive_some(1 << 20)
+                if not chunk:
+                    raise OSError(f"leader {self.leader_id} closed the connection")
+                self._proto.receive_data(chunk)
+        if frame.header.get("error"):
+            raise ApiError(ErrorCode(frame.header["error"]), frame.header.get("message", ""))
+        return frame.header, frame.body
+
+    async def _close(self) -> None:
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            await trio.aclose_forcefully(stream)

@@ -1,0 +1,80 @@
+"""The leader's ISR duty (cluster mode): shrink and expand, always through the controller.
+
+Every ``ISR_CHECK_S`` (or at once when a follower catches up) each partition this
+node leads is checked: ISR followers not caught up within ``replica.lag.time.max.ms``
+are proposed for removal, out-of-sync followers that reached the high watermark
+for addition. A change is an AlterPartition, a compare-and-set on the partition
+epoch committed through the metadata quorum; the partition uses the new ISR only
+when the committed record comes back (``Partition.update_metadata``). While a
+change is pending, the HW is computed over the union of the old and new ISR.
+One proposal per partition at a time; proposals run one after another.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from raftlog.errors import ApiError
+
+from .partition import _now_ms
+from .replica import proposed_isr
+
+ISR_CHECK_S = 0.25
+
+
+class IsrManager:
+    def __init__(self, broker, store, events):
+        self.broker = broker
+        self.store = store
+        self.events = events
+        self.max_lag_ms = broker.config.replica_lag_time_max_ms
+        self._poke = trio.Event()
+
+    def poke(self) -> None:
+        self._poke.set()
+
+    async def run(self) -> None:
+        while True:
+            with trio.move_on_after(ISR_CHECK_S):
+                await self._poke.wait()
+            self._poke = trio.Event()
+            for part, isr in self.changes(_now_ms()):
+                await self._propose(part, isr)
+
+    def changes(self, now_ms: int) -> list:
+        out = []
+        for part in list(self.broker.partitions.values()):
+            st = part.leader_state
+            if not part.is_leader or st is None or part.pending_isr is not None:
+                continue
+            remove = st.lagging(part.isr, now_ms, self.max_lag_ms)
+            start = next((o for e, o in part.log.epochs if e == part.leader_epoch), 0)
+            add = st.caught_up(part.isr, part.high_watermark, start, now_ms, self.max_lag_ms)
+            if not remove and not add:
+                continue
+            isr = proposed_isr(part.replicas, part.isr, remove, add)
+            if part.node_id in isr and isr != part.isr:
+                out.append((part, isr))
+        return out
+
+    async def _propose(self, part, isr: tuple) -> None:
+        if part.pending_isr is not None or not part.is_leader:
+            return
+        part.pending_isr = isr
+        epoch, old = part.partition_epoch, list(part.isr)
+        try:
+            result = await trio.to_thread.run_sync(
+                self.store.alter_isr, part.topic, part.partition, isr, epoch,
+                abandon_on_cancel=True)
+            ok, why = result.ok, result.error
+        except ApiError as e:
+            ok, why = False, e.message
+        if ok:
+            self.events.info("isr_change", partition=part, old=old, new=list(isr),
+                             partition_epoch=epoch + 1)
+        else:
+            self.events.warning("isr_change_rejected", partition=part, wanted=list(isr),
+                                error=why)
+            if part.partition_epoch == epoch and part.pending_isr == isr:
+                part.pending_isr = None
+                part.maybe_advance_hw()

@@ -1,0 +1,105 @@
+"""Leader-side replica bookkeeping, pure: follower log end offsets, ISR health, HW.
+
+The partition leader owns one :class:`LeaderState` per partition. Followers report
+their log end offset (LEO) implicitly: a Fetch at offset ``o`` means the follower
+holds every record below ``o``. From that the leader derives
+
+- the high watermark: the minimum LEO over the ISR (the leader's own included);
+- which ISR members fell behind for longer than ``replica.lag.time.max.ms``
+  (Kafka's *last caught-up time* rule: a follower is caught up at a fetch when it
+  asked for the leader's LEO at that moment, or when it asked for at least the LEO
+  the leader had at the follower's previous fetch, so a follower that keeps up with
+  a continuous stream is never considered lagging);
+- which out-of-sync replicas have caught up and may rejoin the ISR.
+
+Nothing here changes the ISR: the leader proposes a change to the controller
+(a compare-and-set on the partition epoch) and applies it only once committed.
+Time is an argument; there is no clock inside.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+UNKNOWN = -1
+
+
+@dataclass(slots=True)
+class FollowerState:
+    leo: int = UNKNOWN
+    last_caught_up_ms: int = 0
+    last_fetch_ms: int = 0
+    last_fetch_leader_leo: int = UNKNOWN
+
+
+class LeaderState:
+    """Bookkeeping of one partition led by ``leader_id`` for one leader epoch."""
+
+    def __init__(self, leader_id: int, replicas: tuple, now_ms: int):
+        self.leader_id = leader_id
+        # Every follower gets a full lag window from the moment leadership starts.
+        self.followers: dict[int, FollowerState] = {
+            r: FollowerState(last_caught_up_ms=now_ms) for r in replicas if r != leader_id
+        }
+
+    def set_replicas(self, replicas: tuple, now_ms: int) -> None:
+        for r in replicas:
+            if r != self.leader_id and r not in self.followers:
+                self.followers[r] = FollowerState(last_caught_up_ms=now_ms)
+        for r in [r for r in self.followers if r not in replicas]:
+            del self.followers[r]
+
+    def on_fetch(self, replica: int, fetch_offset: int, leader_leo: int, now_ms: int) -> bool:
+        """Record a follower's fetch. False if ``replica`` is not a follower of this
+        partition (the caller answers with an error)."""
+        f = self.followers.get(replica)
+        if f is None:
+            return False
+        if fetch_offset >= leader_leo:
+            f.last_caught_up_ms = now_ms
+        elif f.last_fetch_leader_leo != UNKNOWN and fetch_offset >= f.last_fetch_leader_leo:
+            f.last_caught_up_ms = max(f.last_caught_up_ms, f.last_fetch_ms)
+        f.leo = min(fetch_offset, leader_leo)
+        f.last_fetch_ms = now_ms
+        f.last_fetch_leader_leo = leader_leo
+        return True
+
+    def high_watermark(self, leader_leo: int, isr) -> int:
+        """min LEO over ``isr``; UNKNOWN while an ISR follower has not fetched yet."""
+        hw = leader_leo
+        for r in isr:
+            if r == self.leader_id:
+                continue
+            f = self.followers.get(r)
+            if f is None or f.leo == UNKNOWN:
+                return UNKNOWN
+            hw = min(hw, f.leo)
+        return hw
+
+    def lagging(self, isr, now_ms: int, max_lag_ms: int) -> list[int]:
+        """ISR followers not caught up within ``max_lag_ms``: candidates to remove."""
+        out = []
+        for r in isr:
+            f = self.followers.get(r)
+            if r != self.leader_id and f is not None and now_ms - f.last_caught_up_ms > max_lag_ms:
+                out.append(r)
+        return out
+
+    def caught_up(self, isr, high_watermark: int, epoch_start_offset: int, now_ms: int,
+                  max_lag_ms: int) -> list[int]:
+        """Out-of-ISR followers that are fetching (a fetch within ``max_lag_ms``) and
+        whose LEO reached the HW and the start of the current leader epoch (so they
+        have truncated any divergent tail): candidates to add. A follower that died
+        keeps its last LEO, so the recent fetch is what tells the living apart."""
+        need = max(high_watermark, epoch_start_offset)
+        return sorted(
+            r for r, f in self.followers.items()
+            if r not in isr and f.leo != UNKNOWN and f.leo >= need
+            and now_ms - f.last_fetch_ms <= max_lag_ms
+        )
+
+
+def proposed_isr(replicas: tuple, isr: tuple, remove=(), add=()) -> tuple:
+    """The new ISR in replica order: ``isr`` minus ``remove`` plus ``add``."""
+    want = (set(isr) - set(remove)) | set(add)
+    return tuple(r for r in replicas if r in want)

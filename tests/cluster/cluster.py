@@ -1,0 +1,98 @@
+"""A local cluster of real node processes for the cluster tests."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from raftlog.client import Admin
+from raftlog.config import LogConfig
+from raftlog.log import PartitionLog
+
+from ..conftest import NodeProcess, free_ports
+
+SESSION_MS = 2000
+
+
+class LocalCluster:
+    def __init__(self, tmp_path, n: int = 3, **extra):
+        ports = free_ports(2 * n)
+        voters = ",".join(f"{i}@127.0.0.1:{ports[n + i - 1]}" for i in range(1, n + 1))
+        settings = {"controller.quorum.voters": voters, "raft.password": "test-secret",
+                    "broker.session.timeout.ms": str(SESSION_MS),
+                    "broker.heartbeat.interval.ms": "200",
+                    "replica.lag.time.max.ms": "3000",
+                    "leader.imbalance.check.interval.ms": "1000"}
+        settings.update({k.replace("_", "."): str(v) for k, v in extra.items()})
+        self.nodes = [NodeProcess(str(tmp_path / f"node-{i}"), ports[i - 1], node_id=i,
+                                  extra=dict(settings)) for i in range(1, n + 1)]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes)
+
+    def start(self) -> LocalCluster:
+        for n in self.nodes:
+            n.start()
+        until(lambda: self._all_registered(), timeout_s=30)
+        return self
+
+    def _all_registered(self) -> bool:
+        with self.admin() as a:
+            brokers = a.describe_cluster().brokers
+        return len(brokers) == len(self.nodes) and not any(b.fenced for b in brokers)
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            n.stop()
+
+    def node(self, node_id: int) -> NodeProcess:
+        return self.nodes[node_id - 1]
+
+    def alive(self) -> list[NodeProcess]:
+        return [n for n in self.nodes if n.proc is not None and n.proc.poll() is None]
+
+    def admin(self, via: NodeProcess | None = None) -> Admin:
+        targets = [via] if via else self.alive()
+        return Admin(",".join(n.bootstrap for n in targets))
+
+    def partition(self, topic: str, partition: int = 0, via: NodeProcess | None = None):
+        with self.admin(via) as a:
+            return a.describe_topic(topic).partitions[partition]
+
+    def wait_isr(self, topic: str, partition: int, isr: set, timeout_s: float = 30.0,
+                 via: NodeProcess | None = None):
+        """Wait until ``via`` (default: any live node) reports this ISR. A node that has
+        just restarted answers from its own, possibly stale, copy: pass ``via``."""
+        return until(lambda: (p := self.partition(topic, partition, via)) and set(p.isr) == isr
+                     and p.leader in isr and p, timeout_s=timeout_s)
+
+    def read_replica(self, node_id: int, topic: str, partition: int = 0) -> list:
+        """Every record of one replica's log, read from its files (node stopped)."""
+        path = os.path.join(self.node(node_id).data_dir, f"{topic}-{partition}")
+        log = PartitionLog.open(path, LogConfig())
+        try:
+            out, offset = [], log.log_start_offset
+            while offset < log.log_end_offset:
+                recs = log.read_records(offset, 1 << 20)
+                if not recs:
+                    break
+                out += [(r.offset, r.key, r.value) for r in recs]
+                offset = recs[-1].offset + 1
+            return out
+        finally:
+            log.close()
+
+
+def until(fn, timeout_s: float = 15.0, interval_s: float = 0.1):
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = fn()
+            if last:
+                return last
+        except Exception as e:  # nodes may be electing or restarting
+            last = e
+        time.sleep(interval_s)
+    raise AssertionError(f"condition not met in {timeout_s}s: {last!r}")
