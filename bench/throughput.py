@@ -2,9 +2,11 @@
 
     python bench/throughput.py [--bootstrap HOST:PORT] [--json] [--n 200000] [--acks 1]
                                [--mode send_many|send] [--rate 1000] [--secs 10]
-                               [--replication-factor 1]
+                               [--replication-factor 1] [--nodes 1]
 
-Without --bootstrap it starts its own node in a temp dir. Workloads (100-byte records):
+Without --bootstrap it starts its own node (or ``--nodes N``: a local N-node cluster with a
+Raft metadata quorum, all on this machine) in a temp dir. Issue #6's figures:
+``--nodes 3 --replication-factor 3 --acks all``. Workloads (100-byte records):
 1. produce N records and wait for every ack (this process);
 2. consume them all from offset 0 (a separate process);
 3. end-to-end latency at --rate records/s for --secs seconds: a producer process stamps
@@ -55,6 +57,34 @@ def start_node() -> tuple[subprocess.Popen, str, str]:
             time.sleep(0.05)
     proc.kill()
     raise SystemExit("node did not start")
+
+
+def start_cluster(n: int) -> tuple[list, str, str]:
+    """N real node processes, every one a voter, on loopback."""
+    d = tempfile.mkdtemp(prefix="raftlog-bench-")
+    ports = [_free_port() for _ in range(2 * n)]
+    voters = ",".join(f"{i}@127.0.0.1:{ports[n + i - 1]}" for i in range(1, n + 1))
+    procs = []
+    for i in range(1, n + 1):
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "raftlog.node", "--node-id", str(i), "--port", str(ports[i - 1]),
+             "--data-dir", os.path.join(d, f"node-{i}"),
+             "--set", f"controller.quorum.voters={voters}", "--set", "raft.password=bench"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    bootstrap = ",".join(f"127.0.0.1:{p}" for p in ports[:n])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with Admin(bootstrap) as a:
+                brokers = a.describe_cluster().brokers
+            if len(brokers) == n and not any(b.fenced for b in brokers):
+                return procs, bootstrap, d
+        except Exception:
+            pass
+        time.sleep(0.2)
+    for p in procs:
+        p.kill()
+    raise SystemExit("cluster did not start")
 
 
 def produce(bootstrap: str, topic: str, n: int, acks, mode: str) -> dict:
@@ -170,7 +200,9 @@ def run(args) -> dict:
     admin = Admin(args.bootstrap)
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     admin.create_topic(topic, partitions=1, replication_factor=args.replication_factor)
+    _wait_full_isr(admin, topic, args.replication_factor)
     result = {
+        "nodes": args.nodes,
         "n": args.n,
         "acks": args.acks,
         "mode": args.mode,
@@ -183,6 +215,7 @@ def run(args) -> dict:
 
     lat_topic = topic + "-lat"
     admin.create_topic(lat_topic, partitions=1, replication_factor=args.replication_factor)
+    _wait_full_isr(admin, lat_topic, args.replication_factor)
     ready = tempfile.mktemp(prefix="raftlog-bench-ready-")
     cons = _child(args, "latency-consumer", lat_topic, ["--ready", ready])
     deadline = time.monotonic() + 30
@@ -197,6 +230,19 @@ def run(args) -> dict:
     return result
 
 
+def _wait_full_isr(admin, topic: str, rf: int) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            p = admin.describe_topic(topic).partitions[0]
+            if len(p.isr) == rf and p.leader >= 0:
+                return
+        except Exception:
+            pass
+        time.sleep(0.1)
+    raise SystemExit(f"{topic}: the ISR did not fill up")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -209,6 +255,7 @@ def main() -> None:
     ap.add_argument("--rate", type=int, default=1000)
     ap.add_argument("--secs", type=float, default=10)
     ap.add_argument("--replication-factor", type=int, default=1)
+    ap.add_argument("--nodes", type=int, default=1, help="start a local cluster of N nodes")
     ap.add_argument("--role", help=argparse.SUPPRESS)
     ap.add_argument("--topic", help=argparse.SUPPRESS)
     ap.add_argument("--ready", help=argparse.SUPPRESS)
@@ -216,15 +263,21 @@ def main() -> None:
     if args.role:
         _run_role(args)
         return
-    node = None
+    nodes = []
     if not args.bootstrap:
-        node, args.bootstrap, data_dir = start_node()
+        if args.nodes > 1:
+            nodes, args.bootstrap, data_dir = start_cluster(args.nodes)
+        else:
+            node, args.bootstrap, data_dir = start_node()
+            nodes = [node]
     try:
         res = run(args)
     finally:
-        if node is not None:
+        for node in nodes:
             node.terminate()
+        for node in nodes:
             node.wait(30)
+        if nodes:
             shutil.rmtree(data_dir, ignore_errors=True)
     if args.json:
         print(json.dumps(res))
@@ -245,12 +298,26 @@ TABLE = [
 ]
 
 
+#: Issue #6: 3 nodes, replication factor 3, acks=all.
+TABLE_REPLICATED = [
+    ("produce_rec_s", "produce rec/s", 250_000, ">="),
+    ("produce_mb_s", "produce MB/s", None, ">="),
+    ("consume_rec_s", "consume rec/s", 800_000, ">="),
+    ("consume_mb_s", "consume MB/s", None, ">="),
+    ("lat_p50_ms", "latency p50 ms", 1.5, "<="),
+    ("lat_p99_ms", "latency p99 ms", 4, "<="),
+    ("lat_p999_ms", "latency p99.9 ms", None, "<="),
+    ("lat_max_ms", "latency max ms", None, "<="),
+]
+
+
 def print_table(res: dict) -> None:
     print(
-        f"n={res['n']} acks={res['acks']} mode={res['mode']} replication_factor={res['replication_factor']}"
+        f"nodes={res['nodes']} n={res['n']} acks={res['acks']} mode={res['mode']} "
+        f"replication_factor={res['replication_factor']}"
     )
     print(f"{'metric':<18} {'measured':>14} {'target':>12}")
-    for key, label, target, op in TABLE:
+    for key, label, target, op in TABLE_REPLICATED if res["replication_factor"] > 1 else TABLE:
         v = res[key]
         shown = f"{v:,.0f}" if v >= 1000 else f"{v:.3f}"
         goal = "" if target is None else f"{op} {target:,}"

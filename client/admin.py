@@ -148,6 +148,15 @@ class Admin:
             },
         )
 
+    def elect_leaders(self, partitions=None) -> list[tuple]:
+        """Preferred-leader election: give each partition back to its first replica
+        where that replica is alive and in the ISR. ``partitions``: iterable of
+        (topic, partition) or TopicPartition; None means all. Returns
+        [(topic, partition, error_code, message)]; code 0 includes "nothing to do"."""
+        parts = None if partitions is None else [[tp[0], tp[1]] for tp in partitions]
+        h = self._call(Api.ELECT_LEADERS, {"parts": parts})
+        return [tuple(r) for r in h["results"]]
+
     def create_partitions(self, topic: str, count: int) -> None:
         """Grow ``topic`` to ``count`` partitions."""
         self._call(Api.CREATE_PARTITIONS, {"topic": topic, "count": count})

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from raftlog.errors import RaftlogError
+from raftlog.errors import ErrorCode, RaftlogError
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -192,9 +192,14 @@ def _print_topic(d, as_json: bool) -> None:
 
 
 def cmd_cluster(args) -> int:
+    if args.action == "elect-leaders":
+        return _elect_leaders(args)
     with _admin(args) as admin:
         c = admin.describe_cluster()
         topics = [admin.describe_topic(t) for t in admin.list_topics()]
+    parts = [p for t in topics for p in t.partitions]
+    under = sum(p.under_replicated for p in parts)
+    offline = sum(p.offline for p in parts)
     if args.json:
         print(
             json.dumps(
@@ -213,12 +218,15 @@ def cmd_cluster(args) -> int:
                             "replicas": list(p.replicas),
                             "isr": list(p.isr),
                             "leader_epoch": p.leader_epoch,
+                            "offline_replicas": list(p.offline_replicas),
                             "under_replicated": p.under_replicated,
                             "offline": p.offline,
                         }
                         for t in topics
                         for p in t.partitions
                     ],
+                    "under_replicated": under,
+                    "offline": offline,
                 }
             )
         )
@@ -226,9 +234,35 @@ def cmd_cluster(args) -> int:
     print(f"cluster {c.cluster_id}  controller {c.controller_id}")
     for b in c.brokers:
         print(f"  broker {b.id}  {b.host}:{b.port}  {'FENCED' if b.fenced else 'active'}")
+    print(f"partitions {len(parts)}  under-replicated {under}  offline {offline}")
+    for t in topics:
+        for p in t.partitions:
+            if p.under_replicated or p.offline:
+                state = "OFFLINE" if p.offline else "UNDER-REPLICATED"
+                print(f"  {state:<16} {t.name}-{p.partition}  leader {p.leader}  "
+                      f"replicas {list(p.replicas)}  isr {list(p.isr)}  "
+                      f"offline replicas {list(p.offline_replicas)}")
     for t in topics:
         _print_topic(t, False)
     return 0
+
+
+def _elect_leaders(args) -> int:
+    wanted = None
+    if args.topic:
+        wanted = [(args.topic, p) for p in (args.partition if args.partition else [])] or None
+    with _admin(args) as admin:
+        if args.topic and wanted is None:
+            wanted = [(args.topic, p.partition) for p in admin.describe_topic(args.topic).partitions]
+        results = admin.elect_leaders(wanted)
+    failed = 0
+    for topic, partition, code, message in results:
+        ok = code == 0
+        failed += not ok
+        print(f"{topic}-{partition}: {'ok' if ok else ErrorCode(code).name} {message}".rstrip())
+    if not results:
+        print("every partition is led by its preferred replica")
+    return 1 if failed else 0
 
 
 # --------------------------------------------------------------------------- produce / consume
@@ -472,8 +506,13 @@ def build_parser() -> argparse.ArgumentParser:
     topics.set_defaults(fn=cmd_topics)
 
     cluster = with_bootstrap(sub.add_parser("cluster", help="cluster status"))
-    cluster.add_argument("action", choices=["status"])
+    cluster.add_argument("action", choices=["status", "elect-leaders"],
+                         help="status: brokers, partitions, under-replicated and offline ones; "
+                              "elect-leaders: give partitions back to their preferred replica")
     cluster.add_argument("--json", action="store_true")
+    cluster.add_argument("--topic", help="elect-leaders: only this topic")
+    cluster.add_argument("--partition", type=int, action="append",
+                         help="elect-leaders: only this partition (repeatable)")
     cluster.set_defaults(fn=cmd_cluster)
 
     produce = with_bootstrap(sub.add_parser("produce", help="stdin lines -> records"))

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -26,6 +29,14 @@ def cluster(tmp_path):
             if n.proc is not None and n.proc.poll() is None:
                 os.kill(n.proc.pid, signal.SIGCONT)
         c.stop()
+
+
+def cluster_status(via) -> dict:
+    """`raftlog cluster status --json`, run as a user would."""
+    out = subprocess.run([sys.executable, "-m", "raftlog.client.cli", "cluster", "status", "--json",
+                          "--bootstrap-server", via.bootstrap],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    return json.loads(out)
 
 
 def offset_ranges(log) -> list:
@@ -107,6 +118,9 @@ def test_leader_sigkill_under_acks_all_load_loses_nothing(cluster):
     new = until(lambda: (p := cluster.partition("load")).leader not in (-1, old.leader) and p,
                 timeout_s=30)
     assert new.leader_epoch > old.leader_epoch
+    assert new.offline_replicas == (old.leader,)
+    status = cluster_status(cluster.node(new.leader))
+    assert status["under_replicated"] >= 1 and status["offline"] == 0
     until(lambda: len(acked) > before_kill + 200, timeout_s=60)  # the producer resumed
     stop.set()
     t.join(60)
@@ -118,6 +132,10 @@ def test_leader_sigkill_under_acks_all_load_loses_nothing(cluster):
     # the killed node returns, truncates what it must, and ends identical to the others
     victim.start()
     cluster.wait_isr("load", 0, {1, 2, 3}, timeout_s=60, via=cluster.node(new.leader))
+    # back in the ISR, the preferred replica leads again (automatic balancing)
+    until(lambda: cluster.partition("load", 0, cluster.node(new.leader)).leader == old.replicas[0],
+          timeout_s=30)
+    assert cluster_status(cluster.node(new.leader))["under_replicated"] == 0
     cluster.stop()
     logs = [cluster.read_replica(i, "load") for i in (1, 2, 3)]
     assert logs[0] == logs[1] == logs[2], [offset_ranges(x) for x in logs]
