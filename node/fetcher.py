@@ -32,6 +32,8 @@ FETCH_MAX_BYTES = 16 * 1024 * 1024
 PARTITION_MAX_BYTES = 4 * 1024 * 1024
 REQUEST_TIMEOUT_S = 10.0
 BACKOFF_S = 0.2
+#: One socket read (a larger request would allocate that much per read)
+RECV_BYTES = 256 * 1024
 #: Errors that mean "this node's metadata is behind or ahead of the leader's": wait.
 _WAIT_FOR_METADATA = {
     ErrorCode.NOT_LEADER_OR_FOLLOWER,
@@ -254,7 +256,7 @@ class LeaderFetcher:
         with trio.fail_after(timeout_s):
             await self._stream.send_all(data)
             while (frame := self._proto.next_response()) is None:
-                chunk = await self._stream.receive_some(1 << 20)
+                chunk = await self._stream.receive_some(RECV_BYTES)
                 if not chunk:
                     raise OSError(f"leader {self.leader_id} closed the connection")
                 self._proto.receive_data(chunk)
