@@ -56,6 +56,16 @@ class CreateTopic:
 
 
 @dataclass(frozen=True, slots=True)
+class CreatePartitions:
+    """Grow a topic: ``assignments`` holds the replicas of each new partition, which
+    are numbered from ``expected_count`` on (a compare-and-set on the current count)."""
+
+    topic: str
+    expected_count: int
+    assignments: tuple
+
+
+@dataclass(frozen=True, slots=True)
 class DeleteTopic:
     name: str
 
@@ -110,6 +120,7 @@ RECORD_TYPES = {
         UnfenceBroker,
         UnregisterBroker,
         CreateTopic,
+        CreatePartitions,
         DeleteTopic,
         PartitionChange,
         ConfigChange,

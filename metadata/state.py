@@ -246,6 +246,30 @@ def _create_topic(s: MetadataState, r: R.CreateTopic, term: int):
     return replace(s, topics=topics), OK
 
 
+def _create_partitions(s: MetadataState, r: R.CreatePartitions, term: int):
+    t = s.topics.get(r.topic)
+    if t is None:
+        return s, _fail(f"topic {r.topic!r} does not exist")
+    if len(t.partitions) != r.expected_count:
+        return s, _fail(f"topic {r.topic!r} has {len(t.partitions)} partitions, "
+                        f"not the expected {r.expected_count}")
+    if not r.assignments:
+        return s, _fail("no partitions to add")
+    parts = list(t.partitions)
+    for replicas in r.assignments:
+        replicas = tuple(replicas)
+        i = len(parts)
+        if not replicas or len(set(replicas)) != len(replicas):
+            return s, _fail(f"partition {i}: replicas {replicas} must be non-empty and distinct")
+        if any(b not in s.brokers for b in replicas):
+            return s, _fail(f"partition {i}: replicas {replicas} name an unregistered broker")
+        leader = next((b for b in replicas if _alive(s, b)), -1)
+        parts.append(Partition(i, replicas, replicas, leader))
+    topics = dict(s.topics)
+    topics[r.topic] = replace(t, partitions=tuple(parts))
+    return replace(s, topics=topics), OK
+
+
 def _delete_topic(s: MetadataState, r: R.DeleteTopic, term: int):
     if r.name not in s.topics:
         return s, _fail(f"topic {r.name!r} does not exist")
@@ -320,6 +344,7 @@ _HANDLERS = {
     R.UnfenceBroker: _unfence,
     R.UnregisterBroker: _unregister,
     R.CreateTopic: _create_topic,
+    R.CreatePartitions: _create_partitions,
     R.DeleteTopic: _delete_topic,
     R.ConfigChange: _config_change,
     R.PartitionChange: _partition_change,

@@ -185,8 +185,19 @@ class QuorumTopicStore:
         return out
 
     def add_partitions(self, name: str, count: int) -> TopicInfo:
-        raise ApiError(ErrorCode.POLICY_VIOLATION,
-                       "adding partitions to a topic is not supported in cluster mode yet")
+        info = self.topics.get(name)
+        if info is None:
+            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        have = len(info.partitions)
+        rf = len(info.partitions[0].replicas) if info.partitions else 1
+        try:
+            assignments = place_replicas(self.quorum.state, count - have, rf)
+        except PlacementError as e:
+            raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR, str(e)) from None
+        result = self._propose(R.CreatePartitions(name, have, assignments))
+        if not result.ok:
+            raise ApiError(ErrorCode.INVALID_PARTITIONS, result.error)
+        return self.topics[name]
 
     def close(self) -> None:
         self.quorum.close()

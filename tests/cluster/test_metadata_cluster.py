@@ -131,3 +131,34 @@ def test_dead_broker_is_fenced_and_returns(cluster):
     victim.start()
     _until(lambda: not {b.id: b.fenced for b in Admin(watcher.bootstrap).describe_cluster().brokers}[victim.node_id]
            and -1 not in {p.leader for p in Admin(watcher.bootstrap).describe_topic("t").partitions})
+
+
+def test_wrong_password_voter_stays_out_and_topics_grow(tmp_path):
+    """A voter configured with the wrong Raft password never joins (nor disturbs) the
+    quorum; the two others are a majority and keep working. CreatePartitions goes
+    through the quorum in cluster mode."""
+    from .cluster import LocalCluster, until
+
+    c = LocalCluster(tmp_path, 3)
+    c.node(3).extra["raft.password"] = "not-the-secret"
+    try:
+        for n in c.nodes:
+            n.start()
+        first_two = c.admin(c.node(1))
+        until(lambda: {b.id for b in first_two.describe_cluster().brokers if not b.fenced} == {1, 2},
+              timeout_s=30)
+        time.sleep(2)  # node 3 kept trying meanwhile
+        assert {b.id for b in first_two.describe_cluster().brokers} == {1, 2}
+        first_two.create_topic("grow", partitions=1, replication_factor=2)
+        first_two.create_partitions("grow", 3)
+        parts = until(lambda: (d := first_two.describe_topic("grow").partitions) and len(d) == 3
+                      and all(p.leader in (1, 2) for p in d) and d)
+        assert all(sorted(p.replicas) == [1, 2] for p in parts)
+        with pytest.raises(ApiError) as e:
+            first_two.create_partitions("grow", 2)
+        assert e.value.code == ErrorCode.INVALID_PARTITIONS
+        with Producer(c.node(1).bootstrap, acks="all") as p:
+            assert p.send("grow", b"x", partition=2).result(30).offset == 0
+        first_two.close()
+    finally:
+        c.stop()

@@ -31,6 +31,16 @@ _record = st.one_of(
     ),
     st.builds(R.DeleteTopic, TOPICS),
     st.builds(
+        R.CreatePartitions,
+        TOPICS,
+        st.integers(0, 4),
+        st.lists(
+            st.lists(BROKERS, min_size=1, max_size=3, unique=True).map(tuple),
+            min_size=1,
+            max_size=2,
+        ).map(tuple),
+    ),
+    st.builds(
         R.PartitionChange,
         TOPICS,
         st.integers(0, 2),
@@ -113,6 +123,32 @@ def _cluster(n=3):
     s, res = apply(s, R.CreateTopic("t", "tid", ((1, 2, 3), (2, 3, 1))), term=1)
     assert res.ok
     return s
+
+
+def test_create_partitions_is_a_compare_and_set_on_the_count():
+    s = _cluster()
+    s2, res = apply(s, R.CreatePartitions("t", 2, ((3, 1, 2),)), term=1)
+    assert res.ok and [p.partition for p in s2.topics["t"].partitions] == [0, 1, 2]
+    p2 = s2.topics["t"].partitions[2]
+    assert (p2.leader, p2.isr, p2.leader_epoch) == (3, (3, 1, 2), 0)
+    _, res = apply(s2, R.CreatePartitions("t", 2, ((1,),)), term=1)  # stale count
+    assert not res.ok
+    _, res = apply(s, R.CreatePartitions("t", 2, ((9,),)), term=1)  # unknown broker
+    assert not res.ok
+    check_invariants(s2)
+
+
+def test_isr_cannot_add_a_fenced_broker():
+    s = _cluster()
+    s, _ = apply(s, R.FenceBroker(3), term=2)
+    p0 = s.topics["t"].partitions[0]
+    assert 3 not in p0.isr
+    _, res = apply(s, R.PartitionChange("t", 0, p0.leader, (1, 2, 3), p0.partition_epoch, 2), term=2)
+    assert not res.ok and "fenced" in res.error
+    s, _ = apply(s, R.UnfenceBroker(3), term=2)
+    p0 = s.topics["t"].partitions[0]
+    _, res = apply(s, R.PartitionChange("t", 0, p0.leader, (1, 2, 3), p0.partition_epoch, 2), term=2)
+    assert res.ok
 
 
 def test_fencing_moves_leadership_within_the_isr():
