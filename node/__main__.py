@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from raftlog.errors import ConfigError
+from raftlog.errors import ApiError, ConfigError
 
 from .config import NODE_CONFIG_KEYS, NodeConfig
 
@@ -70,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except OSError as e:
         print(f"raftlog node: cannot start: {e}", file=sys.stderr)
+        return 1
+    except ApiError as e:  # e.g. the metadata quorum never answered the registration
+        print(f"raftlog node: cannot join the cluster: {e.message}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # a second signal during shutdown: logs are already closed
         return 0

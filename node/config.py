@@ -96,6 +96,7 @@ class NodeConfig:
     raft_password: str | None = None
     broker_session_timeout_ms: int = 6000
     broker_heartbeat_interval_ms: int = 1000
+    broker_registration_timeout_ms: int = 60_000
     replica_lag_time_max_ms: int = 10_000
     min_insync_replicas: int = 1
     unclean_leader_election_enable: bool = False
@@ -224,6 +225,9 @@ _NODE_KEYS = {
     "broker.session.timeout.ms": _set("broker_session_timeout_ms", lambda k, v: _int(k, v, 100)),
     "broker.heartbeat.interval.ms": _set(
         "broker_heartbeat_interval_ms", lambda k, v: _int(k, v, 10)
+    ),
+    "broker.registration.timeout.ms": _set(
+        "broker_registration_timeout_ms", lambda k, v: _int(k, v, 100)
     ),
     "replica.lag.time.max.ms": _set("replica_lag_time_max_ms", lambda k, v: _int(k, v, 10)),
     "min.insync.replicas": _set("min_insync_replicas", lambda k, v: _int(k, v, 1)),

@@ -26,8 +26,7 @@ from raftlog.metadata.quorum import MetadataQuorum
 from .config import NodeConfig
 from .topics import PartitionInfo, TopicInfo
 
-#: Attempts to register this broker at start (one per REGISTER_BACKOFF_S).
-REGISTER_ATTEMPTS = 120
+#: Pause between registration attempts (bounded by broker.registration.timeout.ms).
 REGISTER_BACKOFF_S = 0.5
 PROPOSE_TIMEOUT_S = 5.0
 
@@ -97,8 +96,9 @@ class QuorumTopicStore:
         host, port = self.config.advertised
         records = [R.RegisterBroker(self.node_id, self.incarnation_id, ((host, port),)),
                    R.UnfenceBroker(self.node_id, self.incarnation_id)]
+        deadline = time.monotonic() + self.config.broker_registration_timeout_ms / 1000
         for record in records:
-            for _ in range(REGISTER_ATTEMPTS):
+            while time.monotonic() < deadline:
                 try:
                     if self._propose(record).ok:
                         break
@@ -106,7 +106,14 @@ class QuorumTopicStore:
                     pass
                 time.sleep(REGISTER_BACKOFF_S)
             else:
-                raise ApiError(ErrorCode.REQUEST_TIMED_OUT, "could not register with the metadata quorum")
+                voters = ",".join(f"{i}@{h}:{p}" for i, (h, p) in
+                                  sorted(self.config.controller_quorum_voters.items()))
+                raise ApiError(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"could not register with the metadata quorum in "
+                    f"{self.config.broker_registration_timeout_ms / 1000:g}s: no majority of the voters "
+                    f"{voters} answered (are they running, reachable, and is raft.password the "
+                    f"same on every node?)")
 
     def create(self, name: str, partitions: int, config: dict, replication_factor: int = 1) -> TopicInfo:
         if name in self.topics:

@@ -162,3 +162,16 @@ def test_wrong_password_voter_stays_out_and_topics_grow(tmp_path):
         first_two.close()
     finally:
         c.stop()
+
+
+def test_unreachable_peers_stop_the_node_with_one_clear_line(tmp_path):
+    ports = free_ports(4)
+    voters = f"1@127.0.0.1:{ports[1]},2@127.0.0.1:{ports[2]},3@127.0.0.1:{ports[3]}"
+    n = NodeProcess(str(tmp_path / "lonely"), ports[0], node_id=1,
+                    extra={"controller.quorum.voters": voters, "raft.password": "s",
+                           "broker.registration.timeout.ms": "1500"})
+    n.start()
+    assert n.proc.wait(60) == 1
+    last = n.log_text().strip().splitlines()[-1]
+    assert last.startswith("raftlog node: cannot join the cluster: could not register")
+    assert voters in last
