@@ -1,0 +1,364 @@
+"""Pure checkers over a history and a final log (no I/O, no sockets).
+
+A history is a list of operation dicts, as recorded by :mod:`raftlog.jepsen.history`:
+
+``{"index": i, "type": "invoke"|"ok"|"fail"|"info", "process": p, "f": f, "value": v,
+"time": ns}`` (monotonic nanoseconds since the start of the run). Every completion
+(ok / fail / info) follows its invocation by the same process; a process has at most
+one operation open at a time. ``info`` means indeterminate (it may or may not have
+happened). Operations of the queue workload:
+
+- ``send``: value ``[key, v]`` (key names a topic-partition, e.g. ``"jepsen-0"``; v is an
+  int unique over the run); its ok completion carries ``"offset": o``.
+- ``poll``: invoke value None; ok value ``{key: [[offset, v], ...]}``.
+- ``assign``: ok value ``{"keys": [...], "positions": {key: offset}}``; a new consumer
+  whose next poll starts at ``positions[key]`` (absent key: from the beginning).
+
+The final log is ``{key: [[offset, v], ...]}``: every partition read from the start to
+its high watermark after the run, with fresh clients.
+
+Every checker returns ``{anomaly name: [example, ...]}`` (only non-empty lists).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+
+#: Examples kept per anomaly type in results (counts are kept in full).
+MAX_EXAMPLES = 20
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def pairs(history: list[dict]) -> list[tuple[dict, dict | None]]:
+    """(invoke, completion) for every invocation; completion None if the run ended first."""
+    open_: dict = {}
+    out: list[list] = []
+    for op in history:
+        if op["type"] == "invoke":
+            slot = [op, None]
+            open_[op["process"]] = slot
+            out.append(slot)
+        else:
+            slot = open_.pop(op["process"], None)
+            if slot is not None:
+                slot[1] = op
+    return [(a, b) for a, b in out]
+
+
+def final_index(final: dict) -> dict:
+    """{key: {offset: value}} and {key: {value: [offsets]}} of the final log."""
+    by_offset: dict = {}
+    by_value: dict = {}
+    for key, recs in final.items():
+        bo = by_offset.setdefault(key, {})
+        bv = by_value.setdefault(key, defaultdict(list))
+        for o, v in recs:
+            bo[o] = v
+            bv[v].append(o)
+    return {"by_offset": by_offset, "by_value": by_value}
+
+
+def _add(out: dict, name: str, example) -> None:
+    out.setdefault(name, []).append(example)
+
+
+def merge(*results: dict) -> dict:
+    out: dict = {}
+    for r in results:
+        for k, v in r.items():
+            out.setdefault(k, []).extend(v)
+    return out
+
+
+def sends(history: list[dict]) -> list[tuple[dict, dict | None]]:
+    return [(i, c) for i, c in pairs(history) if i["f"] == "send"]
+
+
+def polls(history: list[dict]):
+    """(process, key, offset, value, op) for every record an ok poll returned."""
+    for op in history:
+        if op["f"] == "poll" and op["type"] == "ok":
+            for key, recs in (op.get("value") or {}).items():
+                for o, v in recs:
+                    yield op["process"], key, o, v, op
+
+
+# ----------------------------------------------------------------------------- checkers
+
+
+def check_lost(history: list[dict], final: dict) -> dict:
+    """An acknowledged send missing from the final log, or found at another offset."""
+    idx = final_index(final)
+    out: dict = {}
+    for _inv, comp in sends(history):
+        if comp is None or comp["type"] != "ok":
+            continue
+        key, v = comp["value"]
+        o = comp.get("offset")
+        offsets = idx["by_value"].get(key, {}).get(v, [])
+        if not offsets:
+            _add(out, "lost", {"key": key, "value": v, "offset": o, "index": comp["index"]})
+        elif o is not None and o not in offsets:
+            _add(out, "lost", {"key": key, "value": v, "offset": o, "final_offsets": offsets,
+                               "index": comp["index"], "reason": "at another offset"})
+    return out
+
+
+def check_offsets(history: list[dict], final: dict) -> dict:
+    """inconsistent-offsets: one (key, offset) with two values, over acknowledged sends,
+    polls and the final log. duplicate: one value at two offsets (final log or polls)."""
+    seen: dict = defaultdict(lambda: defaultdict(set))  # key -> offset -> {values}
+    where: dict = defaultdict(lambda: defaultdict(set))  # key -> value -> {offsets}
+    for _inv, comp in sends(history):
+        if comp is not None and comp["type"] == "ok" and comp.get("offset") is not None:
+            key, v = comp["value"]
+            seen[key][comp["offset"]].add(v)
+            where[key][v].add(comp["offset"])
+    for _p, key, o, v, _op in polls(history):
+        seen[key][o].add(v)
+        where[key][v].add(o)
+    for key, recs in final.items():
+        for o, v in recs:
+            seen[key][o].add(v)
+            where[key][v].add(o)
+    out: dict = {}
+    for key in sorted(seen):
+        for o in sorted(seen[key]):
+            vals = seen[key][o]
+            if len(vals) > 1:
+                _add(out, "inconsistent-offsets", {"key": key, "offset": o,
+                                                   "values": sorted(vals, key=repr)})
+    for key in sorted(where):
+        for v, offs in where[key].items():
+            if len(offs) > 1:
+                _add(out, "duplicate", {"key": key, "value": v, "offsets": sorted(offs)})
+    return out
+
+
+def check_aborted_read(history: list[dict], final: dict | None = None) -> dict:
+    """A poll returned a value whose send definitely failed."""
+    failed = {}
+    for _inv, comp in sends(history):
+        if comp is not None and comp["type"] == "fail":
+            failed[tuple(comp["value"])] = comp["index"]
+    out: dict = {}
+    for p, key, o, v, op in polls(history):
+        if (key, v) in failed:
+            _add(out, "aborted-read", {"key": key, "offset": o, "value": v, "process": p,
+                                       "poll_index": op["index"], "send_index": failed[(key, v)]})
+    return out
+
+
+def check_read_committed(history: list[dict], final: dict) -> dict:
+    """read-not-committed: a poll returned a record that is not in the final log at
+    that offset (it was later lost, or the read saw data beyond what survived)."""
+    idx = final_index(final)["by_offset"]
+    out: dict = {}
+    for p, key, o, v, op in polls(history):
+        fo = idx.get(key, {})
+        if o not in fo:
+            _add(out, "read-not-committed", {"key": key, "offset": o, "value": v, "process": p,
+                                             "index": op["index"]})
+        elif fo[o] != v:
+            _add(out, "read-not-committed", {"key": key, "offset": o, "value": v, "process": p,
+                                             "index": op["index"], "final_value": fo[o]})
+    return out
+
+
+def check_polls(history: list[dict], final: dict) -> dict:
+    """For each consumer process, between assigns: offsets returned per key must strictly
+    increase (nonmonotonic-poll) and must not jump over offsets present in the final log
+    (skipping-poll). After an assign with a position, the first record read must be the
+    first final-log record at or after that position."""
+    offsets = {k: sorted(o for o, _ in recs) for k, recs in final.items()}
+    last: dict = {}  # (process, key) -> last offset delivered (or position - 1)
+    out: dict = {}
+    for op in history:
+        if op["type"] != "ok":
+            continue
+        p = op["process"]
+        if op["f"] == "assign":
+            for k in list(last):
+                if k[0] == p:
+                    del last[k]
+            for key, pos in ((op.get("value") or {}).get("positions") or {}).items():
+                last[(p, key)] = pos - 1
+            continue
+        if op["f"] != "poll":
+            continue
+        for key, recs in (op.get("value") or {}).items():
+            for o, v in recs:
+                prev = last.get((p, key))
+                if prev is not None and o <= prev:
+                    _add(out, "nonmonotonic-poll", {"process": p, "key": key, "prev": prev,
+                                                    "offset": o, "value": v, "index": op["index"]})
+                else:
+                    lo = -1 if prev is None else prev
+                    fo = offsets.get(key, [])
+                    i = bisect.bisect_right(fo, lo)
+                    if i < len(fo) and fo[i] < o:
+                        _add(out, "skipping-poll", {"process": p, "key": key, "prev": prev,
+                                                    "offset": o, "skipped": fo[i:bisect.bisect_left(fo, o)][:10],
+                                                    "index": op["index"]})
+                last[(p, key)] = max(o, last.get((p, key), -1))
+    return out
+
+
+def check_nonmonotonic_send(history: list[dict], final: dict | None = None) -> dict:
+    """A send invoked after another send to the same key completed ok must get a higher
+    offset (real-time order; this covers each process's own order too)."""
+    events: dict = defaultdict(list)  # key -> [(time, kind, op)]
+    for inv, comp in sends(history):
+        if comp is None or comp["type"] != "ok" or comp.get("offset") is None:
+            continue
+        key = comp["value"][0]
+        # completion before invocation at equal times: order by (time, 0=complete, 1=invoke)
+        events[key].append((inv["time"], 1, inv["index"], comp))
+        events[key].append((comp["time"], 0, comp["index"], comp))
+    out: dict = {}
+    for key, evs in events.items():
+        evs.sort(key=lambda e: (e[0], e[1], e[2]))
+        best: dict | None = None  # completed op with the highest offset so far
+        floor: dict = {}  # comp index -> best completed op when it was invoked
+        for _t, kind, _i, comp in evs:
+            if kind == 1:
+                floor[comp["index"]] = best
+            else:
+                b = floor.get(comp["index"])
+                if b is not None and comp["offset"] <= b["offset"]:
+                    _add(out, "nonmonotonic-send", {
+                        "key": key, "earlier": {"value": b["value"][1], "offset": b["offset"],
+                                                "index": b["index"]},
+                        "later": {"value": comp["value"][1], "offset": comp["offset"],
+                                  "index": comp["index"]}})
+                if best is None or comp["offset"] > best["offset"]:
+                    best = comp
+    return out
+
+
+def check_exactly_once(history: list[dict], final: dict) -> dict:
+    """Idempotent workload: every acknowledged value exactly once in the final log; an
+    indeterminate (info) or failed one at most once."""
+    idx = final_index(final)["by_value"]
+    out: dict = {}
+    for inv, comp in sends(history):
+        key, v = inv["value"]
+        n = len(idx.get(key, {}).get(v, []))
+        t = comp["type"] if comp else "info"
+        if n > 1:
+            _add(out, "duplicate", {"key": key, "value": v, "count": n, "type": t})
+        elif n == 0 and t == "ok":
+            _add(out, "lost", {"key": key, "value": v, "index": comp["index"]})
+        elif n == 1 and t == "fail":
+            _add(out, "aborted-write", {"key": key, "value": v, "index": comp["index"]})
+    return out
+
+
+def check_groups(history: list[dict], final: dict) -> dict:
+    """Groups workload. ``commit`` ops: value ``{"group": g, "key": k, "offset": o}``.
+    committed-offset-regression: a commit acknowledged after another acknowledged commit
+    of the same (group, key) completed, with a lower offset. unprocessed: a final-log
+    record below the last committed offset of a group that no member of that group polled
+    (members are the processes whose ``poll`` ops carry ``"group": g``)."""
+    out: dict = {}
+    commits: dict = defaultdict(list)
+    for inv, comp in pairs(history):
+        if inv["f"] == "commit" and comp is not None and comp["type"] == "ok":
+            v = inv["value"]
+            commits[(v["group"], v["key"])].append((inv, comp))
+    last_committed: dict = {}
+    for gk, ops in commits.items():
+        ops.sort(key=lambda p: p[1]["time"])
+        for j, (inv, comp) in enumerate(ops):
+            for inv0, comp0 in ops[:j]:
+                if comp0["time"] < inv["time"] and inv["value"]["offset"] < inv0["value"]["offset"]:
+                    _add(out, "committed-offset-regression", {
+                        "group": gk[0], "key": gk[1], "earlier": inv0["value"]["offset"],
+                        "later": inv["value"]["offset"], "index": comp["index"]})
+                    break
+        last_committed[gk] = max(inv["value"]["offset"] for inv, _ in ops)
+    seen: dict = defaultdict(set)  # (group, key) -> {values}
+    for op in history:
+        if op["f"] == "poll" and op["type"] == "ok" and op.get("group") is not None:
+            for key, recs in (op.get("value") or {}).items():
+                for _o, v in recs:
+                    seen[(op["group"], key)].add(v)
+    for (g, key), upto in last_committed.items():
+        for o, v in final.get(key, []):
+            if o < upto and v not in seen[(g, key)]:
+                _add(out, "unprocessed", {"group": g, "key": key, "offset": o, "value": v})
+    return out
+
+
+def check_leaders(observations: list[dict]) -> dict:
+    """Leader safety: at most one leader per (key, leader epoch). An observation is
+    ``{"key": k, "epoch": e, "leader": node_id, "node": who_reported, "time": ns}``."""
+    by: dict = defaultdict(dict)
+    for ob in observations:
+        if ob.get("leader") is None or ob["leader"] < 0:
+            continue
+        by[(ob["key"], ob["epoch"])].setdefault(ob["leader"], ob)
+    out: dict = {}
+    for (key, epoch), leaders in sorted(by.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+        if len(leaders) > 1:
+            _add(out, "multiple-leaders", {"key": key, "epoch": epoch,
+                                           "leaders": sorted(leaders),
+                                           "reported_by": {str(ld): ob.get("node")
+                                                           for ld, ob in leaders.items()}})
+    return out
+
+
+def check_liveness(history: list[dict], final: dict, final_reads: dict | None) -> dict:
+    """After healing, the final read of every key must reach past every acknowledged
+    offset. ``final_reads``: {key: {"reached": bool, "hw": int, "seconds": float}}."""
+    out: dict = {}
+    max_acked: dict = {}
+    for _inv, comp in sends(history):
+        if comp is not None and comp["type"] == "ok" and comp.get("offset") is not None:
+            k = comp["value"][0]
+            max_acked[k] = max(max_acked.get(k, -1), comp["offset"])
+    for key, o in sorted(max_acked.items()):
+        info = (final_reads or {}).get(key)
+        hw = info.get("hw", -1) if info else max((x for x, _ in final.get(key, [])), default=-1) + 1
+        if info is not None and not info.get("reached", True):
+            _add(out, "final-read-incomplete", {"key": key, **info})
+        if hw <= o:
+            _add(out, "unreachable-acked-offset", {"key": key, "max_acked_offset": o, "hw": hw})
+    return out
+
+
+# ----------------------------------------------------------------------------- suites
+
+#: anomaly types reported but not counted against validity, per workload.
+ALLOWED = {
+    # the queue workload's producer has no sequence numbers yet: a retry whose first
+    # attempt was written duplicates the record (Kafka without idempotence does too)
+    "queue": {"duplicate"},
+    "metadata": {"stale-describe"},
+}
+
+
+def check_queue(history: list[dict], final: dict, final_reads: dict | None = None,
+                observations: list[dict] | None = None) -> dict:
+    return merge(
+        check_lost(history, final),
+        check_offsets(history, final),
+        check_aborted_read(history, final),
+        check_read_committed(history, final),
+        check_polls(history, final),
+        check_nonmonotonic_send(history, final),
+        check_liveness(history, final, final_reads),
+        check_leaders(observations or []),
+    )
+
+
+def summarize(anomalies: dict, workload: str) -> tuple[bool, dict, dict]:
+    """(valid, anomalies with at most MAX_EXAMPLES each, counts)."""
+    allowed = ALLOWED.get(workload, set())
+    counts = {k: len(v) for k, v in anomalies.items() if v}
+    valid = not any(k not in allowed for k in counts)
+    trimmed = {k: v[:MAX_EXAMPLES] for k, v in anomalies.items() if v}
+    return valid, trimmed, counts
