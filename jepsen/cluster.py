@@ -1,0 +1,319 @@
+"""Real node processes, each on its own loopback address, and the network between them.
+
+Node i (1-based) listens on ``SUBNET.(i+1)`` for clients and Raft. The subnet is a /24 of
+127/8 chosen per run, so two runs on one machine never share addresses or rules.
+
+Network faults (:class:`IptablesNet`): each node runs in its own cgroup v2 group; an
+iptables nat rule gives the node's outgoing connections inside the subnet its own
+address as source (by default every loopback connection comes from 127.0.0.1), so the
+receiver sees who is talking; a DROP rule in OUTPUT matching (cgroup of node a,
+destination address of node b) then stops every packet a sends to b, on connections
+either side opened. One such rule per blocked direction gives isolations, bridges,
+majority/minority splits and one-way partitions. The harness's own clients are in no
+node cgroup and keep reaching every node (as Jepsen's clients do). All rules live in two
+chains named after the run and are removed on heal and at exit.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+CGROUP_ROOT = "/sys/fs/cgroup/unified"
+
+
+def pick_subnet() -> str:
+    pid = os.getpid()
+    return f"127.{100 + (pid >> 8) % 100}.{pid % 256}"
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class Node:
+    def __init__(self, cluster: Cluster, node_id: int):
+        self.cluster = cluster
+        self.id = node_id
+        self.host = f"{cluster.subnet}.{node_id + 1}"
+        self.port = free_port(self.host)
+        self.raft_port = free_port(self.host)
+        self.data_dir = os.path.join(cluster.base_dir, f"node-{node_id}")
+        self.config_path = os.path.join(self.data_dir, "server.properties")
+        self.log_path = os.path.join(self.data_dir, "node.log")
+        self.proc: subprocess.Popen | None = None
+        self.paused = False
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def write_config(self) -> None:
+        os.makedirs(self.data_dir, exist_ok=True)
+        c = self.cluster
+        props = {
+            "node.id": self.id,
+            "listeners": f"{self.host}:{self.port}",
+            "log.dirs": self.data_dir,
+            "controller.quorum.voters": ",".join(
+                f"{n.id}@{n.host}:{n.raft_port}" for n in c.nodes),
+            "raft.password": c.password,
+            "broker.session.timeout.ms": 2000,
+            "broker.heartbeat.interval.ms": 200,
+            "replica.lag.time.max.ms": 3000,
+            "min.insync.replicas": c.min_isr,
+            **c.extra_config,
+        }
+        with open(self.config_path, "w", encoding="utf-8") as f:
+            f.write("# written by raftlog.jepsen\n")
+            for k, v in props.items():
+                f.write(f"{k}={v}\n")
+
+    def start(self) -> None:
+        if self.alive():
+            return
+        self.write_config()
+        cmd = [sys.executable, "-m", "raftlog.node", "--config", self.config_path]
+        cg = self.cluster.net.cgroup_procs(self) if self.cluster.net else None
+        if cg:
+            # join the node's cgroup before exec, so every socket it opens is in it
+            cmd = ["sh", "-c", f'echo $$ > "{cg}" && exec "$@"', "sh", *cmd]
+        log = open(self.log_path, "ab")
+        log.write(f"\n--- start {time.strftime('%H:%M:%S')} ---\n".encode())
+        log.flush()
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        log.close()
+        self.paused = False
+
+    def wait_listening(self, timeout_s: float = 30.0) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.alive():
+                return False
+            try:
+                with socket.create_connection((self.host, self.port), timeout=0.5):
+                    return True
+            except OSError:
+                time.sleep(0.05)
+        return False
+
+    def kill(self) -> None:
+        if self.alive():
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+        self.paused = False
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        if not self.alive():
+            return
+        if self.paused:
+            self.resume()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def pause(self) -> None:
+        if self.alive():
+            self.proc.send_signal(signal.SIGSTOP)
+            self.paused = True
+
+    def resume(self) -> None:
+        if self.alive():
+            self.proc.send_signal(signal.SIGCONT)
+        self.paused = False
+
+
+class Cluster:
+    def __init__(self, n: int, base_dir: str, *, password: str = "jepsen-secret",
+                 min_isr: int = 1, extra_config: dict | None = None,
+                 net: str = "auto", subnet: str | None = None, log=print):
+        self.base_dir = os.path.abspath(base_dir)
+        self.subnet = subnet or pick_subnet()
+        self.password = password
+        self.min_isr = min_isr
+        self.extra_config = dict(extra_config or {})
+        self.log = log
+        self.nodes: list[Node] = []
+        self.net: IptablesNet | None = None
+        self.net_error: str | None = None
+        if net in ("auto", "iptables"):
+            try:
+                self.net = IptablesNet(self.subnet)
+            except NetUnavailable as e:
+                self.net_error = str(e)
+                if net == "iptables":
+                    raise
+        self.nodes = [Node(self, i) for i in range(1, n + 1)]
+        if self.net:
+            self.net.setup(self.nodes)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes)
+
+    def node(self, node_id: int) -> Node:
+        return self.nodes[node_id - 1]
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        for n in self.nodes:
+            n.start()
+        for n in self.nodes:
+            if not n.wait_listening(timeout_s):
+                raise RuntimeError(f"node {n.id} did not start; see {n.log_path}")
+        self.wait_registered(timeout_s)
+
+    def wait_registered(self, timeout_s: float = 60.0) -> bool:
+        from raftlog.client import Admin
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                with Admin(self.bootstrap, request_timeout_ms=2000) as a:
+                    brokers = a.describe_cluster().brokers
+                if len(brokers) == len(self.nodes) and not any(b.fenced for b in brokers):
+                    return True
+            except Exception:
+                pass
+            time.sleep(0.2)
+        return False
+
+    def heal(self) -> None:
+        if self.net:
+            self.net.heal()
+        for n in self.nodes:
+            if n.paused:
+                n.resume()
+
+    def restart_all(self, timeout_s: float = 60.0) -> None:
+        for n in self.nodes:
+            n.stop()
+        self.start(timeout_s)
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            if n.paused:
+                n.resume()
+        for n in self.nodes:
+            n.stop()
+
+    def close(self) -> None:
+        try:
+            self.stop()
+        finally:
+            if self.net:
+                self.net.teardown()
+
+
+# ----------------------------------------------------------------------------- network
+
+
+class NetUnavailable(RuntimeError):
+    pass
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=20)
+
+
+class IptablesNet:
+    """Kernel-level link faults on loopback (root, iptables and cgroup v2 needed)."""
+
+    def __init__(self, subnet: str):
+        if os.geteuid() != 0:
+            raise NetUnavailable("not root")
+        if shutil.which("iptables") is None:
+            raise NetUnavailable("iptables is not installed (apt-get install -y iptables)")
+        if not os.path.isdir(CGROUP_ROOT) or not os.access(CGROUP_ROOT, os.W_OK):
+            raise NetUnavailable(f"no writable cgroup v2 hierarchy at {CGROUP_ROOT}")
+        r = _run("iptables", "-S", "OUTPUT")
+        if r.returncode != 0:
+            raise NetUnavailable(f"iptables does not work here: {r.stderr.strip()}")
+        self.subnet = subnet
+        tag = subnet.replace("127.", "").replace(".", "-")
+        self.chain = f"RLJ-{tag}"
+        self.cg_dir = os.path.join(CGROUP_ROOT, f"raftlog-jepsen-{tag}")
+        self.nodes: list[Node] = []
+        self.blocked: set[tuple[int, int]] = set()
+        self._ready = False
+
+    def cgroup_procs(self, node: Node) -> str:
+        return os.path.join(self.cg_dir, f"n{node.id}", "cgroup.procs")
+
+    def _cg_path(self, node: Node) -> str:
+        return os.path.relpath(os.path.join(self.cg_dir, f"n{node.id}"), CGROUP_ROOT)
+
+    def _ok(self, *args: str) -> None:
+        r = _run(*args)
+        if r.returncode != 0:
+            raise NetUnavailable(f"{' '.join(args)}: {r.stderr.strip()}")
+
+    def setup(self, nodes: list[Node]) -> None:
+        self.nodes = nodes
+        try:
+            for n in nodes:
+                os.makedirs(os.path.join(self.cg_dir, f"n{n.id}"), exist_ok=True)
+            for table, parent in (("filter", "OUTPUT"), ("nat", "POSTROUTING")):
+                _run("iptables", "-t", table, "-N", self.chain)
+                self._ok("iptables", "-t", table, "-F", self.chain)
+                if _run("iptables", "-t", table, "-C", parent, "-j", self.chain).returncode:
+                    self._ok("iptables", "-t", table, "-I", parent, "-j", self.chain)
+            for n in nodes:
+                self._ok("iptables", "-t", "nat", "-A", self.chain, "-m", "cgroup", "--path",
+                         self._cg_path(n), "-d", f"{self.subnet}.0/24", "-j", "SNAT",
+                         "--to-source", n.host)
+            self._ready = True
+        except (NetUnavailable, OSError) as e:
+            self.teardown()
+            raise NetUnavailable(str(e)) from e
+
+    def block(self, src: int, dst: int) -> None:
+        """Drop every packet node ``src`` sends to node ``dst`` (one direction)."""
+        if (src, dst) in self.blocked:
+            return
+        a, b = self.nodes[src - 1], self.nodes[dst - 1]
+        self._ok("iptables", "-A", self.chain, "-m", "cgroup", "--path", self._cg_path(a),
+                 "-d", b.host, "-j", "DROP")
+        self.blocked.add((src, dst))
+
+    def partition(self, groups: list[list[int]]) -> None:
+        """Nodes talk only within their group (both directions blocked across groups)."""
+        side = {n: i for i, g in enumerate(groups) for n in g}
+        for a in side:
+            for b in side:
+                if side[a] != side[b]:
+                    self.block(a, b)
+
+    def heal(self) -> None:
+        if self._ready:
+            _run("iptables", "-F", self.chain)
+        self.blocked.clear()
+
+    def teardown(self) -> None:
+        for table, parent in (("filter", "OUTPUT"), ("nat", "POSTROUTING")):
+            while _run("iptables", "-t", table, "-D", parent, "-j", self.chain).returncode == 0:
+                pass
+            _run("iptables", "-t", table, "-F", self.chain)
+            _run("iptables", "-t", table, "-X", self.chain)
+        for n in self.nodes:
+            d = os.path.join(self.cg_dir, f"n{n.id}")
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+        try:
+            os.rmdir(self.cg_dir)
+        except OSError:
+            pass
+        self._ready = False

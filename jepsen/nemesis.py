@@ -1,0 +1,182 @@
+"""Faults on a seeded schedule.
+
+The schedule alternates quiet and faulty windows: after ``quiet`` seconds one fault of
+the chosen kinds starts, lasts ``hold`` seconds, and is healed. Kinds and their targets:
+
+- ``kill``: SIGKILL one node / the leader / a minority, restarted when the window ends;
+- ``pause``: SIGSTOP the same kinds of target for longer than the election timeout, then
+  SIGCONT;
+- ``partition``: isolate one node / the leader, split majority from minority, or (5 nodes)
+  a majorities ring -- each node sees its two neighbours only, so every node is in a
+  majority but no two majorities agree; one-way variants drop one direction only.
+
+Every window is recorded in the history as process ``"nemesis"``: ``start`` (its value
+says what was done to whom) and ``stop``.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+KINDS = ("kill", "pause", "partition")
+TARGETS = {
+    "kill": ("one", "leader", "minority"),
+    "pause": ("one", "leader", "minority"),
+    "partition": ("isolate-one", "isolate-leader", "majority-minority", "ring", "one-way"),
+}
+
+
+def schedule(seed: int, kinds: list[str], duration_s: float, quiet=(2.0, 4.0),
+             hold=(3.0, 6.0)) -> list[dict]:
+    """The list of faults: {"at": s, "hold": s, "kind": k, "target": t, "pick": float}.
+    ``pick`` seeds the choice of nodes when the fault starts."""
+    rnd = random.Random(seed)
+    out, t = [], rnd.uniform(*quiet)
+    while kinds and t < duration_s - 1.0:
+        kind = rnd.choice(kinds)
+        h = min(rnd.uniform(*hold), max(duration_s - t - 0.5, 0.5))
+        out.append({"at": round(t, 3), "hold": round(h, 3), "kind": kind,
+                    "target": rnd.choice(TARGETS[kind]), "pick": rnd.random()})
+        t += h + rnd.uniform(*quiet)
+    return out
+
+
+class Nemesis:
+    def __init__(self, cluster, history, events: list[dict], leader_of=None, log=print):
+        """``leader_of()`` returns the id of a current leader (a partition leader or the
+        controller) or None."""
+        self.cluster = cluster
+        self.history = history
+        self.events = events
+        self.leader_of = leader_of or (lambda: None)
+        self.log = log
+        self.stop_flag = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="jepsen-nemesis", daemon=True)
+        self.done: list[dict] = []
+        self._undo = None
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+        self.thread.join(60)
+
+    def _sleep_until(self, t0: float, at: float) -> bool:
+        while not self.stop_flag.is_set():
+            left = t0 + at - time.monotonic()
+            if left <= 0:
+                return True
+            self.stop_flag.wait(min(left, 0.2))
+        return False
+
+    def _run(self) -> None:
+        t0 = time.monotonic()
+        for ev in self.events:
+            if not self._sleep_until(t0, ev["at"]):
+                break
+            self._fault(ev)
+            self._sleep_until(t0, ev["at"] + ev["hold"])
+            self._heal()
+        if self._undo is not None:
+            self._heal()
+
+    # ------------------------------------------------------------------------ targets
+
+    def _nodes(self, target: str, rnd: random.Random) -> list[int]:
+        ids = [n.id for n in self.cluster.nodes]
+        if target in ("leader", "isolate-leader"):
+            ld = None
+            try:
+                ld = self.leader_of()
+            except Exception:
+                pass
+            return [ld] if ld in ids else [rnd.choice(ids)]
+        if target == "minority":
+            return sorted(rnd.sample(ids, (len(ids) - 1) // 2))
+        return [rnd.choice(ids)]
+
+    def _fault(self, ev: dict) -> None:
+        rnd = random.Random(ev["pick"])
+        kind, target = ev["kind"], ev["target"]
+        op = self.history.invoke("nemesis", "start", {"kind": kind, "target": target})
+        try:
+            if kind == "kill":
+                victims = self._nodes(target, rnd)
+                for i in victims:
+                    self.cluster.node(i).kill()
+                desc = f"kill {victims}"
+
+                def undo(victims=victims):
+                    for i in victims:
+                        self.cluster.node(i).start()
+                    for i in victims:
+                        self.cluster.node(i).wait_listening(30)
+            elif kind == "pause":
+                victims = self._nodes(target, rnd)
+                for i in victims:
+                    self.cluster.node(i).pause()
+                desc = f"pause {victims}"
+
+                def undo(victims=victims):
+                    for i in victims:
+                        self.cluster.node(i).resume()
+            elif kind == "partition":
+                net = self.cluster.net
+                if net is None:
+                    raise RuntimeError(f"no network control: {self.cluster.net_error}")
+                ids = [n.id for n in self.cluster.nodes]
+                if target in ("isolate-one", "isolate-leader"):
+                    (v,) = self._nodes("leader" if target == "isolate-leader" else "one", rnd)
+                    groups = [[v], [i for i in ids if i != v]]
+                    net.partition(groups)
+                    desc = f"partition {groups}"
+                elif target == "majority-minority":
+                    shuffled = ids[:]
+                    rnd.shuffle(shuffled)
+                    k = (len(ids) - 1) // 2
+                    groups = [sorted(shuffled[:k]), sorted(shuffled[k:])]
+                    net.partition(groups)
+                    desc = f"partition {groups}"
+                elif target == "ring" and len(ids) >= 5:
+                    order = ids[:]
+                    rnd.shuffle(order)
+                    n = len(order)
+                    for j, a in enumerate(order):
+                        near = {order[(j - 1) % n], order[(j + 1) % n], a}
+                        for b in ids:
+                            if b not in near:
+                                net.block(a, b)
+                    desc = f"ring {order}"
+                else:  # one-way (also "ring" with fewer than 5 nodes)
+                    a, b = rnd.sample(ids, 2)
+                    net.block(a, b)
+                    desc = f"drop {a}->{b}"
+
+                def undo():
+                    self.cluster.net.heal()
+            else:
+                raise ValueError(f"unknown nemesis {kind!r}")
+        except Exception as e:
+            self.history.info(op, {"kind": kind, "target": target, "error": repr(e)})
+            self.log(f"nemesis: {kind} {target} failed: {e!r}")
+            self._undo = None
+            return
+        self._undo = undo
+        self.history.ok(op, desc)
+        self.done.append({"kind": kind, "target": target, "what": desc})
+        self.log(f"nemesis: {desc}")
+
+    def _heal(self) -> None:
+        undo, self._undo = self._undo, None
+        if undo is None:
+            return
+        op = self.history.invoke("nemesis", "stop", None)
+        try:
+            undo()
+            self.history.ok(op, "healed")
+        except Exception as e:
+            self.history.info(op, repr(e))
+        self.log("nemesis: healed")

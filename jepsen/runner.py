@@ -1,0 +1,331 @@
+"""``raftlog-jepsen run``: start a cluster, run a workload under faults, check, report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import threading
+import time
+
+from . import checkers, report
+from .history import History
+from .linear import check_metadata
+from .nemesis import KINDS, Nemesis, schedule
+from .workloads import NotAvailable, make, split_key
+
+FINAL_READ_TIMEOUT_S = 60.0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="raftlog-jepsen",
+                                description="raftlog safety harness (Jepsen-style).")
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="run a workload under faults and check the history")
+    r.add_argument("--nodes", type=int, default=3, choices=(3, 5))
+    r.add_argument("--workload", default="queue",
+                   choices=("queue", "idempotent", "groups", "metadata"))
+    r.add_argument("--nemesis", default="kill,pause,partition",
+                   help=f"comma-separated faults among {','.join(KINDS)}, or 'none'")
+    r.add_argument("--time", type=float, default=60.0, help="seconds of workload (default 60)")
+    r.add_argument("--rate", type=float, default=200.0, help="operations per second, total")
+    r.add_argument("--seed", type=int, default=None, help="seed of the schedule (default random)")
+    r.add_argument("--out", default=None, help="output directory (default jepsen-out/<time>)")
+    r.add_argument("--replication-factor", type=int, default=3,
+                   help="of the workload's topics (default 3; falls back to 1, loudly, "
+                        "when the cluster refuses it)")
+    r.add_argument("--min-insync-replicas", type=int, default=2)
+    r.add_argument("--partitions", type=int, default=2, help="queue topic partitions")
+    r.add_argument("--senders", type=int, default=4, help="sender (or metadata) processes")
+    r.add_argument("--consumers", type=int, default=2, help="consumer processes (queue)")
+    r.add_argument("--poll-fraction", type=float, default=0.0, help=argparse.SUPPRESS)
+    r.add_argument("--topics", type=int, default=3, help="topic names (metadata workload)")
+    r.add_argument("--net", default="auto", choices=("auto", "iptables", "none"),
+                   help="network fault mechanism (auto: iptables when root allows)")
+    r.add_argument("--quiet", type=str, default="2,4", help="seconds between faults: lo,hi")
+    r.add_argument("--hold", type=str, default="3,6", help="seconds a fault lasts: lo,hi")
+    r.add_argument("--keep-data", action="store_true", help="keep node data dirs")
+    c = sub.add_parser("check", help="re-check a run directory (history.jsonl, final.json)")
+    c.add_argument("dir")
+    return p
+
+
+def _pair(s: str) -> tuple[float, float]:
+    a, b = s.split(",")
+    return float(a), float(b)
+
+
+class Log:
+    def __init__(self, path: str):
+        self.f = open(path, "a", encoding="utf-8")
+        self.lock = threading.Lock()
+        self.t0 = time.monotonic()
+
+    def __call__(self, msg: str) -> None:
+        line = f"[{time.monotonic() - self.t0:7.2f}s] {msg}"
+        with self.lock:
+            print(line, file=sys.stderr, flush=True)
+            self.f.write(line + "\n")
+            self.f.flush()
+
+
+# ----------------------------------------------------------------------------- observer
+
+
+class LeaderObserver:
+    """Asks every node, one at a time, who leads each partition in which epoch; the
+    answers feed the leader-safety checker (at most one leader per epoch)."""
+
+    def __init__(self, cluster, topic: str | None, interval_s: float = 0.5):
+        self.cluster = cluster
+        self.topic = topic
+        self.interval_s = interval_s
+        self.observations: list[dict] = []
+        self.stop_flag = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="jepsen-observer", daemon=True)
+        self.controller: int | None = None
+        self.leaders: dict[int, int] = {}
+
+    def start(self):
+        self.thread.start()
+
+    def stop(self):
+        self.stop_flag.set()
+        self.thread.join(10)
+
+    def leader(self, rnd: random.Random | None = None) -> int | None:
+        if self.leaders and (self.controller is None or (rnd or random).random() < 0.7):
+            return (rnd or random).choice(sorted(set(self.leaders.values())))
+        return self.controller
+
+    def _run(self):
+        from raftlog.client.conn import BrokerConnection
+        from raftlog.protocol import Api
+
+        t0 = time.monotonic_ns()
+        while not self.stop_flag.wait(self.interval_s):
+            for n in self.cluster.nodes:
+                if not n.alive() or n.paused:
+                    continue
+                try:
+                    conn = BrokerConnection(n.host, n.port, 1.0)
+                    try:
+                        h = conn.request(Api.METADATA, {"topics": [self.topic] if self.topic
+                                                        else None}, timeout_s=1.0).header
+                    finally:
+                        conn.close()
+                except Exception:
+                    continue
+                now = time.monotonic_ns() - t0
+                if h.get("controller_id") is not None and h["controller_id"] >= 0:
+                    self.controller = h["controller_id"]
+                for t in h.get("topics") or []:
+                    if t.get("error") or (self.topic and t["name"] != self.topic):
+                        continue
+                    for p in t["partitions"]:
+                        key = f"{t['name']}-{p[0]}"
+                        self.observations.append({"key": key, "epoch": p[3], "leader": p[2],
+                                                  "node": n.id, "time": now})
+                        if p[2] >= 0:
+                            self.leaders[p[0]] = p[2]
+
+
+# ----------------------------------------------------------------------------- final read
+
+
+def final_read(cluster, keys: list[str], timeout_s: float = FINAL_READ_TIMEOUT_S):
+    """Every partition from the start to its high watermark, with fresh clients."""
+    from raftlog.client import Consumer, TopicPartition
+
+    final: dict = {}
+    reads: dict = {}
+    for key in keys:
+        t0 = time.monotonic()
+        deadline = t0 + timeout_s
+        tp = TopicPartition(*split_key(key))
+        recs: dict = {}
+        hw = -1
+        reached = False
+        err = None
+        while time.monotonic() < deadline and not reached:
+            consumer = None
+            try:
+                consumer = Consumer(cluster.bootstrap, auto_offset_reset="earliest",
+                                    request_timeout_ms=5000, fetch_max_wait_ms=100)
+                consumer.assign([tp])
+                hw = consumer.end_offsets([tp])[tp]
+                start = consumer.beginning_offsets([tp])[tp]
+                consumer.seek(tp, max(start, max(recs, default=start - 1) + 1))
+                while time.monotonic() < deadline:
+                    if consumer.position(tp) >= hw:
+                        reached = True
+                        break
+                    for r in consumer.poll(timeout_ms=500, max_records=10_000):
+                        recs[r.offset] = int(r.value)
+            except Exception as e:
+                err = repr(e)
+                time.sleep(0.5)
+            finally:
+                if consumer is not None:
+                    try:
+                        consumer.close()
+                    except Exception:
+                        pass
+        final[key] = [[o, recs[o]] for o in sorted(recs)]
+        reads[key] = {"hw": hw, "reached": reached, "records": len(recs),
+                      "seconds": round(time.monotonic() - t0, 3)}
+        if err and not reached:
+            reads[key]["error"] = err
+    return final, reads
+
+
+# ----------------------------------------------------------------------------- check
+
+
+def check(workload: str, history: list[dict], final: dict, final_reads: dict | None,
+          observations: list[dict]) -> dict:
+    if workload == "metadata":
+        an = checkers.merge(check_metadata(history), checkers.check_leaders(observations))
+    elif workload == "idempotent":
+        an = checkers.merge(checkers.check_queue(history, final, final_reads, observations),
+                            checkers.check_exactly_once(history, final))
+    elif workload == "groups":
+        an = checkers.merge(checkers.check_queue(history, final, final_reads, observations),
+                            checkers.check_groups(history, final))
+    else:
+        an = checkers.check_queue(history, final, final_reads, observations)
+    return an
+
+
+def run(args) -> int:
+    seed = args.seed if args.seed is not None else random.randrange(1 << 31)
+    out = args.out or os.path.join("jepsen-out", time.strftime("%Y%m%d-%H%M%S"))
+    os.makedirs(out, exist_ok=True)
+    log = Log(os.path.join(out, "jepsen.log"))
+    kinds = [k for k in args.nemesis.split(",") if k and k != "none"]
+    for k in kinds:
+        if k not in KINDS:
+            log(f"unknown nemesis {k!r} (known: {', '.join(KINDS)})")
+            return 2
+    config = {k: v for k, v in vars(args).items() if k != "command"}
+    config["seed"] = seed
+    log(f"raftlog-jepsen: workload={args.workload} nodes={args.nodes} nemesis={kinds} "
+        f"time={args.time}s rate={args.rate}/s seed={seed} out={out}")
+    from .cluster import Cluster
+
+    history = History(os.path.join(out, "history.jsonl"))
+    rnd = random.Random(seed)
+    warnings: list[str] = []
+    try:
+        workload = make(args.workload, None, history, args, rnd, log)
+    except NotAvailable as e:
+        log(str(e))
+        report.write_results(out, {"valid": False, "unavailable": str(e), "anomalies": {},
+                                   "stats": {}, "config": config})
+        return 3
+    cluster = Cluster(args.nodes, os.path.join(out, "data"),
+                      min_isr=args.min_insync_replicas,
+                      net="none" if args.net == "none" else args.net, log=log)
+    workload.cluster = cluster
+    if "partition" in kinds and cluster.net is None:
+        msg = f"partition nemesis disabled: no network control ({cluster.net_error})"
+        log("WARNING: " + msg)
+        warnings.append(msg)
+        kinds.remove("partition")
+    log(f"nodes on {cluster.subnet}.2-{args.nodes + 1}; network faults: "
+        f"{'iptables+cgroup' if cluster.net else 'unavailable: ' + str(cluster.net_error)}")
+    events = schedule(seed, kinds, args.time, _pair(args.quiet), _pair(args.hold))
+    final: dict = {}
+    reads: dict = {}
+    observer = None
+    t_start = time.monotonic()
+    try:
+        cluster.start()
+        log("cluster up")
+        workload.setup()
+        warnings += workload.warnings
+        observer = LeaderObserver(cluster, "jepsen-queue" if args.workload == "queue" else None)
+        observer.start()
+        nemesis = Nemesis(cluster, history, events,
+                          leader_of=lambda: observer.leader(rnd), log=log)
+        workload.start()
+        nemesis.start()
+        log(f"workload running for {args.time}s, {len(events)} faults scheduled")
+        time.sleep(args.time)
+        nemesis.stop()
+        workload.stop()
+        log("workload stopped; healing, restarting every node")
+        cluster.heal()
+        observer.stop()
+        cluster.restart_all()
+        log("cluster restarted; final read")
+        if workload.keys:
+            final, reads = final_read(cluster, workload.keys)
+    except KeyboardInterrupt:
+        log("interrupted")
+        raise
+    finally:
+        if observer is not None:
+            observer.stop()
+        history.close()
+        cluster.close()
+    ops = history.ops
+    observations = observer.observations if observer else []
+    with open(os.path.join(out, "final.json"), "w", encoding="utf-8") as f:
+        json.dump({"final": final, "reads": reads}, f)
+    with open(os.path.join(out, "observations.jsonl"), "w", encoding="utf-8") as f:
+        for ob in observations:
+            f.write(json.dumps(ob) + "\n")
+    an = check(args.workload, ops, final, reads, observations)
+    valid, trimmed, counts = checkers.summarize(an, args.workload)
+    st = report.stats(ops)
+    st.update({"anomaly_counts": counts, "replication_factor": workload.replication_factor,
+               "final_log": {k: len(v) for k, v in final.items()}, "final_reads": reads,
+               "acknowledged_sends": sum(1 for o in ops if o["f"] == "send" and o["type"] == "ok"),
+               "leader_observations": len(observations),
+               "network_faults": "iptables+cgroup" if cluster.net else f"none ({cluster.net_error})",
+               "seconds": round(time.monotonic() - t_start, 1)})
+    if workload.replication_factor < args.replication_factor:
+        st["replication_warning"] = (f"ran with replication factor {workload.replication_factor}"
+                                     f", not {args.replication_factor}")
+    results = {"valid": valid, "anomalies": trimmed, "stats": st, "warnings": warnings,
+               "allowed_anomalies": sorted(checkers.ALLOWED.get(args.workload, ())),
+               "config": config, "schedule": events}
+    report.write_results(out, results)
+    report.write_report(out, ops, results)
+    if not args.keep_data:
+        import shutil
+
+        shutil.rmtree(os.path.join(out, "data"), ignore_errors=True)
+    log(f"{'VALID' if valid else 'INVALID'}: anomalies {counts or 'none'}; "
+        f"{st['acknowledged_sends']} acknowledged sends; results in {out}/results.json")
+    return 0 if valid else 1
+
+
+def recheck(d: str) -> int:
+    from .history import load
+
+    ops = load(os.path.join(d, "history.jsonl"))
+    with open(os.path.join(d, "results.json"), encoding="utf-8") as f:
+        old = json.load(f)
+    with open(os.path.join(d, "final.json"), encoding="utf-8") as f:
+        fin = json.load(f)
+    obs = []
+    p = os.path.join(d, "observations.jsonl")
+    if os.path.exists(p):
+        with open(p, encoding="utf-8") as f:
+            obs = [json.loads(x) for x in f if x.strip()]
+    wl = old.get("config", {}).get("workload", "queue")
+    an = check(wl, ops, fin["final"], fin["reads"], obs)
+    valid, trimmed, counts = checkers.summarize(an, wl)
+    print(json.dumps({"valid": valid, "anomaly_counts": counts}, indent=1))
+    return 0 if valid else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "check":
+        return recheck(args.dir)
+    return run(args)
