@@ -1,0 +1,29 @@
+"""A short real run: 3 node processes, kill + pause, queue workload (about 35 s)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_short_run_is_valid(tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "raftlog.jepsen", "run", "--nodes", "3", "--workload", "queue",
+           "--nemesis", "kill,pause", "--time", "20", "--rate", "100", "--seed", "7",
+           "--hold", "2,4", "--quiet", "1.5,3", "--out", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=170)
+    results = json.loads((out / "results.json").read_text())
+    assert p.returncode == 0, (p.stderr[-3000:], results.get("anomalies"))
+    assert results["valid"] is True
+    for name in ("history.jsonl", "report.html", "timeline.png", "final.json"):
+        assert os.path.getsize(out / name) > 0, name
+    st = results["stats"]
+    assert st["acknowledged_sends"] > 100
+    assert st["nemesis"], "no fault was injected"
+    assert all(r["reached"] for r in st["final_reads"].values())
