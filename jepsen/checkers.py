@@ -295,16 +295,18 @@ def check_groups(history: list[dict], final: dict) -> dict:
 
 def check_leaders(observations: list[dict]) -> dict:
     """Leader safety: at most one leader per (key, leader epoch). An observation is
-    ``{"key": k, "epoch": e, "leader": node_id, "node": who_reported, "time": ns}``."""
+    ``{"key": k, "epoch": e, "leader": node_id, "node": who_reported, "time": ns}``, with
+    ``"topic_id"`` when known: a topic deleted and created again starts over at epoch 0,
+    so epochs are compared within one incarnation."""
     by: dict = defaultdict(dict)
     for ob in observations:
         if ob.get("leader") is None or ob["leader"] < 0:
             continue
-        by[(ob["key"], ob["epoch"])].setdefault(ob["leader"], ob)
+        by[(ob["key"], str(ob.get("topic_id", "")), ob["epoch"])].setdefault(ob["leader"], ob)
     out: dict = {}
-    for (key, epoch), leaders in sorted(by.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+    for (key, tid, epoch), leaders in sorted(by.items(), key=lambda kv: (str(kv[0][0]), kv[0][1], kv[0][2])):
         if len(leaders) > 1:
-            _add(out, "multiple-leaders", {"key": key, "epoch": epoch,
+            _add(out, "multiple-leaders", {"key": key, "topic_id": tid, "epoch": epoch,
                                            "leaders": sorted(leaders),
                                            "reported_by": {str(ld): ob.get("node")
                                                            for ld, ob in leaders.items()}})

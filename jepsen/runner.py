@@ -127,6 +127,7 @@ class LeaderObserver:
                     for p in t["partitions"]:
                         key = f"{t['name']}-{p[0]}"
                         self.observations.append({"key": key, "epoch": p[3], "leader": p[2],
+                                                  "topic_id": str(t.get("topic_id", "")),
                                                   "node": n.id, "time": now})
                         if p[2] >= 0:
                             self.leaders[p[0]] = p[2]

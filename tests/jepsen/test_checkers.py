@@ -195,6 +195,10 @@ def test_leader_safety():
     assert c.check_leaders(obs) == {}
     obs.append({"key": "k", "epoch": 2, "leader": 3, "node": 3})
     assert c.check_leaders(obs)["multiple-leaders"][0]["leaders"] == [2, 3]
+    # a topic created again starts over at epoch 0: another incarnation
+    obs = [{"key": "k", "epoch": 0, "leader": 1, "node": 1, "topic_id": "a"},
+           {"key": "k", "epoch": 0, "leader": 2, "node": 1, "topic_id": "b"}]
+    assert c.check_leaders(obs) == {}
 
 
 def test_liveness():
