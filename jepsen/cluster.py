@@ -65,8 +65,8 @@ class Node:
             "node.id": self.id,
             "listeners": f"{self.host}:{self.port}",
             "log.dirs": self.data_dir,
-            "controller.quorum.voters": ",".join(
-                f"{n.id}@{n.host}:{n.raft_port}" for n in c.nodes),
+            "controller.quorum.voters": c.net.voters_for(self) if hasattr(c.net, "voters_for")
+            else ",".join(f"{n.id}@{n.host}:{n.raft_port}" for n in c.nodes),
             "raft.password": c.password,
             "broker.session.timeout.ms": 2000,
             "broker.heartbeat.interval.ms": 200,
@@ -155,6 +155,10 @@ class Cluster:
                 self.net_error = str(e)
                 if net == "iptables":
                     raise
+        if net == "proxy" or (net == "auto" and self.net is None):
+            from .proxy import ProxyNet
+
+            self.net = ProxyNet(self.subnet)
         self.nodes = [Node(self, i) for i in range(1, n + 1)]
         if self.net:
             self.net.setup(self.nodes)
@@ -229,6 +233,8 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 
 class IptablesNet:
     """Kernel-level link faults on loopback (root, iptables and cgroup v2 needed)."""
+
+    kind = "iptables+cgroup (all traffic between nodes)"
 
     def __init__(self, subnet: str):
         if os.geteuid() != 0:

@@ -42,8 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--consumers", type=int, default=2, help="consumer processes (queue)")
     r.add_argument("--poll-fraction", type=float, default=0.0, help=argparse.SUPPRESS)
     r.add_argument("--topics", type=int, default=3, help="topic names (metadata workload)")
-    r.add_argument("--net", default="auto", choices=("auto", "iptables", "none"),
-                   help="network fault mechanism (auto: iptables when root allows)")
+    r.add_argument("--net", default="auto", choices=("auto", "iptables", "proxy", "none"),
+                   help="network fault mechanism: iptables (kernel, all traffic; root), proxy "
+                        "(userspace, Raft links only), auto (iptables when root allows, else "
+                        "proxy), none")
     r.add_argument("--quiet", type=str, default="2,4", help="seconds between faults: lo,hi")
     r.add_argument("--hold", type=str, default="3,6", help="seconds a fault lasts: lo,hi")
     r.add_argument("--keep-data", action="store_true", help="keep node data dirs")
@@ -235,8 +237,13 @@ def run(args) -> int:
         log("WARNING: " + msg)
         warnings.append(msg)
         kinds.remove("partition")
+    if "partition" in kinds and cluster.net is not None and cluster.net.kind.startswith("proxy"):
+        msg = ("partitions cut Raft links only (userspace proxy): heartbeats, replica "
+               "fetches and client traffic still flow")
+        log("WARNING: " + msg)
+        warnings.append(msg)
     log(f"nodes on {cluster.subnet}.2-{args.nodes + 1}; network faults: "
-        f"{'iptables+cgroup' if cluster.net else 'unavailable: ' + str(cluster.net_error)}")
+        f"{cluster.net.kind if cluster.net else 'unavailable: ' + str(cluster.net_error)}")
     events = schedule(seed, kinds, args.time, _pair(args.quiet), _pair(args.hold))
     final: dict = {}
     reads: dict = {}
@@ -286,7 +293,7 @@ def run(args) -> int:
                "final_log": {k: len(v) for k, v in final.items()}, "final_reads": reads,
                "acknowledged_sends": sum(1 for o in ops if o["f"] == "send" and o["type"] == "ok"),
                "leader_observations": len(observations),
-               "network_faults": "iptables+cgroup" if cluster.net else f"none ({cluster.net_error})",
+               "network_faults": cluster.net.kind if cluster.net else f"none ({cluster.net_error})",
                "seconds": round(time.monotonic() - t_start, 1)})
     if workload.replication_factor < args.replication_factor:
         st["replication_warning"] = (f"ran with replication factor {workload.replication_factor}"
