@@ -8,7 +8,12 @@ the chosen kinds starts, lasts ``hold`` seconds, and is healed. Kinds and their 
   SIGCONT;
 - ``partition``: isolate one node / the leader, split majority from minority, or (5 nodes)
   a majorities ring -- each node sees its two neighbours only, so every node is in a
-  majority but no two majorities agree; one-way variants drop one direction only.
+  majority but no two majorities agree; one-way variants drop one direction only;
+- ``corrupt`` (opt-in): on one node, flip one bit in, or truncate, a closed segment of a
+  workload partition (the queue topic then rolls segments every 64 KiB). The node is
+  killed, the file damaged, the node restarted: it must detect the damage and never
+  serve it (a served bad record shows up as read-not-committed / inconsistent-offsets;
+  a refused one that is not repaired from replicas, as final-read-incomplete).
 
 Every window is recorded in the history as process ``"nemesis"``: ``start`` (its value
 says what was done to whom) and ``stop``.
@@ -20,11 +25,12 @@ import random
 import threading
 import time
 
-KINDS = ("kill", "pause", "partition")
+KINDS = ("kill", "pause", "partition", "corrupt")
 TARGETS = {
     "kill": ("one", "leader", "minority"),
     "pause": ("one", "leader", "minority"),
     "partition": ("isolate-one", "isolate-leader", "majority-minority", "ring", "one-way"),
+    "corrupt": ("bitflip", "truncate"),
 }
 
 
@@ -157,6 +163,11 @@ class Nemesis:
 
                 def undo():
                     self.cluster.net.heal()
+            elif kind == "corrupt":
+                desc = self._corrupt(target, rnd)
+
+                def undo():
+                    pass
             else:
                 raise ValueError(f"unknown nemesis {kind!r}")
         except Exception as e:
@@ -168,6 +179,36 @@ class Nemesis:
         self.history.ok(op, desc)
         self.done.append({"kind": kind, "target": target, "what": desc})
         self.log(f"nemesis: {desc}")
+
+    def _corrupt(self, how: str, rnd: random.Random) -> str:
+        import glob
+        import os
+
+        node = self.cluster.node(rnd.choice([n.id for n in self.cluster.nodes]))
+        closed = []
+        for d in sorted(glob.glob(os.path.join(node.data_dir, "jepsen-queue-*"))):
+            segs = sorted(glob.glob(os.path.join(d, "*.log")))
+            closed += segs[:-1]  # the last segment is the active one
+        if not closed:
+            raise RuntimeError(f"node {node.id} has no closed segment yet")
+        path = rnd.choice(closed)
+        node.kill()
+        size = os.path.getsize(path)
+        if how == "truncate":
+            cut = rnd.randrange(size // 2, size)
+            os.truncate(path, cut)
+            what = f"truncated to {cut} of {size} bytes"
+        else:
+            pos = rnd.randrange(min(size - 1, 64), size)
+            with open(path, "r+b") as f:
+                f.seek(pos)
+                b = f.read(1)[0]
+                f.seek(pos)
+                f.write(bytes([b ^ (1 << rnd.randrange(8))]))
+            what = f"bit flipped at byte {pos} of {size}"
+        node.start()
+        node.wait_listening(30)
+        return f"corrupt node {node.id} {os.path.relpath(path, node.data_dir)}: {what}"
 
     def _heal(self) -> None:
         undo, self._undo = self._undo, None

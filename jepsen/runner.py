@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "proxy), none")
     r.add_argument("--quiet", type=str, default="2,4", help="seconds between faults: lo,hi")
     r.add_argument("--hold", type=str, default="3,6", help="seconds a fault lasts: lo,hi")
+    r.add_argument("--segment-bytes", type=int, default=None,
+                   help="segment.bytes of the queue topic (default: 65536 with the corrupt "
+                        "nemesis, else the topic default)")
     r.add_argument("--keep-data", action="store_true", help="keep node data dirs")
     c = sub.add_parser("check", help="re-check a run directory (history.jsonl, final.json)")
     c.add_argument("dir")
@@ -212,6 +215,8 @@ def run(args) -> int:
         if k not in KINDS:
             log(f"unknown nemesis {k!r} (known: {', '.join(KINDS)})")
             return 2
+    if args.segment_bytes is None and "corrupt" in kinds:
+        args.segment_bytes = 65536
     config = {k: v for k, v in vars(args).items() if k != "command"}
     config["seed"] = seed
     log(f"raftlog-jepsen: workload={args.workload} nodes={args.nodes} nemesis={kinds} "

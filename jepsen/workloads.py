@@ -84,12 +84,14 @@ class Workload:
         for t in self.threads:
             t.join(SEND_TIMEOUT_S + 20)
 
-    def create_topic(self, admin: Admin, name: str, partitions: int) -> int:
+    def create_topic(self, admin: Admin, name: str, partitions: int,
+                     config: dict | None = None) -> int:
         """Create with the wanted replication factor, falling back to 1 (loudly) when the
         cluster refuses it. Returns the factor used."""
         rf = self.replication_factor
         try:
-            admin.create_topic(name, partitions=partitions, replication_factor=rf)
+            admin.create_topic(name, partitions=partitions, replication_factor=rf,
+                               config=config)
             return rf
         except TopicAlreadyExistsError:
             return rf
@@ -102,7 +104,8 @@ class Workload:
             self.log("WARNING: " + msg)
             self.warnings.append(msg)
             self.replication_factor = 1
-            admin.create_topic(name, partitions=partitions, replication_factor=1)
+            admin.create_topic(name, partitions=partitions, replication_factor=1,
+                               config=config)
             return 1
 
 
@@ -118,7 +121,9 @@ class QueueWorkload(Workload):
         while True:
             try:
                 with Admin(self.cluster.bootstrap, request_timeout_ms=10_000) as admin:
-                    self.create_topic(admin, QUEUE_TOPIC, a.partitions)
+                    self.create_topic(admin, QUEUE_TOPIC, a.partitions,
+                                      {"segment.bytes": a.segment_bytes} if a.segment_bytes
+                                      else None)
                 break
             except (ApiError, ClientError):
                 if time.monotonic() > deadline:

@@ -210,6 +210,21 @@ def test_liveness():
     assert c.check_liveness(h.ops, {"k": [[4, 1]]}, {"k": {"reached": True, "hw": 5}}) == {}
 
 
+def test_incomplete_final_read_is_not_loss():
+    h = History()
+    for o in range(4):
+        i = h.invoke(0, "send", ["k", o])
+        h.ok(i, offset=o)
+    final = {"k": [[0, 0], [1, 1]]}  # the final read stopped at offset 2
+    r = c.check_queue(h.ops, final, {"k": {"reached": False, "hw": 4}})
+    assert "lost" not in r and len(r["unknown-final-tail"]) == 2
+    assert "final-read-incomplete" in r
+    assert not c.summarize(r, "queue")[0]
+    final = {"k": [[0, 0], [3, 3]]}  # a hole below where it stopped is loss
+    r = c.check_queue(h.ops, final, {"k": {"reached": True, "hw": 4}})
+    assert [e["value"] for e in r["lost"]] == [1, 2]
+
+
 def test_summarize_trims_examples():
     an = {"lost": [{"i": i} for i in range(100)]}
     valid, trimmed, counts = c.summarize(an, "queue")
