@@ -312,12 +312,12 @@ class IptablesNet:
                 pass
             _run("iptables", "-t", table, "-F", self.chain)
             _run("iptables", "-t", table, "-X", self.chain)
-        for n in self.nodes:
-            d = os.path.join(self.cg_dir, f"n{n.id}")
-            try:
-                os.rmdir(d)
-            except OSError:
-                pass
+        for d in (os.listdir(self.cg_dir) if os.path.isdir(self.cg_dir) else []):
+            if d.startswith("n") and d[1:].isdigit():
+                try:
+                    os.rmdir(os.path.join(self.cg_dir, d))
+                except OSError:
+                    pass
         try:
             os.rmdir(self.cg_dir)
         except OSError:

@@ -337,8 +337,21 @@ def recheck(d: str) -> int:
     return 0 if valid else 1
 
 
+def _on_sigterm(signum, frame):
+    import signal
+
+    # once: `timeout` signals the child and then its whole process group, and a second
+    # SystemExit would cut the cleanup short
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise SystemExit(143)  # unwinds run(): nodes stopped, iptables rules and cgroups removed
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
     args = build_parser().parse_args(argv)
     if args.command == "check":
         return recheck(args.dir)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
     return run(args)
