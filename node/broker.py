@@ -81,6 +81,8 @@ class Broker:
         self.registered = not self.cluster_mode
         #: Cluster mode: the follower fetchers (node/fetcher.py), told what to follow.
         self.fetchers = None
+        #: Called with (partition, offset, error) when a read finds corrupt data on disk.
+        self.on_corrupt_log = None
         #: Cluster mode: pokes the ISR manager (follower progress or metadata changed).
         self.isr_changed = None
 
@@ -345,6 +347,14 @@ class Broker:
                     [topic, partition, int(ErrorCode.OFFSET_OUT_OF_RANGE), -1,
                      e.log_start_offset, 0, str(e)]
                 )
+            except CorruptRecordError as e:
+                # Never served. Tell this client, keep its other partitions, and let the
+                # node hand leadership to an intact replica (see on_corrupt_log).
+                error = True
+                headers.append([topic, partition, int(ErrorCode.KAFKA_STORAGE_ERROR), -1, -1, 0,
+                                f"{topic}-{partition}: data on disk failed its check: {e}"])
+                if self.on_corrupt_log is not None:
+                    self.on_corrupt_log(self.partitions.get((topic, partition)), offset, e)
         return headers, pieces, total, error
 
     async def fetch(self, req: Request) -> Response:

@@ -232,6 +232,9 @@ class LeaderFetcher:
                 cut = min(end, log.log_end_offset)
             else:
                 cut = min(end, log.end_offset_for_epoch(epoch)[1])
+            if part.corrupt_from is not None:  # re-fetch what failed its check here
+                cut = min(cut, part.corrupt_from)
+                part.corrupt_from = None
             if cut < log.log_end_offset:
                 self.events.warning("replica_truncated", partition=part, from_offset=cut,
                                     leo=log.log_end_offset, leader_epoch=epoch)

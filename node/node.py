@@ -66,6 +66,8 @@ class Node:
                     from .isr import IsrManager
 
                     self.broker.fetchers = FetcherManager(self.broker, self.events, nursery)
+                    self.broker.on_corrupt_log = (
+                        lambda part, offset, err: self._on_corrupt_log(nursery, part, offset, err))
                     isr = IsrManager(self.broker, self.store, self.events)
                     self.broker.isr_changed = isr.poke
                     nursery.start_soon(isr.run)
@@ -85,6 +87,42 @@ class Node:
             if self.store is not None:
                 self.store.close()
             self.events.info("stopped")
+
+    def _on_corrupt_log(self, nursery, part, offset: int, err) -> None:
+        """A leader found corrupt data in its log: hand leadership to an intact in-sync
+        replica (a compare-and-set through the quorum), then, as follower, truncate to
+        the bad data and fetch it again. With no other in-sync replica the partition
+        keeps answering KAFKA_STORAGE_ERROR: corrupt bytes are never served."""
+        if part is None or part.corrupt_from is not None:
+            return
+        part.corrupt_from = offset
+        self.events.error("log_corrupt", partition=part, offset=offset, error=str(err))
+        if part.is_leader:
+            nursery.start_soon(self._resign, part)
+
+    async def _resign(self, part) -> None:
+        from raftlog.metadata import records as R
+
+        state = self.store.quorum.state
+        alive = {b.broker_id for b in state.brokers.values() if not b.fenced}
+        others = tuple(r for r in part.isr if r != self.config.node_id and r in alive)
+        if not others:
+            self.events.error("log_corrupt_no_replica", partition=part,
+                              message="no other in-sync replica: the partition stays unavailable")
+            return
+        record = R.PartitionChange(part.topic, part.partition, others[0], others,
+                                   part.partition_epoch, self.store.quorum.term)
+        ok = False
+        try:
+            result = await trio.to_thread.run_sync(
+                lambda: self.store.quorum.propose(record, 5.0), abandon_on_cancel=True)
+            ok = result.ok
+            self.events.warning("leadership_resigned", partition=part, to=others[0],
+                                ok=result.ok, error=result.error or "")
+        except Exception as e:
+            self.events.error("leadership_resign_failed", partition=part, error=repr(e))
+        if not ok:  # still leader: try again on the next corrupt read
+            part.corrupt_from = None
 
     async def _register(self) -> None:
         await trio.to_thread.run_sync(self.store.register, abandon_on_cancel=True)

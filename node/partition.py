@@ -58,6 +58,8 @@ class Partition:
         self.pending_isr: tuple | None = None
         self._waiters: set[trio.Event] = set()
         self._leo_waiters: set[trio.Event] = set()
+        #: first offset of data found corrupt on disk: truncated and re-fetched as follower
+        self.corrupt_from: int | None = None
 
     @property
     def high_watermark(self) -> int:

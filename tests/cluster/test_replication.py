@@ -244,3 +244,38 @@ def test_min_insync_replicas_with_five_voters(tmp_path):
         assert e.value.code in (ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_CONTROLLER)
     finally:
         c.stop()
+
+
+def test_leader_with_corrupt_segment_hands_over_and_repairs_from_replicas(cluster):
+    """A bit flip in a closed segment of the preferred leader is detected on read, never
+    served; the node gives leadership to an intact replica, truncates to the bad data and
+    fetches it again, so every replica ends identical and consumers see every record."""
+    with cluster.admin() as a:
+        a.create_topic("rot", partitions=1, replication_factor=3, config={"segment.bytes": "4096"})
+    p = cluster.wait_isr("rot", 0, {1, 2, 3})
+    with Producer(cluster.bootstrap, acks="all", linger_ms=1) as prod:
+        futs = [prod.send("rot", b"v%04d" % i + b"." * 60, partition=0) for i in range(300)]
+        assert [f.result(30).offset for f in futs] == list(range(300))
+    preferred = cluster.node(p.replicas[0])
+    preferred.stop()
+    seg_dir = os.path.join(preferred.data_dir, "rot-0")
+    closed = sorted(f for f in os.listdir(seg_dir) if f.endswith(".log"))[0]
+    with open(os.path.join(seg_dir, closed), "r+b") as f:  # flip one bit in a record value
+        f.seek(200)
+        b = f.read(1)
+        f.seek(200)
+        f.write(bytes([b[0] ^ 0x10]))
+    other = next(n for n in cluster.nodes if n is not preferred)
+    until(lambda: cluster.partition("rot", 0, other).leader not in (-1, preferred.node_id),
+          timeout_s=30)
+    preferred.start()
+    # back in the ISR, it becomes leader again (preferred), finds the flip on the first read
+    cluster.wait_isr("rot", 0, {1, 2, 3}, timeout_s=60, via=other)
+    until(lambda: cluster.partition("rot", 0, other).leader == preferred.node_id, timeout_s=30)
+    got = consume_all(cluster.bootstrap, "rot", 0, 300, timeout_s=60)
+    assert [r.value[:5] for r in got] == [b"v%04d" % i for i in range(300)]
+    assert "log_corrupt" in preferred.log_text()
+    cluster.wait_isr("rot", 0, {1, 2, 3}, timeout_s=60, via=other)
+    cluster.stop()
+    logs = [cluster.read_replica(i, "rot") for i in (1, 2, 3)]
+    assert logs[0] == logs[1] == logs[2]
