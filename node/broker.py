@@ -16,6 +16,7 @@ import trio
 from raftlog.config import LogConfig
 from raftlog.errors import (
     ApiError,
+    ConfigError,
     CorruptRecordError,
     ErrorCode,
     OffsetOutOfRangeError,
@@ -37,6 +38,13 @@ from .partition import Partition, partition_dir
 from .topics import LocalTopicStore, TopicInfo, validate_topic_config, validate_topic_name
 
 Response = tuple[dict, list]
+
+#: test.flags values (the safety harness's planted bugs; see jepsen/).
+PLANTED_BUGS = frozenset({
+    "bug-ack-before-replication",  # acks=all answers before the ISR has the batch
+    "bug-serve-beyond-hw",  # consumers may read records the ISR does not have yet
+    "bug-skip-truncation",  # followers keep a divergent tail after a leader change
+})
 
 SERVED_APIS = {
     api: API_VERSIONS[api]
@@ -81,6 +89,18 @@ class Broker:
         self.registered = not self.cluster_mode
         #: Cluster mode: the follower fetchers (node/fetcher.py), told what to follow.
         self.fetchers = None
+        # Planted bugs for the safety harness's proof that its checkers fire (test.flags;
+        # never set in production): each breaks one replication guarantee.
+        flags = config.test_flags
+        unknown = flags - PLANTED_BUGS
+        if unknown:
+            raise ConfigError(f"test.flags: unknown flag(s) {sorted(unknown)}; "
+                              f"known: {sorted(PLANTED_BUGS)}")
+        self._bug_early_ack = "bug-ack-before-replication" in flags
+        self._bug_beyond_hw = "bug-serve-beyond-hw" in flags
+        self.bug_skip_truncation = "bug-skip-truncation" in flags
+        if flags:
+            events.warning("planted_bugs_enabled", flags=",".join(sorted(flags)))
         #: Called with (partition, offset, error) when a read finds corrupt data on disk.
         self.on_corrupt_log = None
         #: Cluster mode: pokes the ISR manager (follower progress or metadata changed).
@@ -239,7 +259,7 @@ class Broker:
                         f"min.insync.replicas is {min_isr}",
                     )
             base, last = part.append_as_leader(bytes(data), cfg.max_message_bytes)
-            if waits is not None and part.high_watermark <= last:
+            if waits is not None and part.high_watermark <= last and not self._bug_early_ack:
                 waits.append((part, part.leader_epoch, last, topic, partition))
             return [topic, partition, 0, base, -1, ""]
         except ApiError as e:
@@ -314,7 +334,7 @@ class Broker:
 
     def fetch_once(self, req: Request) -> tuple[list, list, int, bool]:
         """Read every requested partition once: (part headers, pieces, bytes, any_error)."""
-        consumer = req.fields["replica_id"] < 0
+        consumer = req.fields["replica_id"] < 0 and not self._bug_beyond_hw
         budget = req.fields["max_bytes"]
         headers, pieces, total, error = [], [], 0, False
         for topic, partition, offset, part_max, epoch in req.fields["parts"]:

@@ -235,6 +235,8 @@ class LeaderFetcher:
             if part.corrupt_from is not None:  # re-fetch what failed its check here
                 cut = min(cut, part.corrupt_from)
                 part.corrupt_from = None
+            if self.broker.bug_skip_truncation:  # planted bug (test.flags), see broker.py
+                cut = log.log_end_offset
             if cut < log.log_end_offset:
                 self.events.warning("replica_truncated", partition=part, from_offset=cut,
                                     leo=log.log_end_offset, leader_epoch=epoch)
