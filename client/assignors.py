@@ -23,6 +23,7 @@ Subscriptions and assignments travel in JoinGroup/SyncGroup as CBOR maps built b
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -175,10 +176,13 @@ def sticky_assign(partitions_per_topic: Mapping[str, int],
     for tp, m in sorted(owners.items()):
         kept[m].append(tp)
     load = {m: len(v) for m, v in kept.items()}
-    # Unowned partitions, most constrained first, each to the least loaded candidate.
+    # Unowned partitions, most constrained first, each to the least loaded candidate; of
+    # equally loaded ones, the member able to take the fewest partitions (a member with
+    # wider subscriptions is kept free to balance the topics only it shares).
     free = sorted((tp for tp in eligible if tp not in owners), key=lambda tp: (len(eligible[tp]), tp))
+    reach = Counter(m for cands in eligible.values() for m in cands)
     for tp in free:
-        m = min(eligible[tp], key=lambda c: (load[c], c))
+        m = min(eligible[tp], key=lambda c: (load[c], reach[c], c))
         extra[m].append(tp)
         load[m] += 1
     _balance(eligible, kept, extra, load)
