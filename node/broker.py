@@ -33,6 +33,7 @@ from raftlog.protocol import (
 )
 
 from .config import NodeConfig
+from .group_handlers import GROUP_APIS
 from .logfmt import EventLog
 from .partition import Partition, partition_dir
 from .topics import LocalTopicStore, TopicInfo, validate_topic_config, validate_topic_name
@@ -62,6 +63,7 @@ SERVED_APIS = {
         Api.BROKER_HEARTBEAT,
         Api.OFFSETS_FOR_LEADER_EPOCH,
         Api.ELECT_LEADERS,
+        *sorted(GROUP_APIS),
     )
 }
 
@@ -105,6 +107,8 @@ class Broker:
         self.on_corrupt_log = None
         #: Cluster mode: pokes the ISR manager (follower progress or metadata changed).
         self.isr_changed = None
+        #: The group coordinator host (node/coordinator.py), set by the node.
+        self.groups = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -156,6 +160,8 @@ class Broker:
             })
         if self.isr_changed is not None:
             self.isr_changed()
+        if self.groups is not None:
+            self.groups.on_reconcile()
 
     def close(self) -> None:
         """Flush and checkpoint every log: durable when it returns."""

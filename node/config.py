@@ -104,6 +104,14 @@ class NodeConfig:
     leader_imbalance_check_interval_ms: int = 10_000
     #: Topic config defaults (``retention.ms`` ...), from ``log.*`` keys.
     log_defaults: dict = field(default_factory=dict)
+    #: Consumer groups (Kafka's names; see node/coordinator.py).
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_initial_rebalance_delay_ms: int = 3_000
+    group_max_size: int = 10_000
+    offsets_topic_num_partitions: int = 16
+    offsets_topic_replication_factor: int = 3
+    offsets_retention_minutes: int = 10_080
     #: Test-only fault flags (never set in production configs).
     test_flags: frozenset = frozenset()
 
@@ -159,6 +167,8 @@ class NodeConfig:
             addrs = list(voters.values())
             if len(set(addrs)) != len(addrs):
                 raise ConfigError("controller.quorum.voters: two voters share one address")
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
+            raise ConfigError("group.min.session.timeout.ms is above group.max.session.timeout.ms")
         if self.min_insync_replicas < 1:
             raise ConfigError("min.insync.replicas must be at least 1")
 
@@ -236,6 +246,23 @@ _NODE_KEYS = {
     "leader.imbalance.check.interval.ms": _set(
         "leader_imbalance_check_interval_ms", lambda k, v: _int(k, v, 100)
     ),
+    "group.min.session.timeout.ms": _set(
+        "group_min_session_timeout_ms", lambda k, v: _int(k, v, 1)
+    ),
+    "group.max.session.timeout.ms": _set(
+        "group_max_session_timeout_ms", lambda k, v: _int(k, v, 1)
+    ),
+    "group.initial.rebalance.delay.ms": _set(
+        "group_initial_rebalance_delay_ms", lambda k, v: _int(k, v, 0)
+    ),
+    "group.max.size": _set("group_max_size", lambda k, v: _int(k, v, 1)),
+    "offsets.topic.num.partitions": _set(
+        "offsets_topic_num_partitions", lambda k, v: _int(k, v, 1, 1000)
+    ),
+    "offsets.topic.replication.factor": _set(
+        "offsets_topic_replication_factor", lambda k, v: _int(k, v, 1, 100)
+    ),
+    "offsets.retention.minutes": _set("offsets_retention_minutes", lambda k, v: _int(k, v, 1)),
     "test.flags": _set("test_flags", _flags),
 }
 

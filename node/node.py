@@ -76,6 +76,7 @@ class Node:
                     nursery.start_soon(self._register)
                     nursery.start_soon(beats.send_loop)
                     nursery.start_soon(beats.controller_duty)
+                self._start_groups(nursery)
                 nursery.start_soon(self._every_in_thread, self.config.log_flush_interval_ms, self._flush)
                 nursery.start_soon(
                     self._every, self.config.log_retention_check_interval_ms, self._retention
@@ -87,6 +88,26 @@ class Node:
             if self.store is not None:
                 self.store.close()
             self.events.info("stopped")
+
+    def _start_groups(self, nursery) -> None:
+        from .coordinator import GroupHost
+        from .groups import GroupConfig
+
+        c = self.config
+        host = GroupHost(
+            self.broker, self.events, nursery,
+            GroupConfig(min_session_timeout_ms=c.group_min_session_timeout_ms,
+                        max_session_timeout_ms=c.group_max_session_timeout_ms,
+                        initial_rebalance_delay_ms=c.group_initial_rebalance_delay_ms,
+                        max_size=c.group_max_size,
+                        offsets_retention_ms=c.offsets_retention_minutes * 60_000,
+                        offsets_partitions=c.offsets_topic_num_partitions),
+            topic_partitions=c.offsets_topic_num_partitions,
+            topic_replication_factor=c.offsets_topic_replication_factor,
+        )
+        self.broker.groups = host
+        nursery.start_soon(host.run)
+        host.on_reconcile()
 
     def _on_corrupt_log(self, nursery, part, offset: int, err) -> None:
         """A leader found corrupt data in its log: hand leadership to an intact in-sync

@@ -38,6 +38,7 @@ from raftlog.protocol import (
 
 from .broker import SERVED_APIS, Broker
 from .config import NodeConfig
+from .group_handlers import GROUP_APIS
 from .logfmt import EventLog
 
 RECV_BYTES = 256 * 1024
@@ -229,6 +230,12 @@ class Server:
                 if out.pieces:  # about to wait for replication: send earlier answers first
                     await out.flush(sock)
                 header, pieces = await self.broker.produce_acks_all(req)
+            elif req.api in GROUP_APIS:
+                if self.broker.groups is None:
+                    raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the node is starting")
+                if out.pieces:  # a join or a commit may wait: send earlier answers first
+                    await out.flush(sock)
+                header, pieces = await self.broker.groups.service.handle(req.api, req.fields), []
             elif self.broker.cluster_mode and req.api in QUORUM_WRITE_APIS:
                 # a Raft commit takes milliseconds (seconds without a quorum): not on the loop
                 header, pieces = await trio.to_thread.run_sync(self.broker.handle_sync, req)

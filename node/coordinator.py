@@ -1,0 +1,207 @@
+"""Hosts the group coordinator on a node: the ``__consumer_offsets`` topic, loading
+and unloading its partitions as leadership moves, and the appends it persists.
+
+The pure state machine is :class:`~raftlog.node.groups.GroupCoordinator`; the
+request handlers are :class:`~raftlog.node.group_handlers.GroupService`. This
+module gives them what they need from the node:
+
+* the topic: created on the first FindCoordinator (as Kafka does), with
+  ``offsets.topic.num.partitions`` partitions, replication factor
+  ``min(offsets.topic.replication.factor, live brokers)`` and ``cleanup.policy=compact``;
+* ``persist``: append to the group's partition as its leader and wait, as
+  acks=all, until the ISR holds the records (min.insync.replicas applies);
+* ``locate``: the leader of a partition, the group's coordinator;
+* load / unload: after every metadata change (``Broker.reconcile``), a partition
+  this node now leads is replayed from the log into the coordinator before it
+  serves; one it no longer leads is dropped, and requests waiting on its groups
+  get NOT_COORDINATOR so the clients look the coordinator up again.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import trio
+
+from raftlog import records as batch_format
+from raftlog.errors import ApiError, CorruptRecordError, ErrorCode, OffsetOutOfRangeError
+
+from .group_handlers import GroupService, encode_offsets_batches
+from .groups import OFFSETS_TOPIC, CorruptGroupRecordError, GroupConfig, GroupCoordinator
+
+#: Bytes read from the log per step while loading a partition.
+LOAD_READ_BYTES = 4 * 1024 * 1024
+#: How often offsets of long-empty groups are expired (offsets.retention.minutes).
+OFFSETS_EXPIRY_CHECK_S = 60.0
+
+
+class GroupHost:
+    """The node's group coordinator and its glue (trio thread only)."""
+
+    def __init__(self, broker, events, nursery, config: GroupConfig, *,
+                 topic_partitions: int, topic_replication_factor: int):
+        self.broker = broker
+        self.events = events
+        self.nursery = nursery
+        self.topic_partitions = topic_partitions
+        self.topic_replication_factor = topic_replication_factor
+        self.coordinator = GroupCoordinator(config)
+        self.service = GroupService(self.coordinator, persist=self._persist, locate=self._locate)
+        #: partition -> leader epoch it was loaded (or is loading) in
+        self._loaded: dict[int, int] = {}
+        self._creating = False
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as n:
+            n.start_soon(self.service.run)
+            while True:
+                await trio.sleep(OFFSETS_EXPIRY_CHECK_S)
+                try:
+                    await self.service.run_effects(
+                        self.coordinator.expire_offsets(int(time.time() * 1000)))
+                except Exception as e:  # keep coordinating; the next round retries
+                    self.events.error("offsets_expiry_failed", error=repr(e))
+
+    # ------------------------------------------------------------------ topic
+
+    def _topic(self):
+        return self.broker.store.topics.get(OFFSETS_TOPIC)
+
+    def _ensure_topic(self) -> None:
+        if self._creating:
+            return
+        self._creating = True
+        self.nursery.start_soon(self._create_topic)
+
+    async def _create_topic(self) -> None:
+        try:
+            live = [b for b in self.broker.brokers() if not (len(b) > 4 and b[4])]
+            rf = max(1, min(self.topic_replication_factor, len(live)))
+            config = {"cleanup.policy": "compact"}
+            if self.broker.cluster_mode:
+                await trio.to_thread.run_sync(
+                    self.broker.store.create, OFFSETS_TOPIC, self.topic_partitions, config, rf)
+            else:
+                self.broker.store.create(OFFSETS_TOPIC, self.topic_partitions, config, rf)
+                self.broker.reconcile()
+            self.events.info("offsets_topic_created", partitions=self.topic_partitions,
+                             replication_factor=rf)
+        except ApiError as e:
+            if e.code is not ErrorCode.TOPIC_ALREADY_EXISTS:
+                self.events.warning("offsets_topic_create_failed", error=e.message)
+        finally:
+            self._creating = False
+
+    # ------------------------------------------------------------------ locate / persist
+
+    def _locate(self, partition: int) -> tuple[int, str, int]:
+        info = self._topic()
+        if info is None:
+            self._ensure_topic()
+            raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                           f"{OFFSETS_TOPIC} is being created; retry")
+        if partition >= len(info.partitions):
+            raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                           f"{OFFSETS_TOPIC} has {len(info.partitions)} partitions, not {partition + 1}")
+        leader = info.partitions[partition].leader
+        for b in self.broker.brokers():
+            if b[0] == leader and not (len(b) > 4 and b[4]):
+                return b[0], b[1], b[2]
+        raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                       f"{OFFSETS_TOPIC}-{partition} has no live leader")
+
+    async def _persist(self, partition: int, recs: tuple) -> None:
+        waits: list = []
+        for data in encode_offsets_batches(recs):
+            r = self.broker._produce_one(OFFSETS_TOPIC, partition, data, -1, waits)
+            if r[2]:
+                raise ApiError(ErrorCode(r[2]), r[5])
+        if waits:
+            deadline = trio.current_time() + self.broker.config.request_timeout_ms / 1000
+            failed = await self.broker._await_high_watermarks(waits, deadline)
+            for err in failed.values():
+                raise err
+
+    # ------------------------------------------------------------------ load / unload
+
+    def on_reconcile(self) -> None:
+        """After a metadata change: load partitions this node now leads, unload the
+        others. Never raises (called from Broker.reconcile)."""
+        info = self._topic()
+        if info is not None and self.coordinator.config.offsets_partitions != len(info.partitions):
+            # The topic's real partition count decides where groups live.
+            for p in list(self._loaded):
+                self._unload(p)
+            self.coordinator.config = replace(self.coordinator.config,
+                                              offsets_partitions=len(info.partitions))
+        leading: dict[int, int] = {}
+        if info is not None:
+            for p in range(len(info.partitions)):
+                part = self.broker.partitions.get((OFFSETS_TOPIC, p))
+                if part is not None and part.is_leader and self.broker.registered:
+                    leading[p] = part.leader_epoch
+        for p in [p for p in self._loaded if leading.get(p) != self._loaded[p]]:
+            self._unload(p)
+        for p, epoch in leading.items():
+            if p not in self._loaded:
+                self._loaded[p] = epoch
+                self.nursery.start_soon(self._load, p, epoch)
+
+    def _unload(self, partition: int) -> None:
+        self._loaded.pop(partition, None)
+        effects = self.coordinator.unload(partition)
+        if effects:
+            self.nursery.start_soon(self.service.run_effects, effects)
+        self.events.info("group_partition_unloaded", partition=partition)
+
+    async def _load(self, partition: int, epoch: int) -> None:
+        part = self.broker.partitions.get((OFFSETS_TOPIC, partition))
+        if part is None:
+            return
+        effects = self.coordinator.begin_loading(partition)
+        if effects:
+            self.nursery.start_soon(self.service.run_effects, effects)
+        started = time.monotonic()
+        end = part.log.log_end_offset
+        try:
+            recs = await trio.to_thread.run_sync(_read_all, part.log, end)
+        except (CorruptRecordError, OffsetOutOfRangeError, OSError) as e:
+            self.events.error("group_load_failed", partition=partition, error=repr(e))
+            if self._loaded.get(partition) == epoch:
+                self._loaded.pop(partition, None)
+                self.coordinator.unload(partition)
+            return
+        if self._loaded.get(partition) != epoch or not part.is_leader:
+            return  # leadership moved while reading: the next reconcile decides
+        bad = 0
+        for key, value in recs:
+            try:
+                self.coordinator.replay(partition, key, value)
+            except CorruptGroupRecordError as e:
+                bad += 1
+                self.events.error("group_record_corrupt", partition=partition, error=str(e))
+        self.coordinator.finish_loading(partition, int(time.time() * 1000))
+        self.events.info("group_partition_loaded", partition=partition, records=len(recs),
+                         corrupt=bad, ms=round((time.monotonic() - started) * 1000, 1))
+
+
+def _read_all(log, end: int) -> list[tuple[bytes, bytes | None]]:
+    """(key, value) of every record of ``log`` below ``end`` (worker thread)."""
+    out: list = []
+    offset = log.log_start_offset
+    while offset < end:
+        sl = log.read(offset, LOAD_READ_BYTES, max_offset=end)
+        if not sl.length:
+            break
+        data = sl.read_bytes()
+        last = offset - 1
+        for r in batch_format.decode_batches(data, start_offset=offset, allow_partial=False):
+            if r.offset >= end:
+                break
+            if r.key is not None:
+                out.append((bytes(r.key), None if r.value is None else bytes(r.value)))
+            last = r.offset
+        nxt = getattr(sl, "next_offset", None)
+        offset = max(last + 1, nxt if nxt is not None else last + 1)
+    return out
