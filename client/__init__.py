@@ -19,6 +19,7 @@ from .errors import (
     BrokerNotAvailableError,
     BufferFullError,
     ClientError,
+    CommitFailedError,
     DeliveryTimeoutError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
@@ -28,6 +29,7 @@ from .errors import (
     UnsupportedFeatureError,
 )
 from .future import BatchMetadata, RecordMetadata
+from .group import ConsumerRebalanceListener
 from .producer import Producer
 
 __all__ = [
@@ -39,7 +41,9 @@ __all__ = [
     "BufferFullError",
     "ClientError",
     "ClusterDescription",
+    "CommitFailedError",
     "Consumer",
+    "ConsumerRebalanceListener",
     "DeliveryTimeoutError",
     "ErrorCode",
     "NoOffsetForPartitionError",

@@ -10,6 +10,7 @@ for an old position are dropped rather than returned.
 from __future__ import annotations
 
 import queue
+import re
 import selectors
 import threading
 import time
@@ -23,7 +24,6 @@ from .conn import Cluster
 from .errors import (
     BrokerNotAvailableError,
     NoOffsetForPartitionError,
-    UnsupportedFeatureError,
     api_error,
 )
 
@@ -54,8 +54,20 @@ class Consumer:
 
     Args:
         bootstrap_servers: "host:port[,host:port]".
-        group_id: consumer group (group coordination arrives with consumer groups;
-            until then only ``assign`` is supported).
+        group_id: consumer group. With ``subscribe`` the group's coordinator shares
+            the topics' partitions among its members (see client/group.py); offsets
+            are committed to the group (``commit``, or automatically).
+        enable_auto_commit, auto_commit_interval_ms: commit, from ``poll()``, the
+            offsets of records returned before that poll, at most this often (and
+            before partitions are revoked, and on close).
+        session_timeout_ms, heartbeat_interval_ms: a member silent this long is
+            removed; heartbeats go out every heartbeat_interval_ms (default a third).
+        max_poll_interval_ms: a member that does not call ``poll()`` this long
+            leaves the group (it rejoins on the next poll); also bounds a rebalance.
+        partition_assignment_strategy: "cooperative-sticky" (default), "range" or
+            "roundrobin".
+        group_instance_id: static membership (KIP-345): a restart within the
+            session timeout keeps the assignment without a rebalance.
         auto_offset_reset: "earliest", "latest" or "none" -- where to start a
             partition with no position, and what to do when a position is out of range.
         fetch_min_bytes, fetch_max_wait_ms: long-poll bounds of each fetch.
@@ -81,12 +93,34 @@ class Consumer:
         partition_assignment_strategy: str = "cooperative-sticky",
         group_instance_id: str | None = None,
         client_id: str = "raftlog-consumer",
+        heartbeat_interval_ms: int | None = None,
     ):
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise ValueError(
                 f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}"
             )
+        if group_id is not None and not group_id:
+            raise ValueError("group_id must not be empty")
+        if session_timeout_ms <= 0 or max_poll_interval_ms <= 0 or auto_commit_interval_ms <= 0:
+            raise ValueError("session_timeout_ms, max_poll_interval_ms and "
+                             "auto_commit_interval_ms must be positive")
+        from .assignors import get_assignor
+
+        get_assignor(partition_assignment_strategy)  # ValueError for an unknown one
         self.group_id = group_id
+        self.enable_auto_commit = enable_auto_commit and group_id is not None
+        self.auto_commit_interval_s = auto_commit_interval_ms / 1000
+        self.session_timeout_ms = session_timeout_ms
+        self.max_poll_interval_ms = max_poll_interval_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms or max(session_timeout_ms // 3, 10)
+        self.partition_assignment_strategy = partition_assignment_strategy
+        self.group_instance_id = group_instance_id
+        self.client_id = client_id
+        self._member = None
+        self._last_poll = time.monotonic()
+        self._next_auto_commit = time.monotonic() + self.auto_commit_interval_s
+        #: positions as of the start of the latest poll(): records before them are processed
+        self._consumed: dict = {}
         self.auto_offset_reset = auto_offset_reset
         self.fetch_min_bytes = fetch_min_bytes
         self.fetch_max_wait_ms = fetch_max_wait_ms
@@ -111,21 +145,106 @@ class Consumer:
 
     # ------------------------------------------------------------------ assignment
 
-    def subscribe(self, topics=None, pattern: str | None = None, listener=None) -> None:
-        raise UnsupportedFeatureError(
-            "subscribe() needs consumer groups, which this raftlog version does not have yet; "
-            "use assign([TopicPartition(topic, p), ...])"
-        )
+    def subscribe(self, topics=None, pattern: str | re.Pattern | None = None,
+                  listener=None) -> None:
+        """Join the group (``group_id``) for these topics, or every topic whose whole
+        name matches ``pattern`` (new matching topics are picked up). ``listener``:
+        an object with ``on_assigned``, ``on_revoked`` and ``on_lost`` (each takes a
+        set of TopicPartition; see ``ConsumerRebalanceListener``)."""
+        if self.group_id is None:
+            raise ValueError("subscribe() needs a group_id; without one use assign()")
+        if isinstance(topics, str | re.Pattern) and pattern is None:
+            topics, pattern = None, topics if isinstance(topics, re.Pattern) else None
+        if isinstance(topics, str):
+            topics = [topics]
+        if (topics is None) == (pattern is None):
+            raise ValueError("subscribe() takes either a list of topics or a pattern")
+        if topics is not None:
+            topics = list(topics)
+            if not topics or not all(isinstance(t, str) and t for t in topics):
+                raise ValueError("topics must be a non-empty list of topic names")
+        compiled = re.compile(pattern) if isinstance(pattern, str) else pattern
+        if self._member is None:
+            from .group import GroupMember
+
+            self._member = GroupMember(
+                self, group_id=self.group_id, strategy=self.partition_assignment_strategy,
+                session_timeout_ms=self.session_timeout_ms,
+                max_poll_interval_ms=self.max_poll_interval_ms,
+                heartbeat_interval_ms=self.heartbeat_interval_ms,
+                group_instance_id=self.group_instance_id, client_id=self.client_id,
+                request_timeout_s=self.request_timeout_s,
+            )
+        self._last_poll = time.monotonic()
+        self._member.subscribe(topics or (), compiled, listener)
+        self._ensure_thread()
+
+    def unsubscribe(self) -> None:
+        """Leave the group and drop the assignment."""
+        member, self._member = self._member, None
+        if member is not None:
+            member.close(self._owned_positions() if self.enable_auto_commit else None)
+        self._set_assignment([], {})
 
     def commit(self, offsets=None) -> None:
-        raise UnsupportedFeatureError(
-            "commit() needs consumer groups (not in this raftlog version)"
-        )
+        """Commit ``offsets`` ({TopicPartition: next offset to read}), or the
+        positions of every owned partition (what poll() has returned so far).
 
-    def committed(self, tp: TopicPartition):
-        raise UnsupportedFeatureError(
-            "committed() needs consumer groups (not in this raftlog version)"
-        )
+        Raises:
+            CommitFailedError: the group rebalanced without this member.
+        """
+        if self.group_id is None:
+            raise ValueError("commit() needs a group_id")
+        if offsets is None:
+            offsets = self._owned_positions()
+        else:
+            offsets = {(tp if isinstance(tp, TopicPartition) else TopicPartition(*tp)):
+                       int(getattr(off, "offset", off)) for tp, off in dict(offsets).items()}
+        self._group().commit_sync(offsets, generation_fenced=self._member is not None
+                                  and self._member.generation >= 0)
+
+    def committed(self, tp: TopicPartition) -> int | None:
+        """The group's committed offset of ``tp`` (None when nothing was committed)."""
+        if self.group_id is None:
+            raise ValueError("committed() needs a group_id")
+        return self._group().committed([tp])[tp]
+
+    def _group(self):
+        if self._member is None:  # assign() mode with a group: commits without membership
+            from .group import GroupMember
+
+            self._member = GroupMember(
+                self, group_id=self.group_id, strategy=self.partition_assignment_strategy,
+                session_timeout_ms=self.session_timeout_ms,
+                max_poll_interval_ms=self.max_poll_interval_ms,
+                heartbeat_interval_ms=self.heartbeat_interval_ms,
+                group_instance_id=self.group_instance_id, client_id=self.client_id,
+                request_timeout_s=self.request_timeout_s,
+            )
+        return self._member
+
+    def _owned_positions(self) -> dict:
+        with self._lock:
+            return {tp: self._positions[tp] for tp in self._assignment if tp in self._positions}
+
+    def _consumed_offsets(self, partitions) -> dict:
+        """Positions as of the latest poll() start: records before them are processed."""
+        with self._lock:
+            return {tp: self._consumed[tp] for tp in partitions if tp in self._consumed}
+
+    def _set_assignment(self, tps: list, committed: dict) -> None:
+        """The group's assignment changed (group thread): positions of kept
+        partitions stay, added ones start at their committed offset (else reset)."""
+        with self._lock:
+            self._assignment = list(dict.fromkeys(tps))
+            keep = set(self._assignment)
+            self._positions = {tp: off for tp, off in self._positions.items() if tp in keep}
+            self._consumed = {tp: off for tp, off in self._consumed.items() if tp in keep}
+            for tp, off in committed.items():
+                if tp in keep:
+                    self._positions[tp] = off
+                    self._consumed[tp] = off
+            self._reset_fetch_locked()
 
     def assign(self, partitions) -> None:
         """Read exactly these partitions (replacing any earlier assignment)."""
@@ -284,7 +403,21 @@ class Consumer:
         to ``timeout_ms`` for some to arrive. Advances the positions."""
         if self._closed:
             raise RuntimeError("poll() on a closed consumer")
-        deadline = time.monotonic() + timeout_ms / 1000
+        now = time.monotonic()
+        deadline = now + timeout_ms / 1000
+        self._last_poll = now
+        member = self._member
+        if member is not None:
+            if member.error is not None:
+                err, member.error = member.error, None
+                raise err
+            member.on_poll()
+            with self._lock:  # records returned before this poll are processed
+                self._consumed = {tp: self._positions[tp] for tp in self._assignment
+                                  if tp in self._positions}
+            if self.enable_auto_commit and now >= self._next_auto_commit:
+                self._next_auto_commit = now + self.auto_commit_interval_s
+                member.request_commit(dict(self._consumed))
         while True:
             try:
                 self._initialize_positions()
@@ -337,6 +470,10 @@ class Consumer:
             yield from self.poll(timeout_ms=1000, max_records=100_000)
 
     def close(self) -> None:
+        """Commit positions (auto-commit), leave the group, stop the threads."""
+        member, self._member = self._member, None
+        if member is not None:
+            member.close(self._owned_positions() if self.enable_auto_commit else None)
         with self._lock:
             self._closed = True
             self._changed.notify_all()

@@ -29,6 +29,11 @@ class NoOffsetForPartitionError(ClientError):
     """auto_offset_reset='none' and the partition has no position."""
 
 
+class CommitFailedError(ClientError):
+    """An offset commit the group refused: this member's generation is over (the
+    group rebalanced without it). Its partitions may belong to another member now."""
+
+
 class UnsupportedFeatureError(ClientError):
     """A feature this version of raftlog does not provide yet."""
 
