@@ -50,6 +50,7 @@ class ProducerBatch:
         "attempts",
         "deadline",
         "retry_at",
+        "producer_id",
     )
 
     def __init__(self, topic: str, partition: int, deadline: float, ts_ms: int, seq: int = 0):
@@ -67,11 +68,16 @@ class ProducerBatch:
         self.attempts = 0
         self.deadline = deadline
         self.retry_at = 0.0
+        self.producer_id = records.NO_PRODUCER_ID
 
     def __len__(self) -> int:
         return len(self.values) if self.values is not None else -1
 
-    def encode(self, compression: int) -> bytes:
+    def encode(self, compression: int, producer_id: int = records.NO_PRODUCER_ID,
+               producer_epoch: int = records.NO_PRODUCER_EPOCH,
+               base_sequence: int = records.NO_SEQUENCE) -> bytes:
+        """The batch's bytes, built once: the producer id and sequence of the first
+        encoding stay with the batch through every retry (idempotence needs that)."""
         if self.data is None:
             self.data = records.encode_batch(
                 self.values,
@@ -80,7 +86,11 @@ class ProducerBatch:
                 timestamps=self.timestamps,
                 headers=self.headers,
                 compression=compression,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                base_sequence=base_sequence,
             )
+            self.producer_id = producer_id
             self.values = self.keys = self.headers = self.timestamps = None  # free memory
         return self.data
 

@@ -21,6 +21,7 @@ from collections import deque
 
 from raftlog import records
 from raftlog.errors import ApiError, ErrorCode
+from raftlog.producer_state import MAX_SEQUENCE
 from raftlog.protocol import Api
 
 from .accumulator import RECORD_OVERHEAD, ProducerBatch, RecordAccumulator, select_sendable
@@ -333,6 +334,13 @@ class _ProducerIO:
         #: In-order mode (enable_idempotence): partitions with a batch in flight.
         self.in_order = producer.enable_idempotence
         self.in_flight_parts: set[tuple[str, int]] = set()
+        #: Idempotence: this producer's id and epoch (InitProducerId), and the next
+        #: sequence number per partition. A batch that fails for good leaves a gap,
+        #: so the producer takes a new id (sequences restart at 0) before sending more.
+        self.producer_id = records.NO_PRODUCER_ID
+        self.producer_epoch = records.NO_PRODUCER_EPOCH
+        self.next_seq: dict[tuple[str, int], int] = {}
+        self._pid_retry_at = 0.0
 
     def loop(self) -> None:
         lock = self.p._io_lock
@@ -405,6 +413,9 @@ class _ProducerIO:
                     f"({self.p.delivery_timeout_s * 1000:.0f} ms) after {b.attempts} attempt(s)"
                 ),
             )
+        if sendable and self.in_order and not self._ensure_producer_id():
+            self.pending = deque(sorted([*sendable, *self.pending], key=lambda b: b.seq))
+            return
         by_leader: dict[int, list[ProducerBatch]] = {}
         for b in sendable:
             try:
@@ -429,7 +440,7 @@ class _ProducerIO:
                 self._requeue(batches)
                 return
             chunk, batches = batches[:MAX_BATCHES_PER_REQUEST], batches[MAX_BATCHES_PER_REQUEST:]
-            datas = [b.encode(self.p.compression) for b in chunk]
+            datas = [self._encode(b) for b in chunk]
             parts = [[b.topic, b.partition, len(d)] for b, d in zip(chunk, datas)]
             fields = {
                 "acks": self.p.acks,
@@ -452,6 +463,49 @@ class _ProducerIO:
                     self.p._complete(b, -1)
             else:
                 q.append((time.monotonic(), chunk))
+
+    def _encode(self, b: ProducerBatch) -> bytes:
+        if not self.in_order or b.data is not None:
+            return b.encode(self.p.compression)
+        key = (b.topic, b.partition)
+        seq, n = self.next_seq.get(key, 0), len(b)
+        data = b.encode(self.p.compression, self.producer_id, self.producer_epoch, seq)
+        self.next_seq[key] = (seq + n) % (MAX_SEQUENCE + 1)
+        return data
+
+    def _ensure_producer_id(self) -> bool:
+        """InitProducerId once (and after a batch failed for good), on a connection of
+        its own: pipelined produce connections must not interleave a second request."""
+        if self.producer_id >= 0:
+            return True
+        now = time.monotonic()
+        if now < self._pid_retry_at:
+            return False
+        addrs = list(self.cluster.brokers.values()) + list(self.cluster.bootstrap)
+        last: Exception | None = None
+        for host, port in addrs:
+            try:
+                conn = BrokerConnection(host, port, self.p.request_timeout_s)
+            except BrokerNotAvailableError as e:
+                last = e
+                continue
+            try:
+                h = conn.request(Api.INIT_PRODUCER_ID,
+                                 {"timeout_ms": int(self.p.request_timeout_s * 1000)},
+                                 timeout_s=self.p.request_timeout_s).header
+                self.producer_id, self.producer_epoch = h["producer_id"], h["producer_epoch"]
+                self.next_seq.clear()
+                return True
+            except (ApiError, BrokerNotAvailableError) as e:
+                last = e
+                if isinstance(e, ApiError) and not e.retriable:
+                    break
+            finally:
+                conn.close()
+        self._pid_retry_at = now + self.p.retry_backoff_s
+        if isinstance(last, ApiError) and not last.retriable:
+            self.fail_everything(last)
+        return False
 
     def _requeue(self, batches: list[ProducerBatch]) -> None:
         """Put unsent batches back at the front of the queue, in their order."""
@@ -530,6 +584,9 @@ class _ProducerIO:
 
     def _fail(self, b: ProducerBatch, err: BaseException) -> None:
         self.in_flight_parts.discard((b.topic, b.partition))
+        if self.in_order and b.producer_id >= 0 and b.producer_id == self.producer_id:
+            # its sequence numbers may or may not be in the log: start a new id
+            self.producer_id = records.NO_PRODUCER_ID
         self.p._complete(b, -1, err)
 
     def fail_everything(self, err: BaseException) -> None:

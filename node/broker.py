@@ -63,6 +63,7 @@ SERVED_APIS = {
         Api.BROKER_HEARTBEAT,
         Api.OFFSETS_FOR_LEADER_EPOCH,
         Api.ELECT_LEADERS,
+        Api.INIT_PRODUCER_ID,
         *sorted(GROUP_APIS),
     )
 }
@@ -109,6 +110,10 @@ class Broker:
         self.isr_changed = None
         #: The group coordinator host (node/coordinator.py), set by the node.
         self.groups = None
+        from .producer_ids import ProducerIdService
+
+        #: InitProducerId (idempotent producers).
+        self.producer_ids = ProducerIdService(self.store, events, self.cluster_mode)
 
     # ------------------------------------------------------------------ lifecycle
 

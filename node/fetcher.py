@@ -176,7 +176,7 @@ class LeaderFetcher:
                 continue
             if n:
                 try:
-                    part.log.append_as_follower(data)
+                    part.append_as_follower(data)
                 except CorruptRecordError as e:
                     # overlap (a stale view of our end) or bad bytes: re-check the epochs
                     self.events.warning("replica_append_rejected", partition=part, error=str(e))
@@ -196,7 +196,7 @@ class LeaderFetcher:
         if err == ErrorCode.OFFSET_OUT_OF_RANGE:
             if 0 <= leader_log_start and fetch_offset < leader_log_start:
                 self.events.warning("replica_reset", partition=part, start=leader_log_start)
-                part.log.truncate_fully_and_start_at(leader_log_start)
+                part.truncate_fully_and_start_at(leader_log_start)
             else:
                 st.truncated = False  # ahead of the leader: truncate by epoch again
         elif err not in _WAIT_FOR_METADATA:
@@ -240,7 +240,7 @@ class LeaderFetcher:
             if cut < log.log_end_offset:
                 self.events.warning("replica_truncated", partition=part, from_offset=cut,
                                     leo=log.log_end_offset, leader_epoch=epoch)
-                log.truncate_to(max(cut, 0))
+                part.truncate_to(max(cut, 0))
             st.truncated = True
 
     # ------------------------------------------------------------------ I/O

@@ -20,13 +20,17 @@ import time
 
 import trio
 
+from raftlog import records as batch_format
 from raftlog.errors import ApiError, CorruptRecordError, ErrorCode, StorageError
 from raftlog.log import PartitionLog
+from raftlog.producer_state import ProducerStateManager, Verdict
 
 from .replica import UNKNOWN, LeaderState
 
 #: Waiters one partition may hold before new long-polls answer at once.
 MAX_WAITERS_PER_PARTITION = 10_000
+#: Bytes read per step when rebuilding the producer state from the log.
+PRODUCER_SCAN_BYTES = 4 * 1024 * 1024
 
 
 def partition_dir(data_dir: str, topic: str, partition: int) -> str:
@@ -60,6 +64,10 @@ class Partition:
         self._leo_waiters: set[trio.Event] = set()
         #: first offset of data found corrupt on disk: truncated and re-fetched as follower
         self.corrupt_from: int | None = None
+        # Idempotent producers' recent sequences, rebuilt from the log's batch headers
+        # on first use and after every truncation (so never ahead of the log); kept
+        # current by leader and follower appends alike, so a new leader has it.
+        self._producers: ProducerStateManager | None = None
 
     @property
     def high_watermark(self) -> int:
@@ -160,16 +168,53 @@ class Partition:
                 ErrorCode.MESSAGE_TOO_LARGE,
                 f"record set of {len(data)} bytes exceeds max.message.bytes {max_message_bytes}",
             )
+        h = _idempotent_header(data)
+        if h is not None:
+            producers = self.producers
+            count = h.last_offset_delta + 1
+            check = producers.check(h.producer_id, h.producer_epoch, h.base_sequence, count)
+            if check.verdict is Verdict.DUPLICATE:
+                # a retry of a batch this log holds: its original offsets, nothing appended
+                return check.duplicate.base_offset, check.duplicate.last_offset
+            if check.verdict is not Verdict.APPEND:
+                raise ApiError(check.error_code, f"{self}: {check.message}")
         try:
             base, last = self.log.append(data, leader_epoch=self.leader_epoch)
         except CorruptRecordError as e:
             raise ApiError(ErrorCode.CORRUPT_MESSAGE, str(e)) from None
         except StorageError as e:
             raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR, str(e)) from None
+        if h is not None:
+            self._producers.update(h.producer_id, h.producer_epoch, h.base_sequence,
+                                   last - base + 1, base, h.max_timestamp)
         self.log.maybe_flush(int(time.time() * 1000))
         self.wake_leo_waiters()
         self.maybe_advance_hw()
         return base, last
+
+    # ------------------------------------------------------------------ producer state
+
+    @property
+    def producers(self) -> ProducerStateManager:
+        if self._producers is None:
+            self._producers = _rebuild_producers(self.log)
+        return self._producers
+
+    def append_as_follower(self, data) -> tuple[int, int]:
+        """Append the leader's batches (offsets kept); producer state follows."""
+        base, last = self.log.append_as_follower(data)
+        if self._producers is not None:
+            for _pos, h in batch_format.iter_batches(data, verify=False):
+                self._producers.apply_header(h)
+        return base, last
+
+    def truncate_to(self, offset: int) -> None:
+        self.log.truncate_to(offset)
+        self._producers = None
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        self.log.truncate_fully_and_start_at(offset)
+        self._producers = None
 
     def maybe_increment_high_watermark(self, hw: int) -> bool:
         """Move the HW forward to ``hw`` (never back); wake waiters if it moved."""
@@ -216,3 +261,40 @@ class Partition:
 
     def __repr__(self) -> str:
         return f"{self.topic}-{self.partition}"
+
+
+def _idempotent_header(data):
+    """The header of an idempotent produce (exactly one batch, as Kafka requires),
+    or None for a plain one.
+
+    Raises:
+        ApiError: INVALID_REQUEST for idempotent batches sent several at once.
+    """
+    try:
+        first = batch_format.read_header(data, 0)
+    except CorruptRecordError as e:
+        raise ApiError(ErrorCode.CORRUPT_MESSAGE, str(e)) from None
+    if first.producer_id < 0:
+        return None
+    if first.size != len(data):
+        raise ApiError(ErrorCode.INVALID_REQUEST,
+                       "an idempotent produce carries exactly one batch per partition")
+    return first
+
+
+def _rebuild_producers(log: PartitionLog) -> ProducerStateManager:
+    """Producer state from every batch header in ``log`` (start to end)."""
+    headers = []
+    offset, end = log.log_start_offset, log.log_end_offset
+    while offset < end:
+        sl = log.read(offset, PRODUCER_SCAN_BYTES)
+        if not sl.length:
+            break
+        data = sl.read_bytes()
+        nxt = offset
+        for _pos, h in batch_format.iter_batches(data, verify=False, allow_partial=True):
+            if h.producer_id >= 0:
+                headers.append(h)
+            nxt = h.next_offset
+        offset = max(nxt, offset + 1)
+    return ProducerStateManager.rebuild(headers)

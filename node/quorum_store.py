@@ -148,6 +148,14 @@ class QuorumTopicStore:
                 raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, result.error)
         return self.topics[name]
 
+    def allocate_producer_ids(self, count: int) -> int:
+        """Reserve a block of producer ids through the quorum (committed, so never
+        handed out twice, even across controller failover). Returns the first."""
+        result = self._propose(R.AllocateProducerIds(self.node_id, count))
+        if not result.ok:
+            raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, result.error)
+        return result.value
+
     def alter_isr(self, topic: str, partition: int, isr: tuple, expected_partition_epoch: int):
         """AlterPartition: this node, as leader, asks the controller to set the ISR.
 

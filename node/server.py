@@ -230,6 +230,10 @@ class Server:
                 if out.pieces:  # about to wait for replication: send earlier answers first
                     await out.flush(sock)
                 header, pieces = await self.broker.produce_acks_all(req)
+            elif req.api == Api.INIT_PRODUCER_ID:
+                if out.pieces:
+                    await out.flush(sock)
+                header, pieces = await self.broker.producer_ids.init_producer_id(req.fields), []
             elif req.api in GROUP_APIS:
                 if self.broker.groups is None:
                     raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the node is starting")

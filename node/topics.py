@@ -132,6 +132,20 @@ class LocalTopicStore:
         self._save()
         return info
 
+    def allocate_producer_ids(self, count: int) -> int:
+        """Reserve ``count`` producer ids; durable (fsync) before any is handed out,
+        so ids are never reused after a restart. Returns the first."""
+        path = os.path.join(self._dir, "producer_ids.cbor")
+        try:
+            with open(path, "rb") as f:
+                first = int(cbor2.loads(f.read())["next"])
+        except FileNotFoundError:
+            first = 0
+        except Exception as e:
+            raise ConfigError(f"producer id counter {path} is unreadable: {e}") from None
+        atomic_write(path, cbor2.dumps({"next": first + count}))
+        return first
+
     def add_partitions(self, name: str, count: int) -> TopicInfo:
         info = self.topics[name]
         parts = info.partitions + tuple(

@@ -79,6 +79,9 @@ class FakeNode:
         if req.api == Api.PRODUCE:
             parts = self._produce(req)
             return None if req.fields["acks"] == 0 else {"parts": parts}
+        if req.api == Api.INIT_PRODUCER_ID:
+            self.producer_ids_issued = getattr(self, "producer_ids_issued", 0) + 1
+            return {"producer_id": 1000 + self.producer_ids_issued, "producer_epoch": 0}
         raise AssertionError(f"fake node does not serve {req.api.name}")
 
     def _metadata(self, wanted) -> dict:

@@ -1,0 +1,160 @@
+"""The idempotent producer against a real node (issue #7): a retried batch whose
+response was lost is appended once; sequence and epoch errors are clear."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+
+import pytest
+
+from raftlog import records
+from raftlog.client import Admin, Consumer, Producer, TopicPartition
+from raftlog.client.conn import BrokerConnection
+from raftlog.errors import ApiError, ErrorCode
+from raftlog.protocol import Api
+
+from ..conftest import NodeProcess, free_port
+
+
+class CuttingProxy:
+    """Forwards one port to the node; after the first PRODUCE request has gone
+    through, it drops the connection instead of forwarding the node's answer: the
+    node appended, the producer never heard of it."""
+
+    def __init__(self, port: int, target: tuple[str, int]):
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", port))
+        self.armed = threading.Event()
+        self.cut = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            threading.Thread(target=self._up, args=(client, server), daemon=True).start()
+            threading.Thread(target=self._down, args=(server, client), daemon=True).start()
+
+    def _up(self, src, dst):
+        buf = b""
+        try:
+            while data := src.recv(65536):
+                buf += data
+                while len(buf) >= 8:
+                    n = struct.unpack("<I", buf[:4])[0]
+                    if len(buf) < 4 + n:
+                        break
+                    frame, buf = buf[4:4 + n], buf[4 + n:]
+                    if not self.cut.is_set() and b"acks" in frame:
+                        self.armed.set()
+                dst.sendall(data)
+        except OSError:
+            pass
+
+    def _down(self, src, dst):
+        try:
+            while data := src.recv(65536):
+                if self.armed.is_set() and not self.cut.is_set():
+                    self.cut.set()
+                    for sock in (dst, src):  # shutdown: another thread is in recv on it
+                        sock.shutdown(socket.SHUT_RDWR)
+                        sock.close()
+                    return
+                dst.sendall(data)
+        except OSError:
+            pass
+
+    def close(self):
+        self.listener.close()
+
+
+@pytest.fixture
+def proxied_node(tmp_path):
+    proxy_port = free_port()
+    n = NodeProcess(str(tmp_path / "node"), free_port(),
+                    extra={"advertised.listeners": f"127.0.0.1:{proxy_port}"})
+    n.start()
+    proxy = CuttingProxy(proxy_port, (n.host, n.port))
+    yield n, proxy_port, proxy
+    proxy.close()
+    n.stop()
+
+
+def test_a_retry_after_a_lost_response_is_appended_once(proxied_node):
+    node, proxy_port, proxy = proxied_node
+    Admin(node.bootstrap).create_topic("once")
+    with Producer(f"127.0.0.1:{proxy_port}", acks="all", retry_backoff_ms=50) as p:
+        assert p.enable_idempotence
+        meta = p.send("once", b"exactly-once", partition=0).result(20)
+        assert proxy.cut.is_set(), "the proxy never cut a produce response"
+        p.send("once", b"next", partition=0).result(20)
+    assert meta.offset == 0
+    c = Consumer(node.bootstrap, auto_offset_reset="earliest")
+    c.assign([TopicPartition("once", 0)])
+    got = []
+    for _ in range(50):
+        got += c.poll(timeout_ms=100)
+        if len(got) >= 2:
+            break
+    c.close()
+    assert [r.value for r in got] == [b"exactly-once", b"next"]
+
+
+def _produce_raw(conn, data, acks=-1):
+    h = conn.request(Api.PRODUCE, {"acks": acks, "timeout_ms": 5000,
+                                   "parts": [["raw", 0, len(data)]]}, data).header
+    return h["parts"][0]
+
+
+def test_duplicates_out_of_order_and_fenced_epochs_on_the_wire(node):
+    Admin(node.bootstrap).create_topic("raw")
+    conn = BrokerConnection(node.host, node.port)
+    pid = conn.request(Api.INIT_PRODUCER_ID, {}).header["producer_id"]
+    other = conn.request(Api.INIT_PRODUCER_ID, {}).header["producer_id"]
+    assert pid >= 0 and other != pid
+
+    def batch(seq, n=2, epoch=0, producer=pid):
+        return records.encode_batch([b"x"] * n, producer_id=producer, producer_epoch=epoch,
+                                    base_sequence=seq)
+
+    assert _produce_raw(conn, batch(0))[2:4] == [0, 0]
+    assert _produce_raw(conn, batch(2))[2:4] == [0, 2]
+    # a retry of either batch: its original offset, nothing appended
+    assert _produce_raw(conn, batch(0))[2:4] == [0, 0]
+    assert _produce_raw(conn, batch(2))[2:4] == [0, 2]
+    # a gap in the sequence
+    r = _produce_raw(conn, batch(7))
+    assert r[2] == ErrorCode.OUT_OF_ORDER_SEQUENCE and "expected 4" in r[5]
+    # a new epoch fences the old one
+    assert _produce_raw(conn, batch(0, epoch=1))[2:4] == [0, 4]
+    r = _produce_raw(conn, batch(4, epoch=0))
+    assert r[2] == ErrorCode.INVALID_PRODUCER_EPOCH
+    # another producer has its own sequence
+    assert _produce_raw(conn, batch(0, producer=other))[2:4] == [0, 6]
+    # the state survives a restart (rebuilt from the log)
+    conn.close()
+    node.restart()
+    conn = BrokerConnection(node.host, node.port)
+    assert _produce_raw(conn, batch(0, epoch=1))[2:4] == [0, 4]
+    assert _produce_raw(conn, batch(2, epoch=1))[2:4] == [0, 8]
+    # producer ids are never handed out twice, also after a restart
+    assert conn.request(Api.INIT_PRODUCER_ID, {}).header["producer_id"] > other
+    conn.close()
+
+
+def test_several_idempotent_batches_in_one_partition_entry_are_refused(node):
+    Admin(node.bootstrap).create_topic("raw")
+    conn = BrokerConnection(node.host, node.port)
+    pid = conn.request(Api.INIT_PRODUCER_ID, {}).header["producer_id"]
+    two = b"".join(records.encode_batch([b"x"], producer_id=pid, producer_epoch=0,
+                                        base_sequence=s) for s in (0, 1))
+    r = _produce_raw(conn, two)
+    assert r[2] == ErrorCode.INVALID_REQUEST and "exactly one batch" in r[5]
+    conn.close()
+    with pytest.raises(ApiError):
+        raise ApiError(ErrorCode(r[2]), r[5])
