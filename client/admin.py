@@ -116,9 +116,11 @@ class Admin:
         if code:
             raise api_error(code, message)
 
-    def list_topics(self) -> list[str]:
+    def list_topics(self, include_internal: bool = False) -> list[str]:
+        """Topic names; internal ones (``__consumer_offsets``) only when asked."""
         h = self._call(Api.METADATA, {"topics": None})
-        return sorted(t["name"] for t in h["topics"] if not t["error"])
+        return sorted(t["name"] for t in h["topics"] if not t["error"]
+                      and (include_internal or not t["name"].startswith("__")))
 
     def describe_topic(self, name: str) -> TopicDescription:
         h = self._call(Api.METADATA, {"topics": [name], "include_configs": True})

@@ -196,7 +196,7 @@ def cmd_cluster(args) -> int:
         return _elect_leaders(args)
     with _admin(args) as admin:
         c = admin.describe_cluster()
-        topics = [admin.describe_topic(t) for t in admin.list_topics()]
+        topics = [admin.describe_topic(t) for t in admin.list_topics(include_internal=True)]
     parts = [p for t in topics for p in t.partitions]
     under = sum(p.under_replicated for p in parts)
     offline = sum(p.offline for p in parts)
