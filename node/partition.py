@@ -21,7 +21,14 @@ import time
 import trio
 
 from raftlog import records as batch_format
-from raftlog.errors import ApiError, CorruptRecordError, ErrorCode, StorageError
+from raftlog.checkpoint import atomic_write
+from raftlog.errors import (
+    ApiError,
+    CorruptRecordError,
+    CorruptSnapshotError,
+    ErrorCode,
+    StorageError,
+)
 from raftlog.log import PartitionLog
 from raftlog.producer_state import ProducerStateManager, Verdict
 
@@ -31,6 +38,8 @@ from .replica import UNKNOWN, LeaderState
 MAX_WAITERS_PER_PARTITION = 10_000
 #: Bytes read per step when rebuilding the producer state from the log.
 PRODUCER_SCAN_BYTES = 4 * 1024 * 1024
+#: Producer state written at clean shutdown; valid until a truncation below its end.
+PRODUCER_SNAPSHOT_FILE = "producer.snapshot"
 
 
 def partition_dir(data_dir: str, topic: str, partition: int) -> str:
@@ -197,8 +206,29 @@ class Partition:
     @property
     def producers(self) -> ProducerStateManager:
         if self._producers is None:
-            self._producers = _rebuild_producers(self.log)
+            self._producers = _rebuild_producers(self.log, self._load_producer_snapshot())
         return self._producers
+
+    def _snapshot_path(self) -> str:
+        return os.path.join(self.log.path, PRODUCER_SNAPSHOT_FILE)
+
+    def _load_producer_snapshot(self) -> ProducerStateManager | None:
+        try:
+            with open(self._snapshot_path(), "rb") as f:
+                state = ProducerStateManager.restore(f.read())
+        except FileNotFoundError:
+            return None
+        except (OSError, CorruptSnapshotError):
+            return None  # rebuilt from the whole log instead
+        if state.end_offset > self.log.log_end_offset:
+            return None  # the log was cut below it
+        return state
+
+    def _drop_producer_snapshot(self) -> None:
+        try:
+            os.unlink(self._snapshot_path())
+        except OSError:
+            pass
 
     def append_as_follower(self, data) -> tuple[int, int]:
         """Append the leader's batches (offsets kept); producer state follows."""
@@ -209,10 +239,12 @@ class Partition:
         return base, last
 
     def truncate_to(self, offset: int) -> None:
+        self._drop_producer_snapshot()
         self.log.truncate_to(offset)
         self._producers = None
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
+        self._drop_producer_snapshot()
         self.log.truncate_fully_and_start_at(offset)
         self._producers = None
 
@@ -249,6 +281,13 @@ class Partition:
     def close(self) -> None:
         self.wake_waiters()
         self.wake_leo_waiters()
+        if self._producers is not None and self._producers.producers:
+            # a clean restart then replays only what follows (Kafka's <offset>.snapshot)
+            self._producers.end_offset = self.log.log_end_offset
+            try:
+                atomic_write(self._snapshot_path(), self._producers.snapshot())
+            except StorageError:
+                self._drop_producer_snapshot()
         self.log.close()
 
     def delete(self) -> None:
@@ -282,10 +321,14 @@ def _idempotent_header(data):
     return first
 
 
-def _rebuild_producers(log: PartitionLog) -> ProducerStateManager:
-    """Producer state from every batch header in ``log`` (start to end)."""
+def _rebuild_producers(log: PartitionLog,
+                       snapshot: ProducerStateManager | None = None) -> ProducerStateManager:
+    """Producer state from a snapshot plus the batch headers after it, or from every
+    batch header in ``log``."""
     headers = []
     offset, end = log.log_start_offset, log.log_end_offset
+    if snapshot is not None:
+        offset = max(offset, snapshot.end_offset)
     while offset < end:
         sl = log.read(offset, PRODUCER_SCAN_BYTES)
         if not sl.length:
@@ -297,4 +340,9 @@ def _rebuild_producers(log: PartitionLog) -> ProducerStateManager:
                 headers.append(h)
             nxt = h.next_offset
         offset = max(nxt, offset + 1)
-    return ProducerStateManager.rebuild(headers)
+    if snapshot is None:
+        return ProducerStateManager.rebuild(headers)
+    for h in headers:
+        if h.base_offset >= snapshot.end_offset:
+            snapshot.apply_header(h)
+    return snapshot

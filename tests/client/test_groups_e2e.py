@@ -176,3 +176,32 @@ def test_pattern_subscription_picks_up_a_new_topic(node_factory):
     _until(lambda: {tp.topic for tp in c.assignment()} == {"logs.a", "logs.b"}, timeout_s=20,
            what="logs.b assigned")
     c.close()
+
+
+def test_a_member_that_stops_polling_leaves_and_rejoins_on_its_next_poll(node_factory):
+    node = node_factory(**GROUP_NODE)
+    Admin(node.bootstrap).create_topic("slow", partitions=2)
+    lazy_listener = Recorder()
+    lazy = _consumer(node, "mp", max_poll_interval_ms=1500)
+    lazy.subscribe(["slow"], listener=lazy_listener)
+    busy = _consumer(node, "mp")
+    busy.subscribe(["slow"])
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not (len(lazy.assignment()) == 1 == len(busy.assignment())):
+        lazy.poll(timeout_ms=20)
+        busy.poll(timeout_ms=20)
+    assert len(lazy.assignment()) == 1
+    # lazy stops polling: after max_poll_interval_ms it leaves and busy owns both
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and len(busy.assignment()) < 2:
+        busy.poll(timeout_ms=50)
+    assert len(busy.assignment()) == 2 and lazy.assignment() == set()
+    assert lazy_listener.lost, "leaving for a stalled poll loop reports the partitions lost"
+    # its next poll rejoins
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and len(lazy.assignment()) != 1:
+        lazy.poll(timeout_ms=20)
+        busy.poll(timeout_ms=20)
+    assert len(lazy.assignment()) == 1 and len(busy.assignment()) == 1
+    lazy.close()
+    busy.close()

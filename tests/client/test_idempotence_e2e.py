@@ -3,6 +3,7 @@ response was lost is appended once; sequence and epoch errors are clear."""
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import threading
@@ -144,6 +145,20 @@ def test_duplicates_out_of_order_and_fenced_epochs_on_the_wire(node):
     assert _produce_raw(conn, batch(2, epoch=1))[2:4] == [0, 8]
     # producer ids are never handed out twice, also after a restart
     assert conn.request(Api.INIT_PRODUCER_ID, {}).header["producer_id"] > other
+    conn.close()
+    node.restart()  # clean: the state is snapshotted, then the snapshot is used
+    assert os.path.exists(os.path.join(node.data_dir, "raw-0", "producer.snapshot"))
+    conn = BrokerConnection(node.host, node.port)
+    assert _produce_raw(conn, batch(2, epoch=1))[2:4] == [0, 8]
+    assert _produce_raw(conn, batch(4, epoch=1))[2:4] == [0, 10]
+    conn.close()
+    node.kill()  # a crash: rebuilt from the snapshot plus the log after it
+    node.start()
+    conn = BrokerConnection(node.host, node.port)
+    assert _produce_raw(conn, batch(4, epoch=1))[2:4] == [0, 10]
+    assert _produce_raw(conn, batch(0, producer=other))[2:4] == [0, 6]
+    r = _produce_raw(conn, batch(9, epoch=1))
+    assert r[2] == ErrorCode.OUT_OF_ORDER_SEQUENCE and "expected 6" in r[5]
     conn.close()
 
 
