@@ -28,6 +28,7 @@ generation is refused (ILLEGAL_GENERATION), which is raised as CommitFailedError
 from __future__ import annotations
 
 import re
+import socket
 import threading
 import time
 from collections.abc import Iterable
@@ -198,6 +199,14 @@ class GroupMember:
             self._closed = True
             self._wake.notify_all()
         if self._thread is not None:
+            self._thread.join(0.5)
+            conn = self._conn
+            if self._thread.is_alive() and conn is not None:
+                # blocked in a JoinGroup/SyncGroup that may wait for minutes: break it
+                try:
+                    conn.sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
             self._thread.join(self.request_timeout_s + 5)
         try:
             if final_offsets and self.generation >= 0:

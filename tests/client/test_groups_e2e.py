@@ -205,3 +205,20 @@ def test_a_member_that_stops_polling_leaves_and_rejoins_on_its_next_poll(node_fa
     assert len(lazy.assignment()) == 1 and len(busy.assignment()) == 1
     lazy.close()
     busy.close()
+
+
+def test_close_during_a_long_rebalance_returns_promptly(node_factory):
+    node = node_factory(**GROUP_NODE)
+    Admin(node.bootstrap).create_topic("long", partitions=2)
+    stuck = _consumer(node, "lr", session_timeout_ms=25_000, max_poll_interval_ms=25_000)
+    stuck.subscribe(["long"])
+    _until(lambda: len(stuck.assignment()) == 2, what="first member owns both")
+    stuck._member._closed = True  # it never rejoins: the next rebalance waits for it
+    stuck._member._thread.join(5)
+    joiner = _consumer(node, "lr")
+    joiner.subscribe(["long"])
+    time.sleep(1.0)  # joiner is now waiting in JoinGroup for the stuck member
+    assert joiner.assignment() == set()
+    started = time.monotonic()
+    joiner.close()
+    assert time.monotonic() - started < 10, "close() waited for the rebalance"
