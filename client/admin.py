@@ -1,19 +1,48 @@
-"""Admin: topics, configs and the cluster."""
+"""Admin: topics, configs, the cluster and consumer groups.
+
+Group requests go to the group's coordinator: FIND_COORDINATOR on any node names
+it, and the request is sent there (looked up again when it answers
+NOT_COORDINATOR). LIST_GROUPS goes to every broker, as each lists only the groups
+it coordinates. Offsets written from here use generation -1 and member id "":
+the coordinator accepts them only while the group has no members (Empty).
+"""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 
-from raftlog.protocol import Api
+from raftlog.errors import ApiError, ErrorCode
+from raftlog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Api
 
-from .conn import Cluster
-from .errors import BrokerNotAvailableError, api_error
+from .assignors import assignment_from_wire
+from .conn import BrokerConnection, Cluster
+from .consumer import TopicPartition
+from .errors import BrokerNotAvailableError, GroupNotEmptyError, api_error
 
 #: Tries of a read-only admin request when the node it went to is gone.
 READ_ATTEMPTS = 3
 READ_BACKOFF_S = 0.1
-READ_ONLY_APIS = frozenset({Api.METADATA, Api.DESCRIBE_CLUSTER, Api.API_VERSIONS})
+READ_ONLY_APIS = frozenset(
+    {Api.METADATA, Api.DESCRIBE_CLUSTER, Api.API_VERSIONS, Api.FIND_COORDINATOR}
+)
+#: How long a group request keeps looking for the group's coordinator (it may be
+#: loading, moving, or ``__consumer_offsets`` may be being created).
+COORDINATOR_WAIT_S = 10.0
+COORDINATOR_BACKOFF_S = 0.05
+COORDINATOR_BACKOFF_MAX_S = 1.0
+#: Errors meaning "ask FIND_COORDINATOR again, a little later".
+COORDINATOR_RETRY_CODES = frozenset({
+    ErrorCode.NOT_COORDINATOR,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+})
+#: Tries of a ListOffsets whose partition leader moved.
+LIST_OFFSETS_ATTEMPTS = 5
+#: Group states in which the group has no members, so admin offset writes are allowed.
+INACTIVE_GROUP_STATES = frozenset({"Empty", "Dead"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +87,180 @@ class ClusterDescription:
     brokers: tuple
 
 
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    group_id: str
+    protocol_type: str  # "consumer" for Consumer groups; "" for a group that only has offsets
+    state: str  # Empty, PreparingRebalance, CompletingRebalance, Stable, Dead
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    #: TopicPartitions assigned to the member (decoded for protocol type "consumer").
+    assignment: set = field(default_factory=set)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupOffset:
+    """A partition's committed offset (None: assigned but nothing committed yet), its
+    log end offset (the high watermark; None when it could not be read, e.g. the
+    topic is gone) and lag = log_end_offset - committed (None when either is None)."""
+
+    committed: int | None
+    log_end_offset: int | None
+    lag: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    group_id: str
+    state: str  # "Dead": the coordinator does not know the group
+    protocol_type: str
+    protocol: str  # the assignor, e.g. "cooperative-sticky"
+    generation: int
+    leader: str | None
+    members: list = field(default_factory=list)  # [MemberDescription]
+    #: TopicPartition -> GroupOffset: partitions with a committed offset or an owner.
+    offsets: dict = field(default_factory=dict)
+
+    @property
+    def exists(self) -> bool:
+        return self.state != "Dead" or bool(self.members) or bool(self.offsets)
+
+    def owners(self) -> dict:
+        """TopicPartition -> member id of the member it is assigned to."""
+        return {tp: m.member_id for m in self.members for tp in m.assignment}
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def to_timestamp_ms(when) -> int:
+    """A datetime (naive: local time), an ISO 8601 string or ms since the epoch -> ms."""
+    if isinstance(when, bool):
+        raise TypeError("a timestamp must be a datetime, an ISO 8601 string or ms, not a bool")
+    if isinstance(when, datetime):
+        aware = when if when.tzinfo is not None else when.astimezone()
+        return (aware - _EPOCH) // timedelta(milliseconds=1)
+    if isinstance(when, int):
+        if when < 0:
+            raise ValueError(f"timestamp {when} must be >= 0 (ms since the epoch)")
+        return when
+    if isinstance(when, str):
+        try:
+            parsed = datetime.fromisoformat(when.strip())
+        except ValueError:
+            raise ValueError(
+                f"{when!r} is not an ISO 8601 date-time such as 2024-05-01T12:00:00Z"
+            ) from None
+        return to_timestamp_ms(parsed)
+    raise TypeError(f"cannot use {type(when).__name__} {when!r} as a timestamp")
+
+
+def plan_offset_reset(
+    partitions: Iterable,
+    *,
+    earliest: Mapping,
+    latest: Mapping,
+    committed: Mapping | None = None,
+    to=None,
+    shift_by: int | None = None,
+    by_time: Mapping | None = None,
+) -> dict:
+    """The new offset of each partition for an offset reset. Pure: every offset it
+    needs is passed in (``{TopicPartition: int}``).
+
+    Exactly one of:
+
+    * ``to="earliest"`` / ``to="latest"``: the log start offset / the high watermark;
+    * ``to=<timestamp>`` (anything else: datetime, ms, ISO string): ``by_time[tp]``,
+      the first offset with a timestamp >= it (from ListOffsets), or the latest
+      offset when there is none (-1 or None: no record is that new);
+    * ``shift_by=N``: the committed offset plus N (negative: back); a partition
+      without a committed offset is an error, as in Kafka.
+
+    Every result is clamped into ``[earliest, latest]``. Raises ValueError.
+    """
+    if (to is None) == (shift_by is None):
+        raise ValueError("give exactly one of to (earliest, latest or a timestamp) and shift_by")
+    if shift_by is not None and (isinstance(shift_by, bool) or not isinstance(shift_by, int)):
+        raise ValueError(f"shift_by must be an integer, not {shift_by!r}")
+    by_timestamp = to is not None and to not in ("earliest", "latest")
+    if by_timestamp and by_time is None:
+        raise ValueError("a reset to a timestamp needs by_time (ListOffsets of that timestamp)")
+    committed = committed or {}
+    out = {}
+    for tp in sorted(partitions):
+        if tp not in earliest or tp not in latest:
+            raise ValueError(f"no earliest/latest offset known for {_tp_name(tp)}")
+        lo, hi = earliest[tp], latest[tp]
+        if to == "earliest":
+            new = lo
+        elif to == "latest":
+            new = hi
+        elif shift_by is not None:
+            current = committed.get(tp)
+            if current is None:
+                raise ValueError(
+                    f"cannot shift the offset of {_tp_name(tp)}: the group has no committed "
+                    "offset for it (reset it --to-earliest/--to-latest first)"
+                )
+            new = current + shift_by
+        else:
+            found = by_time.get(tp)
+            new = hi if found is None or found < 0 else found
+        out[tp] = min(max(new, lo), hi)
+    return out
+
+
+def merge_group_listings(answers: Iterable) -> list[GroupListing]:
+    """LIST_GROUPS answers of every broker (``[[group, protocol_type, state], ...]``
+    each) -> one listing per group, sorted. While a coordinator moves, two nodes may
+    list the same group: the first answer wins."""
+    seen: dict[str, GroupListing] = {}
+    for groups in answers:
+        for gid, ptype, state in groups:
+            seen.setdefault(gid, GroupListing(gid, ptype or "", state))
+    return [seen[g] for g in sorted(seen)]
+
+
+def group_description_from_wire(entry: dict) -> GroupDescription:
+    """One DESCRIBE_GROUPS entry (without offsets). Consumer assignments are decoded
+    into sets of TopicPartition; an undecodable one counts as empty."""
+    ptype = entry.get("protocol_type") or ""
+    members = []
+    for member_id, instance_id, client_id, client_host, _metadata, assignment in entry["members"]:
+        tps: set = set()
+        if ptype == "consumer" and assignment is not None:
+            try:
+                tps = {TopicPartition(t, p) for t, p in assignment_from_wire(assignment)}
+            except ValueError:
+                tps = set()
+        members.append(MemberDescription(member_id, instance_id, client_id or "",
+                                         client_host or "", tps))
+    return GroupDescription(
+        entry["group"], entry["state"], ptype, entry.get("protocol") or "",
+        entry.get("generation", -1), entry.get("leader"), members,
+    )
+
+
+def _tp(x) -> TopicPartition:
+    if isinstance(x, TopicPartition):
+        return x
+    topic, partition = x
+    return TopicPartition(topic, partition)
+
+
+def _tp_name(tp) -> str:
+    return f"{tp.topic}-{tp.partition}" if isinstance(tp, TopicPartition) else str(tp)
+
+
 class Admin:
     """Administrative operations; each call is synchronous and raises ApiError subclasses."""
 
@@ -66,6 +269,10 @@ class Admin:
     ):
         self.timeout_s = request_timeout_ms / 1000
         self._cluster = Cluster(bootstrap_servers, self.timeout_s)
+        #: group id -> (node_id, host, port) of its coordinator, as last found
+        self._coordinators: dict[str, tuple[int, str, int]] = {}
+        #: (host, port) -> connection, for coordinators and LIST_GROUPS to every broker
+        self._node_conns: dict[tuple[str, int], BrokerConnection] = {}
 
     def _call(self, api: Api, fields: dict):
         """One request to any node. Read-only requests are retried on a fresh
@@ -163,11 +370,349 @@ class Admin:
         """Grow ``topic`` to ``count`` partitions."""
         self._call(Api.CREATE_PARTITIONS, {"topic": topic, "count": count})
 
+    # ------------------------------------------------------------------ consumer groups
+
+    def list_groups(self) -> list[GroupListing]:
+        """Every group of the cluster: LIST_GROUPS to each broker, merged. A broker that
+        cannot be reached fails the call (its groups would be missing), unless it is
+        fenced (a fenced broker leads nothing, so coordinates no group)."""
+        answers = []
+        for b in self.describe_cluster().brokers:
+            try:
+                answers.append(self._list_groups_of(b))
+            except BrokerNotAvailableError as e:
+                if b.fenced:
+                    continue
+                raise BrokerNotAvailableError(
+                    f"cannot list the groups of broker {b.id} ({b.host}:{b.port}), "
+                    f"so the list would be incomplete: {e}"
+                ) from None
+        return merge_group_listings(answers)
+
+    def _list_groups_of(self, broker: BrokerDescription) -> list:
+        deadline = time.monotonic() + COORDINATOR_WAIT_S
+        backoff = COORDINATOR_BACKOFF_S
+        while True:
+            try:
+                conn = self._node_connection(broker.host, broker.port, broker.id)
+                return conn.request(Api.LIST_GROUPS, {}, timeout_s=self.timeout_s).header["groups"]
+            except BrokerNotAvailableError:
+                if broker.fenced or time.monotonic() + backoff > deadline:
+                    raise
+            except ApiError as e:
+                if e.code not in COORDINATOR_RETRY_CODES or time.monotonic() + backoff > deadline:
+                    raise
+            time.sleep(backoff)
+            backoff = min(backoff * 2, COORDINATOR_BACKOFF_MAX_S)
+
+    def describe_group(self, group_id: str) -> GroupDescription:
+        """State, members and their assignments, and per partition the committed
+        offset, the log end offset (high watermark) and the lag. An unknown group has
+        state "Dead" and nothing else (``exists`` is False)."""
+        desc = self._describe_group_entry(group_id)
+        committed = self.list_group_offsets(group_id)
+        tps = set(committed) | {tp for m in desc.members for tp in m.assignment}
+        ends = self._list_offsets({tp: LATEST_TIMESTAMP for tp in tps})
+        offsets = {}
+        for tp in sorted(tps):
+            c = committed.get(tp)
+            end = ends.get(tp)
+            end = end[0] if isinstance(end, tuple) else None
+            lag = end - c if c is not None and end is not None else None
+            offsets[tp] = GroupOffset(c, end, lag)
+        return replace(desc, offsets=offsets)
+
+    def _describe_group_entry(self, group_id: str) -> GroupDescription:
+        h = self._group_request(
+            group_id,
+            Api.DESCRIBE_GROUPS,
+            {"groups": [group_id]},
+            entry_error=lambda h: (h["groups"][0]["error"], h["groups"][0].get("message", "")),
+        )
+        entry = h["groups"][0]
+        if entry["error"]:
+            raise api_error(entry["error"], entry.get("message") or f"group {group_id!r}")
+        return group_description_from_wire(entry)
+
+    def list_group_offsets(self, group_id: str) -> dict:
+        """``{TopicPartition: committed offset}`` of every partition the group has
+        committed (empty for an unknown group)."""
+        h = self._group_request(group_id, Api.OFFSET_FETCH, {"group": group_id, "parts": None})
+        return {
+            TopicPartition(t, p): off for t, p, off, _meta in h["parts"] if off is not None and off >= 0
+        }
+
+    def alter_group_offsets(self, group_id: str, offsets: Mapping) -> None:
+        """Commit ``{TopicPartition or (topic, partition): offset}`` for the group.
+        Allowed only while the group has no members: raises GroupNotEmptyError otherwise."""
+        items = []
+        for tp, off in offsets.items():
+            tp = _tp(tp)
+            if isinstance(off, bool) or not isinstance(off, int) or off < 0:
+                raise ValueError(f"offset of {_tp_name(tp)} must be an integer >= 0, not {off!r}")
+            items.append([tp.topic, tp.partition, off, None])
+        if not items:
+            return
+
+        def part_error(h):
+            bad = [p for p in h["parts"] if p[2]]
+            return (bad[0][2], bad[0][3]) if bad else None
+
+        try:
+            h = self._group_request(
+                group_id,
+                Api.OFFSET_COMMIT,
+                {"group": group_id, "generation": -1, "member_id": "", "offsets": items},
+                entry_error=part_error,
+            )
+        except ApiError as e:
+            # The coordinator refuses a commit without member id and generation while
+            # the group has members with UNKNOWN_MEMBER_ID; say what it means.
+            if e.code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION,
+                          ErrorCode.REBALANCE_IN_PROGRESS):
+                raise GroupNotEmptyError(
+                    f"group {group_id!r} has active members: its offsets can be changed only "
+                    f"while it is Empty (stop its consumers first) [{e}]"
+                ) from None
+            raise
+        for topic, partition, code, message in h["parts"]:
+            if code:
+                raise api_error(code, f"offset of {topic}-{partition} not committed: {message}")
+
+    def reset_group_offsets(
+        self,
+        group_id: str,
+        topic: str | None = None,
+        to=None,
+        shift_by: int | None = None,
+        *,
+        partitions: Iterable[int] | None = None,
+        dry_run: bool = False,
+    ) -> dict:
+        """Compute new committed offsets with :func:`plan_offset_reset` and commit them
+        (unless ``dry_run``); returns ``{TopicPartition: new offset}``.
+
+        ``topic``: every partition of it (or only ``partitions``); None: every topic the
+        group has committed offsets for (an error when it has none). ``to``: "earliest",
+        "latest", or a datetime / ISO 8601 string / ms timestamp (the first offset at or
+        after it; the latest offset when no record is that new). ``shift_by``: move the
+        committed offsets by N, clamped into [earliest, latest].
+
+        Raises GroupNotEmptyError when the group has members (also with ``dry_run``:
+        the offsets could not be applied), ValueError on bad arguments.
+        """
+        if (to is None) == (shift_by is None):
+            raise ValueError("give exactly one of to (earliest, latest or a timestamp) and shift_by")
+        ts = None if to in (None, "earliest", "latest") else to_timestamp_ms(to)
+        desc = self._describe_group_entry(group_id)
+        _require_inactive(desc, "reset its offsets")
+        committed = self.list_group_offsets(group_id)
+        if topic is None:
+            if partitions is not None:
+                raise ValueError("partitions need a topic")
+            tps = sorted(committed)
+            if not tps:
+                raise ValueError(
+                    f"group {group_id!r} has no committed offsets: name the topic to reset"
+                )
+        else:
+            self._cluster.topics.pop(topic, None)  # fresh metadata: partitions may be new
+            known = sorted(self._cluster.partitions_for(topic))
+            wanted = known if partitions is None else sorted(set(partitions))
+            missing = [p for p in wanted if p not in known]
+            if missing:
+                raise api_error(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"topic {topic!r} has no partition {missing[0]} (it has {len(known)})",
+                )
+            tps = [TopicPartition(topic, p) for p in wanted]
+        earliest = self._list_offsets_strict({tp: EARLIEST_TIMESTAMP for tp in tps})
+        latest = self._list_offsets_strict({tp: LATEST_TIMESTAMP for tp in tps})
+        by_time = None if ts is None else self._list_offsets_strict({tp: ts for tp in tps})
+        plan = plan_offset_reset(
+            tps,
+            earliest=earliest,
+            latest=latest,
+            committed=committed,
+            to=None if to is None else (to if ts is None else ts),
+            shift_by=shift_by,
+            by_time=by_time,
+        )
+        if not dry_run:
+            self.alter_group_offsets(group_id, plan)
+        return plan
+
+    def delete_group(self, group_id: str) -> None:
+        """Delete the group and its committed offsets. Raises GroupNotEmptyError while
+        it has members, GroupIdNotFoundError for an unknown group."""
+        h = self._group_request(
+            group_id,
+            Api.DELETE_GROUPS,
+            {"groups": [group_id]},
+            entry_error=lambda h: (h["results"][0][1], h["results"][0][2]),
+            retry_lost=False,
+        )
+        _, code, message = h["results"][0]
+        if code:
+            raise api_error(code, message or f"group {group_id!r}")
+
+    # ------------------------------------------------------------------ group plumbing
+
+    def _node_connection(self, host: str, port: int, node_id: int | None = None) -> BrokerConnection:
+        conn = self._node_conns.get((host, port))
+        if conn is None or conn.closed:
+            conn = BrokerConnection(host, port, self.timeout_s, node_id)
+            self._node_conns[(host, port)] = conn
+        return conn
+
+    def find_coordinator(self, group_id: str) -> tuple[int, str, int]:
+        """``(node_id, host, port)`` of the group's coordinator. Retries while it is
+        not available or loading, for up to COORDINATOR_WAIT_S."""
+        return self._find_coordinator(group_id, time.monotonic() + COORDINATOR_WAIT_S)
+
+    def _find_coordinator(self, group_id: str, deadline: float) -> tuple[int, str, int]:
+        backoff = COORDINATOR_BACKOFF_S
+        while True:
+            try:
+                h = self._call(Api.FIND_COORDINATOR, {"key": group_id})
+                found = (h["node_id"], h["host"], h["port"])
+                self._coordinators[group_id] = found
+                return found
+            except ApiError as e:
+                if e.code not in COORDINATOR_RETRY_CODES:
+                    raise
+                last: Exception = e
+            except BrokerNotAvailableError as e:
+                last = e
+            if time.monotonic() + backoff > deadline:
+                raise _no_coordinator(group_id, last)
+            time.sleep(backoff)
+            backoff = min(backoff * 2, COORDINATOR_BACKOFF_MAX_S)
+
+    def _group_request(self, group_id: str, api: Api, fields: dict, *, entry_error=None,
+                       retry_lost: bool = True) -> dict:
+        """One request to the group's coordinator, found (again) as needed.
+
+        Looks the coordinator up again and retries, for up to COORDINATOR_WAIT_S, when
+        the answer is NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE / LOAD_IN_PROGRESS,
+        as a whole or in the entry ``entry_error(header)`` returns ((code, message) or
+        None); also when the coordinator cannot be reached, and, with ``retry_lost``,
+        when the connection broke with the request in flight (idempotent requests).
+        """
+        deadline = time.monotonic() + COORDINATOR_WAIT_S
+        backoff = COORDINATOR_BACKOFF_S
+        while True:
+            coordinator = self._coordinators.get(group_id)
+            if coordinator is None:
+                coordinator = self._find_coordinator(group_id, deadline)
+            node_id, host, port = coordinator
+            try:
+                conn = self._node_connection(host, port, node_id)
+            except BrokerNotAvailableError as e:
+                last: Exception = e
+            else:
+                try:
+                    h = conn.request(api, fields, timeout_s=self.timeout_s).header
+                except BrokerNotAvailableError as e:
+                    if not retry_lost:
+                        self._coordinators.pop(group_id, None)
+                        raise
+                    last = e
+                except ApiError as e:
+                    if e.code not in COORDINATOR_RETRY_CODES:
+                        raise
+                    last = e
+                else:
+                    err = entry_error(h) if entry_error is not None else None
+                    if not err or not err[0] or err[0] not in COORDINATOR_RETRY_CODES:
+                        return h
+                    last = api_error(err[0], err[1])
+            self._coordinators.pop(group_id, None)
+            if time.monotonic() + backoff > deadline:
+                raise _no_coordinator(group_id, last)
+            time.sleep(backoff)
+            backoff = min(backoff * 2, COORDINATOR_BACKOFF_MAX_S)
+
+    def _list_offsets(self, wanted: Mapping) -> dict:
+        """ListOffsets through each partition's leader: ``{tp: (offset, timestamp)}``,
+        or ``{tp: ApiError}`` for a partition that failed (retriable errors are retried
+        LIST_OFFSETS_ATTEMPTS times with fresh metadata)."""
+        results: dict = {}
+        pending = dict(wanted)
+        for attempt in range(LIST_OFFSETS_ATTEMPTS):
+            retry: dict = {}
+            by_leader: dict[int, list] = {}
+            for tp in pending:
+                try:
+                    by_leader.setdefault(
+                        self._cluster.leader_for(tp.topic, tp.partition), []
+                    ).append(tp)
+                except ApiError as e:
+                    # an unknown topic was already waited for by partitions_for
+                    final = not e.retriable or e.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    (results if final else retry)[tp] = e
+            for leader, tps in by_leader.items():
+                try:
+                    frame = self._cluster.connection(leader).request(
+                        Api.LIST_OFFSETS,
+                        {"parts": [[tp.topic, tp.partition, pending[tp]] for tp in tps]},
+                        timeout_s=self.timeout_s,
+                    )
+                except BrokerNotAvailableError as e:
+                    retry.update(dict.fromkeys(tps, e))
+                    continue
+                except ApiError as e:
+                    (retry if e.retriable else results).update(dict.fromkeys(tps, e))
+                    continue
+                for tp, part in zip(tps, frame.header["parts"]):
+                    if part[2]:
+                        e = api_error(part[2], f"list offsets of {tp.topic}-{tp.partition}")
+                        (retry if e.retriable else results)[tp] = e
+                    else:
+                        results[tp] = (part[3], part[4])
+            if not retry:
+                break
+            if attempt + 1 == LIST_OFFSETS_ATTEMPTS:
+                results.update(retry)
+                break
+            pending = {tp: wanted[tp] for tp in retry}
+            self._cluster.topics.clear()
+            time.sleep(READ_BACKOFF_S * (attempt + 1))
+        return results
+
+    def _list_offsets_strict(self, wanted: Mapping) -> dict:
+        """``{tp: offset}``; raises the error of the first partition that failed."""
+        out = {}
+        for tp, r in sorted(self._list_offsets(wanted).items()):
+            if not isinstance(r, tuple):
+                raise r
+            out[tp] = r[0]
+        return out
+
     def close(self) -> None:
         self._cluster.close()
+        for conn in self._node_conns.values():
+            conn.close()
+        self._node_conns.clear()
 
     def __enter__(self) -> Admin:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _require_inactive(desc: GroupDescription, what: str) -> None:
+    if desc.members or desc.state not in INACTIVE_GROUP_STATES:
+        raise GroupNotEmptyError(
+            f"group {desc.group_id!r} is {desc.state} with {len(desc.members)} member(s): "
+            f"cannot {what} while it has members (stop its consumers first)"
+        )
+
+
+def _no_coordinator(group_id: str, last: Exception) -> Exception:
+    """The error after COORDINATOR_WAIT_S without a usable coordinator."""
+    msg = f"no coordinator of group {group_id!r} answered within {COORDINATOR_WAIT_S:g}s: {last}"
+    if isinstance(last, ApiError):
+        return api_error(last.code, msg)
+    return BrokerNotAvailableError(msg)

@@ -265,6 +265,178 @@ def _elect_leaders(args) -> int:
     return 1 if failed else 0
 
 
+# --------------------------------------------------------------------------- groups
+
+
+def _table(headers: list[str], rows: list[list]) -> str:
+    """Left-aligned columns, two spaces apart; None shows as "-"."""
+    cells = [headers] + [["-" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells
+    )
+
+
+def parse_topic_arg(value: str) -> tuple[str, list[int] | None]:
+    """``--topic`` of reset-offsets: "TOPIC" or "TOPIC:P,P,..." (only those partitions)."""
+    topic, sep, parts = value.partition(":")
+    if not topic:
+        raise argparse.ArgumentTypeError(f"{value!r} names no topic")
+    if not sep:
+        return topic, None
+    try:
+        partitions = sorted({int(p) for p in parts.split(",")})
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: partitions must be integers, as in TOPIC:0,2"
+        ) from None
+    if any(p < 0 for p in partitions):
+        raise argparse.ArgumentTypeError(f"{value!r}: partitions must be >= 0")
+    return topic, partitions
+
+
+def _datetime_arg(value: str):
+    from datetime import datetime
+
+    from .admin import to_timestamp_ms
+
+    try:
+        to_timestamp_ms(value)
+        return datetime.fromisoformat(value.strip())
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def group_to_json(d) -> dict:
+    """The ``groups describe --json`` object of a GroupDescription."""
+    return {
+        "group": d.group_id,
+        "state": d.state,
+        "protocol_type": d.protocol_type,
+        "protocol": d.protocol,
+        "generation": d.generation,
+        "leader": d.leader,
+        "members": [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "client_id": m.client_id,
+                "client_host": m.client_host,
+                "assignment": [[tp.topic, tp.partition] for tp in sorted(m.assignment)],
+            }
+            for m in d.members
+        ],
+        "offsets": [
+            {
+                "topic": tp.topic,
+                "partition": tp.partition,
+                "committed": o.committed,
+                "log_end_offset": o.log_end_offset,
+                "lag": o.lag,
+            }
+            for tp, o in sorted(d.offsets.items())
+        ],
+    }
+
+
+def format_group(d) -> str:
+    """The ``groups describe`` text of a GroupDescription."""
+    protocol = "/".join(x for x in (d.protocol_type, d.protocol) if x) or "-"
+    lines = [
+        f"Group: {d.group_id}  State: {d.state}  Protocol: {protocol}  "
+        f"Generation: {d.generation}  Members: {len(d.members)}  Leader: {d.leader or '-'}",
+        "",
+    ]
+    owners = d.owners()
+    rows = [
+        [tp.topic, tp.partition, o.committed, o.log_end_offset, o.lag, owners.get(tp)]
+        for tp, o in sorted(d.offsets.items())
+    ]
+    if rows:
+        lines.append(_table(
+            ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "MEMBER-ID"], rows
+        ))
+    else:
+        lines.append("(no committed offsets and no assigned partitions)")
+    if d.members:
+        lines.append("")
+        lines.append(_table(
+            ["MEMBER-ID", "GROUP-INSTANCE-ID", "CLIENT-ID", "HOST", "PARTITIONS"],
+            [
+                [m.member_id, m.group_instance_id, m.client_id or None, m.client_host or None,
+                 ",".join(f"{tp.topic}-{tp.partition}" for tp in sorted(m.assignment)) or None]
+                for m in d.members
+            ],
+        ))
+    return "\n".join(lines)
+
+
+def cmd_groups(args) -> int:
+    from .errors import GroupIdNotFoundError
+
+    with _admin(args) as admin:
+        if args.action == "list":
+            groups = admin.list_groups()
+            if args.json:
+                print(json.dumps([
+                    {"group": g.group_id, "protocol_type": g.protocol_type, "state": g.state}
+                    for g in groups
+                ]))
+            elif groups:
+                print(_table(["GROUP", "STATE", "PROTOCOL-TYPE"],
+                             [[g.group_id, g.state, g.protocol_type or None] for g in groups]))
+        elif args.action == "describe":
+            d = admin.describe_group(args.group)
+            if not d.exists:
+                raise GroupIdNotFoundError(f"group {args.group!r} does not exist")
+            print(json.dumps(group_to_json(d)) if args.json else format_group(d))
+        elif args.action == "reset-offsets":
+            return _reset_offsets(admin, args)
+        elif args.action == "delete":
+            admin.delete_group(args.group)
+            print(f"deleted group {args.group}")
+    return 0
+
+
+def _reset_offsets(admin, args) -> int:
+    if args.all_topics:
+        topic, partitions = None, None
+    else:
+        topic, partitions = args.topic
+    if args.to_earliest:
+        to, shift_by = "earliest", None
+    elif args.to_latest:
+        to, shift_by = "latest", None
+    elif args.to_datetime is not None:
+        to, shift_by = args.to_datetime, None
+    else:
+        to, shift_by = None, args.shift_by
+    before = admin.list_group_offsets(args.group)
+    plan = admin.reset_group_offsets(
+        args.group, topic, to=to, shift_by=shift_by, partitions=partitions, dry_run=args.dry_run
+    )
+    if args.json:
+        print(json.dumps({
+            "group": args.group,
+            "dry_run": args.dry_run,
+            "offsets": [
+                {"topic": tp.topic, "partition": tp.partition, "previous": before.get(tp),
+                 "new": off}
+                for tp, off in sorted(plan.items())
+            ],
+        }))
+        return 0
+    print(_table(
+        ["TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"],
+        [[tp.topic, tp.partition, before.get(tp), off] for tp, off in sorted(plan.items())],
+    ))
+    if args.dry_run:
+        print(f"dry run: nothing committed for group {args.group}")
+    else:
+        print(f"committed {len(plan)} offset(s) for group {args.group}")
+    return 0
+
+
 # --------------------------------------------------------------------------- produce / consume
 
 
@@ -515,6 +687,48 @@ def build_parser() -> argparse.ArgumentParser:
                          help="elect-leaders: only this partition (repeatable)")
     cluster.set_defaults(fn=cmd_cluster)
 
+    groups = sub.add_parser(
+        "groups", help="list, describe, reset the offsets of, delete consumer groups"
+    )
+    gsub = groups.add_subparsers(dest="action", required=True, metavar="ACTION")
+    g_list = with_bootstrap(gsub.add_parser("list", help="every group of the cluster"))
+    g_list.add_argument("--json", action="store_true", help="a JSON list")
+    g_desc = with_bootstrap(gsub.add_parser(
+        "describe", help="state, members, and per partition committed offset, log end and lag"
+    ))
+    g_desc.add_argument("group", metavar="GROUP")
+    g_desc.add_argument("--json", action="store_true", help="one JSON object")
+    g_reset = with_bootstrap(gsub.add_parser(
+        "reset-offsets",
+        help="set the committed offsets of a group without members",
+        description="Set the committed offsets of a consumer group. The group must have no "
+                    "active members (stop its consumers first). Commits unless --dry-run.",
+    ))
+    g_reset.add_argument("group", metavar="GROUP")
+    which = g_reset.add_mutually_exclusive_group(required=True)
+    which.add_argument("--topic", type=parse_topic_arg, metavar="TOPIC[:P,P...]",
+                       help="every partition of TOPIC, or only the listed ones")
+    which.add_argument("--all-topics", action="store_true",
+                       help="every topic the group has committed offsets for")
+    target = g_reset.add_mutually_exclusive_group(required=True)
+    target.add_argument("--to-earliest", action="store_true", help="the log start offset")
+    target.add_argument("--to-latest", action="store_true", help="the log end (high watermark)")
+    target.add_argument("--to-datetime", type=_datetime_arg, metavar="ISO8601",
+                        help="the first offset at or after this time, e.g. "
+                             "2024-05-01T12:00:00Z (no zone: local time); the log end "
+                             "when no record is that new")
+    target.add_argument("--shift-by", type=int, metavar="N",
+                        help="move the committed offsets by N (negative: back), "
+                             "clamped to [earliest, latest]")
+    g_reset.add_argument("--dry-run", action="store_true",
+                         help="show the new offsets, commit nothing")
+    g_reset.add_argument("--json", action="store_true", help="one JSON object")
+    g_delete = with_bootstrap(gsub.add_parser(
+        "delete", help="delete a group without members and its committed offsets"
+    ))
+    g_delete.add_argument("group", metavar="GROUP")
+    groups.set_defaults(fn=cmd_groups)
+
     produce = with_bootstrap(sub.add_parser("produce", help="stdin lines -> records"))
     produce.add_argument("--topic", required=True)
     produce.add_argument("--key-separator", help="split each line into key SEP value")
@@ -565,7 +779,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.fn(args) or 0
     except (RaftlogError, ValueError) as e:
-        print(f"raftlog {args.command}: {e}", file=sys.stderr)
+        name = args.command + (f" {args.action}" if args.command == "groups" else "")
+        print(f"raftlog {name}: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

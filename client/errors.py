@@ -53,10 +53,25 @@ class OffsetOutOfRangeError(ApiError):
         super().__init__(ErrorCode.OFFSET_OUT_OF_RANGE, message)
 
 
+class GroupNotEmptyError(ApiError):
+    """The consumer group has active members: its offsets cannot be changed from
+    outside and it cannot be deleted until they stop (NON_EMPTY_GROUP)."""
+
+    def __init__(self, message: str = ""):
+        super().__init__(ErrorCode.NON_EMPTY_GROUP, message)
+
+
+class GroupIdNotFoundError(ApiError):
+    def __init__(self, message: str = ""):
+        super().__init__(ErrorCode.GROUP_ID_NOT_FOUND, message)
+
+
 _BY_CODE = {
     ErrorCode.TOPIC_ALREADY_EXISTS: TopicAlreadyExistsError,
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: UnknownTopicOrPartitionError,
     ErrorCode.OFFSET_OUT_OF_RANGE: OffsetOutOfRangeError,
+    ErrorCode.NON_EMPTY_GROUP: GroupNotEmptyError,
+    ErrorCode.GROUP_ID_NOT_FOUND: GroupIdNotFoundError,
 }
 
 
