@@ -14,6 +14,10 @@ happened). Operations of the queue workload:
 - ``assign``: ok value ``{"keys": [...], "positions": {key: offset}}``; a new consumer
   whose next poll starts at ``positions[key]`` (absent key: from the beginning).
 
+The idempotent workload records the same ops. The groups workload adds ``"group": g``
+to its ``poll`` ops (members of consumer group g), and ``commit`` / ``committed`` ops
+(see :func:`check_groups`).
+
 The final log is ``{key: [[offset, v], ...]}``: every partition read from the start to
 its high watermark after the run, with fresh clients.
 
@@ -172,7 +176,9 @@ def check_polls(history: list[dict], final: dict) -> dict:
     """For each consumer process, between assigns: offsets returned per key must strictly
     increase (nonmonotonic-poll) and must not jump over offsets present in the final log
     (skipping-poll). After an assign with a position, the first record read must be the
-    first final-log record at or after that position."""
+    first final-log record at or after that position. Polls of group members (``"group"``
+    in the op) are left out: a rebalance may hand a partition back to a member at its
+    committed offset, below what it already read (at-least-once); check_groups covers them."""
     offsets = {k: sorted(o for o, _ in recs) for k, recs in final.items()}
     last: dict = {}  # (process, key) -> last offset delivered (or position - 1)
     out: dict = {}
@@ -187,7 +193,7 @@ def check_polls(history: list[dict], final: dict) -> dict:
             for key, pos in ((op.get("value") or {}).get("positions") or {}).items():
                 last[(p, key)] = pos - 1
             continue
-        if op["f"] != "poll":
+        if op["f"] != "poll" or op.get("group") is not None:
             continue
         for key, recs in (op.get("value") or {}).items():
             for o, v in recs:
@@ -257,39 +263,95 @@ def check_exactly_once(history: list[dict], final: dict) -> dict:
     return out
 
 
+def _commit_offsets(value: dict | None) -> dict:
+    """{key: offset} of a ``commit`` / ``committed`` value: ``{"key": k, "offset": o}`` or
+    ``{"offsets": {k: o}}`` (None offsets: nothing committed yet, left out)."""
+    if not value:
+        return {}
+    if "offsets" in value:
+        return {k: o for k, o in (value["offsets"] or {}).items() if o is not None}
+    if value.get("key") is not None and value.get("offset") is not None:
+        return {value["key"]: value["offset"]}
+    return {}
+
+
 def check_groups(history: list[dict], final: dict) -> dict:
-    """Groups workload. ``commit`` ops: value ``{"group": g, "key": k, "offset": o}``.
-    committed-offset-regression: a commit acknowledged after another acknowledged commit
-    of the same (group, key) completed, with a lower offset. unprocessed: a final-log
-    record below the last committed offset of a group that no member of that group polled
-    (members are the processes whose ``poll`` ops carry ``"group": g``)."""
+    """Groups workload. ``commit`` ops (a member commits; acknowledged when ok): invoke
+    value ``{"group": g, "key": k, "offset": o}`` or ``{"group": g, "offsets": {k: o}}``.
+    ``committed`` ops (anyone reads the group's committed offsets): ok value ``{"group":
+    g, "offsets": {k: o or None}}``. Members are the processes whose ``poll`` ops carry
+    ``"group": g``.
+
+    - committed-offset-regression: per (group, key), an acknowledged commit or a read
+      that began after another acknowledged commit or read of the same (group, key)
+      completed, with a lower offset (committed offsets never go back; an acknowledged
+      commit is durable).
+    - unprocessed: a final-log record below the highest committed offset of a group
+      (acknowledged or read) that no member of that group polled.
+    - unconsumed-acked: an acknowledged send, in the final log at or beyond that offset,
+      that no member of the group polled (every acknowledged record is processed at
+      least once by each group; the workload drains before it stops)."""
     out: dict = {}
-    commits: dict = defaultdict(list)
+    events: dict = defaultdict(list)  # (group, key) -> [(time, 0=complete/1=invoke, i, ev)]
+    groups: set = set()
     for inv, comp in pairs(history):
-        if inv["f"] == "commit" and comp is not None and comp["type"] == "ok":
-            v = inv["value"]
-            commits[(v["group"], v["key"])].append((inv, comp))
+        f = inv["f"]
+        if f not in ("commit", "committed") or comp is None or comp["type"] != "ok":
+            continue
+        v = inv["value"] if f == "commit" else comp["value"]
+        g = (v or {}).get("group", (inv["value"] or {}).get("group"))
+        groups.add(g)
+        for key, o in _commit_offsets(v).items():
+            ev = {"offset": o, "f": f, "index": comp["index"], "process": inv["process"]}
+            if comp.get("coordinator") is not None:  # the node that answered, when known
+                ev["coordinator"] = comp["coordinator"]
+            events[(g, key)].append((inv["time"], 1, inv["index"], ev))
+            events[(g, key)].append((comp["time"], 0, comp["index"], ev))
     last_committed: dict = {}
-    for gk, ops in commits.items():
-        ops.sort(key=lambda p: p[1]["time"])
-        for j, (inv, comp) in enumerate(ops):
-            for inv0, comp0 in ops[:j]:
-                if comp0["time"] < inv["time"] and inv["value"]["offset"] < inv0["value"]["offset"]:
-                    _add(out, "committed-offset-regression", {
-                        "group": gk[0], "key": gk[1], "earlier": inv0["value"]["offset"],
-                        "later": inv["value"]["offset"], "index": comp["index"]})
-                    break
-        last_committed[gk] = max(inv["value"]["offset"] for inv, _ in ops)
+    for (g, key), evs in events.items():
+        evs.sort(key=lambda e: (e[0], e[1], e[2]))
+        best = None  # completed op with the highest offset so far
+        floor: dict = {}  # id(ev) -> best when it was invoked
+        for _t, kind, _i, ev in evs:
+            if kind == 1:
+                floor[id(ev)] = best
+                continue
+            b = floor.get(id(ev))
+            if b is not None and ev["offset"] < b["offset"]:
+                _add(out, "committed-offset-regression", {
+                    "group": g, "key": key, "earlier": b["offset"], "later": ev["offset"],
+                    "earlier_op": {k: v for k, v in b.items() if k != "offset"},
+                    "later_op": {k: v for k, v in ev.items() if k != "offset"},
+                    "index": ev["index"]})
+            if best is None or ev["offset"] > best["offset"]:
+                best = ev
+        if best is not None:
+            last_committed[(g, key)] = best["offset"]
     seen: dict = defaultdict(set)  # (group, key) -> {values}
     for op in history:
         if op["f"] == "poll" and op["type"] == "ok" and op.get("group") is not None:
+            groups.add(op["group"])
             for key, recs in (op.get("value") or {}).items():
                 for _o, v in recs:
                     seen[(op["group"], key)].add(v)
-    for (g, key), upto in last_committed.items():
+    for (g, key), upto in sorted(last_committed.items(), key=repr):
         for o, v in final.get(key, []):
             if o < upto and v not in seen[(g, key)]:
                 _add(out, "unprocessed", {"group": g, "key": key, "offset": o, "value": v})
+    if groups - {None}:
+        idx = final_index(final)["by_value"]
+        for _inv, comp in sends(history):
+            if comp is None or comp["type"] != "ok":
+                continue
+            key, v = comp["value"]
+            offs = idx.get(key, {}).get(v)
+            if not offs:
+                continue  # lost: reported by check_lost
+            for g in sorted(groups - {None}, key=repr):
+                if v not in seen[(g, key)] and min(offs) >= last_committed.get((g, key), 0):
+                    _add(out, "unconsumed-acked", {
+                        "group": g, "key": key, "value": v, "offset": min(offs),
+                        "committed": last_committed.get((g, key)), "index": comp["index"]})
     return out
 
 
@@ -336,8 +398,9 @@ def check_liveness(history: list[dict], final: dict, final_reads: dict | None) -
 
 #: anomaly types reported but not counted against validity, per workload.
 ALLOWED = {
-    # the queue workload's producer has no sequence numbers yet: a retry whose first
-    # attempt was written duplicates the record (Kafka without idempotence does too)
+    # the queue workload does not promise exactly-once (a producer without idempotence
+    # duplicates a record when a retry's first attempt was written, as Kafka's does);
+    # the idempotent workload is the one that counts duplicates
     "queue": {"duplicate", "unknown-final-tail"},
     "metadata": {"stale-describe"},
     "idempotent": {"unknown-final-tail"},

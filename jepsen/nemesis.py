@@ -3,7 +3,9 @@
 The schedule alternates quiet and faulty windows: after ``quiet`` seconds one fault of
 the chosen kinds starts, lasts ``hold`` seconds, and is healed. Kinds and their targets:
 
-- ``kill``: SIGKILL one node / the leader / a minority, restarted when the window ends;
+- ``kill``: SIGKILL one node / the leader / a minority, restarted when the window ends
+  (``partition-leader``, only when asked for with ``--targets``: a workload partition's
+  leader, never the controller alone);
 - ``pause``: SIGSTOP the same kinds of target for longer than the election timeout, then
   SIGCONT;
 - ``partition``: isolate one node / the leader, split majority from minority, or (5 nodes)
@@ -32,31 +34,64 @@ TARGETS = {
     "partition": ("isolate-one", "isolate-leader", "majority-minority", "ring", "one-way"),
     "corrupt": ("bitflip", "truncate"),
 }
+#: Targets used only when asked for by name (``--targets``), so that the default
+#: schedules of a seed stay what they were: ``partition-leader`` is always the leader of
+#: a workload partition (``leader`` is sometimes the controller instead), as is the node
+#: ``isolate-partition-leader`` cuts off.
+EXTRA_TARGETS = {
+    "kill": ("partition-leader",),
+    "pause": ("partition-leader",),
+    "partition": ("isolate-partition-leader",),
+    "corrupt": (),
+}
+
+
+def targets_for(kinds: list[str], only: list[str] | None = None) -> dict[str, tuple]:
+    """The targets of each kind, restricted to ``only`` (every target of a kind when
+    ``only`` is empty). ValueError when a kind keeps none or a name is unknown."""
+    known = {t for k in KINDS for t in TARGETS[k] + EXTRA_TARGETS[k]}
+    bad = sorted(set(only or ()) - known)
+    if bad:
+        raise ValueError(f"unknown target(s) {bad}; known: {sorted(known)}")
+    out = {}
+    for k in kinds:
+        pool = TARGETS[k] + EXTRA_TARGETS[k] if only else TARGETS[k]
+        ts = tuple(t for t in pool if not only or t in only)
+        if not ts:
+            raise ValueError(f"no target of nemesis {k!r} among {sorted(only or ())} "
+                             f"(its targets: {', '.join(TARGETS[k])})")
+        out[k] = ts
+    return out
 
 
 def schedule(seed: int, kinds: list[str], duration_s: float, quiet=(2.0, 4.0),
-             hold=(3.0, 6.0)) -> list[dict]:
+             hold=(3.0, 6.0), targets: list[str] | None = None) -> list[dict]:
     """The list of faults: {"at": s, "hold": s, "kind": k, "target": t, "pick": float}.
-    ``pick`` seeds the choice of nodes when the fault starts."""
+    ``pick`` seeds the choice of nodes when the fault starts. ``targets`` restricts the
+    targets (e.g. ``["leader", "isolate-leader"]``)."""
+    allowed = targets_for(kinds, targets)
     rnd = random.Random(seed)
     out, t = [], rnd.uniform(*quiet)
     while kinds and t < duration_s - 1.0:
         kind = rnd.choice(kinds)
         h = min(rnd.uniform(*hold), max(duration_s - t - 0.5, 0.5))
         out.append({"at": round(t, 3), "hold": round(h, 3), "kind": kind,
-                    "target": rnd.choice(TARGETS[kind]), "pick": rnd.random()})
+                    "target": rnd.choice(allowed[kind]), "pick": rnd.random()})
         t += h + rnd.uniform(*quiet)
     return out
 
 
 class Nemesis:
-    def __init__(self, cluster, history, events: list[dict], leader_of=None, log=print):
+    def __init__(self, cluster, history, events: list[dict], leader_of=None, log=print,
+                 partition_leader_of=None):
         """``leader_of()`` returns the id of a current leader (a partition leader or the
-        controller) or None."""
+        controller) or None; ``partition_leader_of()`` that of a workload partition's
+        leader."""
         self.cluster = cluster
         self.history = history
         self.events = events
         self.leader_of = leader_of or (lambda: None)
+        self.partition_leader_of = partition_leader_of or self.leader_of
         self.log = log
         self.stop_flag = threading.Event()
         self.thread = threading.Thread(target=self._run, name="jepsen-nemesis", daemon=True)
@@ -93,10 +128,11 @@ class Nemesis:
 
     def _nodes(self, target: str, rnd: random.Random) -> list[int]:
         ids = [n.id for n in self.cluster.nodes]
-        if target in ("leader", "isolate-leader"):
+        if target in ("leader", "isolate-leader", "partition-leader"):
             ld = None
             try:
-                ld = self.leader_of()
+                ld = (self.partition_leader_of if target == "partition-leader"
+                      else self.leader_of)()
             except Exception:
                 pass
             return [ld] if ld in ids else [rnd.choice(ids)]
@@ -134,8 +170,10 @@ class Nemesis:
                 if net is None:
                     raise RuntimeError(f"no network control: {self.cluster.net_error}")
                 ids = [n.id for n in self.cluster.nodes]
-                if target in ("isolate-one", "isolate-leader"):
-                    (v,) = self._nodes("leader" if target == "isolate-leader" else "one", rnd)
+                if target in ("isolate-one", "isolate-leader", "isolate-partition-leader"):
+                    (v,) = self._nodes({"isolate-leader": "leader",
+                                        "isolate-partition-leader": "partition-leader"}
+                                       .get(target, "one"), rnd)
                     groups = [[v], [i for i in ids if i != v]]
                     net.partition(groups)
                     desc = f"partition {groups}"

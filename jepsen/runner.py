@@ -13,7 +13,7 @@ import time
 from . import checkers, report
 from .history import History
 from .linear import check_metadata
-from .nemesis import KINDS, Nemesis, schedule
+from .nemesis import KINDS, Nemesis, schedule, targets_for
 from .workloads import NotAvailable, make, split_key
 
 FINAL_READ_TIMEOUT_S = 60.0
@@ -37,15 +37,30 @@ def build_parser() -> argparse.ArgumentParser:
                    help="of the workload's topics (default 3; falls back to 1, loudly, "
                         "when the cluster refuses it)")
     r.add_argument("--min-insync-replicas", type=int, default=2)
-    r.add_argument("--partitions", type=int, default=2, help="queue topic partitions")
+    r.add_argument("--partitions", type=int, default=None,
+                   help="partitions of the workload topic (default 2; groups: 4)")
     r.add_argument("--senders", type=int, default=4, help="sender (or metadata) processes")
-    r.add_argument("--consumers", type=int, default=2, help="consumer processes (queue)")
+    r.add_argument("--consumers", type=int, default=None,
+                   help="consumer processes (queue, idempotent; default 2), or members per "
+                        "group (groups; default 3)")
+    r.add_argument("--groups", type=int, default=2,
+                   help="consumer groups (groups workload; even ones auto-commit, odd ones "
+                        "commit by hand)")
+    r.add_argument("--member-lifetime", type=str, default="4,10",
+                   help="seconds a group member lives before it is closed and created again "
+                        "(a rebalance): lo,hi (0,0: never)")
+    r.add_argument("--node-flag", action="append", default=[], metavar="FLAG",
+                   help="a test.flags value for every node (repeatable), e.g. a planted bug: "
+                        "bug-ack-before-replication, bug-serve-beyond-hw, bug-skip-truncation")
     r.add_argument("--poll-fraction", type=float, default=0.0, help=argparse.SUPPRESS)
     r.add_argument("--topics", type=int, default=3, help="topic names (metadata workload)")
     r.add_argument("--net", default="auto", choices=("auto", "iptables", "proxy", "none"),
                    help="network fault mechanism: iptables (kernel, all traffic; root), proxy "
                         "(userspace, Raft links only), auto (iptables when root allows, else "
                         "proxy), none")
+    r.add_argument("--targets", default="",
+                   help="comma-separated fault targets to keep (default all), e.g. "
+                        "leader,isolate-leader; see nemesis.TARGETS")
     r.add_argument("--quiet", type=str, default="2,4", help="seconds between faults: lo,hi")
     r.add_argument("--hold", type=str, default="3,6", help="seconds a fault lasts: lo,hi")
     r.add_argument("--segment-bytes", type=int, default=None,
@@ -99,6 +114,12 @@ class LeaderObserver:
     def stop(self):
         self.stop_flag.set()
         self.thread.join(10)
+
+    def partition_leader(self, rnd: random.Random | None = None) -> int | None:
+        """The latest observed leader of a workload partition (None: none seen yet)."""
+        if not self.leaders:
+            return self.controller
+        return (rnd or random).choice(sorted(set(self.leaders.values())))
 
     def leader(self, rnd: random.Random | None = None) -> int | None:
         if self.leaders and (self.controller is None or (rnd or random).random() < 0.7):
@@ -215,12 +236,33 @@ def run(args) -> int:
         if k not in KINDS:
             log(f"unknown nemesis {k!r} (known: {', '.join(KINDS)})")
             return 2
+    try:
+        from raftlog.node.broker import PLANTED_BUGS
+    except ImportError:
+        PLANTED_BUGS = None
+    unknown = sorted(set(args.node_flag) - PLANTED_BUGS) if PLANTED_BUGS is not None else []
+    if unknown:
+        log(f"unknown --node-flag {unknown} (known: {', '.join(sorted(PLANTED_BUGS))})")
+        return 2
+    only = [t for t in args.targets.split(",") if t]
+    try:
+        targets_for(kinds, only)
+    except ValueError as e:
+        log(str(e))
+        return 2
     if args.segment_bytes is None and "corrupt" in kinds:
         args.segment_bytes = 65536
+    if args.partitions is None:
+        args.partitions = 4 if args.workload == "groups" else 2
+    if args.consumers is None:
+        args.consumers = 3 if args.workload == "groups" else 2
+    if isinstance(args.member_lifetime, str):
+        args.member_lifetime = _pair(args.member_lifetime)
     config = {k: v for k, v in vars(args).items() if k != "command"}
     config["seed"] = seed
     log(f"raftlog-jepsen: workload={args.workload} nodes={args.nodes} nemesis={kinds} "
-        f"time={args.time}s rate={args.rate}/s seed={seed} out={out}")
+        f"time={args.time}s rate={args.rate}/s seed={seed} out={out}"
+        + (f" node-flags={','.join(args.node_flag)}" if args.node_flag else ""))
     from .cluster import Cluster
 
     history = History(os.path.join(out, "history.jsonl"))
@@ -233,8 +275,13 @@ def run(args) -> int:
         report.write_results(out, {"valid": False, "unavailable": str(e), "anomalies": {},
                                    "stats": {}, "config": config})
         return 3
+    extra = dict(workload.node_config)
+    if args.node_flag:
+        extra["test.flags"] = ",".join(args.node_flag)
+        warnings.append(f"planted bugs enabled on every node (test.flags): "
+                        f"{','.join(args.node_flag)}")
     cluster = Cluster(args.nodes, os.path.join(out, "data"),
-                      min_isr=args.min_insync_replicas,
+                      min_isr=args.min_insync_replicas, extra_config=extra,
                       net="none" if args.net == "none" else args.net, log=log)
     workload.cluster = cluster
     if "partition" in kinds and cluster.net is None:
@@ -249,7 +296,12 @@ def run(args) -> int:
         warnings.append(msg)
     log(f"nodes on {cluster.subnet}.2-{args.nodes + 1}; network faults: "
         f"{cluster.net.kind if cluster.net else 'unavailable: ' + str(cluster.net_error)}")
-    events = schedule(seed, kinds, args.time, _pair(args.quiet), _pair(args.hold))
+    try:
+        events = schedule(seed, kinds, args.time, _pair(args.quiet), _pair(args.hold), only)
+    except ValueError as e:  # a kind was dropped above and the others have no target left
+        log(str(e))
+        cluster.close()
+        return 2
     final: dict = {}
     reads: dict = {}
     observer = None
@@ -259,10 +311,11 @@ def run(args) -> int:
         log("cluster up")
         workload.setup()
         warnings += workload.warnings
-        observer = LeaderObserver(cluster, "jepsen-queue" if args.workload == "queue" else None)
+        observer = LeaderObserver(cluster, workload.topic)
         observer.start()
         nemesis = Nemesis(cluster, history, events,
-                          leader_of=lambda: observer.leader(rnd), log=log)
+                          leader_of=lambda: observer.leader(rnd), log=log,
+                          partition_leader_of=lambda: observer.partition_leader(rnd))
         workload.start()
         nemesis.start()
         log(f"workload running for {args.time}s, {len(events)} faults scheduled")
@@ -273,6 +326,7 @@ def run(args) -> int:
         cluster.heal()
         observer.stop()
         cluster.restart_all()
+        workload.after_restart()
         log("cluster restarted; final read")
         if workload.keys:
             final, reads = final_read(cluster, workload.keys)
@@ -284,6 +338,7 @@ def run(args) -> int:
             observer.stop()
         history.close()
         cluster.close()
+    warnings += [w for w in workload.warnings if w not in warnings]  # e.g. from stop()
     ops = history.ops
     observations = observer.observations if observer else []
     with open(os.path.join(out, "final.json"), "w", encoding="utf-8") as f:
@@ -298,6 +353,7 @@ def run(args) -> int:
                "final_log": {k: len(v) for k, v in final.items()}, "final_reads": reads,
                "acknowledged_sends": sum(1 for o in ops if o["f"] == "send" and o["type"] == "ok"),
                "leader_observations": len(observations),
+               **({"drain": workload.drained} if getattr(workload, "drained", None) else {}),
                "network_faults": cluster.net.kind if cluster.net else f"none ({cluster.net_error})",
                "seconds": round(time.monotonic() - t_start, 1)})
     if workload.replication_factor < args.replication_factor:

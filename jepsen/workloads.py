@@ -6,6 +6,23 @@ A consumer that hits an error is replaced by a fresh one that continues from its
 position (recorded as an ``assign`` op), as a restarted Kafka consumer would from its
 committed offsets.
 
+idempotent: as queue, but the senders share idempotent producers (``acks="all"``,
+``enable_idempotence=True``; two sender processes per producer, so batches carry
+several records and several partitions are in flight at once) with short request
+timeouts, so faults make the producer retry batches; the final log must hold every
+acknowledged value exactly once, and any other value at most once.
+
+groups: as queue's senders, and members of consumer groups (``subscribe``) instead of
+assigned consumers: group ``jg-0`` auto-commits, ``jg-1`` commits its positions itself
+after every poll that returned records. Members are closed and created again on a
+seeded schedule (rebalances; one close in three of an auto-committing member commits
+nothing, as a crash) and whenever they fail. Every poll is recorded with its
+group; an observer process reads every group's committed offsets from outside the group
+(``committed`` ops) twice a second. At the end the senders stop, the members keep going
+until every group has committed the end of every partition (the drain), the members
+close, and the committed offsets are read once more -- and again after the restart of
+every node.
+
 metadata: processes create, delete and describe a few topic names at random.
 """
 
@@ -20,8 +37,11 @@ from raftlog.client import (
     Admin,
     ApiError,
     ClientError,
+    CommitFailedError,
     Consumer,
+    ConsumerRebalanceListener,
     Producer,
+    ProducerClosedError,
     TopicAlreadyExistsError,
     TopicPartition,
     UnknownTopicOrPartitionError,
@@ -60,6 +80,10 @@ class Pacer:
 
 class Workload:
     name = "?"
+    #: the topic whose partitions the workload reads and writes (None: several)
+    topic: str | None = None
+    #: node configs the workload needs (merged into every node's server.properties)
+    node_config: dict = {}
 
     def __init__(self, cluster, history, args, rnd: random.Random, log=print):
         self.cluster = cluster
@@ -68,6 +92,8 @@ class Workload:
         self.rnd = rnd
         self.log = log
         self.stop_flag = threading.Event()
+        #: senders stop first (the groups workload drains after they stopped)
+        self.send_stop = threading.Event()
         self.threads: list[threading.Thread] = []
         self.keys: list[str] = []
         self.replication_factor = args.replication_factor
@@ -80,9 +106,13 @@ class Workload:
             t.start()
 
     def stop(self) -> None:
+        self.send_stop.set()
         self.stop_flag.set()
         for t in self.threads:
             t.join(SEND_TIMEOUT_S + 20)
+
+    def after_restart(self) -> None:
+        """Called once every node was restarted after the run, before the final read."""
 
     def create_topic(self, admin: Admin, name: str, partitions: int,
                      config: dict | None = None) -> int:
@@ -114,8 +144,16 @@ class Workload:
 
 class QueueWorkload(Workload):
     name = "queue"
+    topic = QUEUE_TOPIC
 
     def setup(self) -> None:
+        self._create_queue_topic()
+        self._add_senders()
+        for j in range(self.args.consumers):
+            self.threads.append(threading.Thread(target=self._consumer, args=(100 + j,),
+                                                 name=f"jepsen-poll-{j}", daemon=True))
+
+    def _create_queue_topic(self) -> None:
         a = self.args
         deadline = time.monotonic() + 60
         while True:
@@ -133,13 +171,16 @@ class QueueWorkload(Workload):
         self._wait_leaders(QUEUE_TOPIC, a.partitions)
         self.values = iter(range(1, 1 << 62))
         self.values_lock = threading.Lock()
+
+    def _add_senders(self) -> None:
+        a = self.args
         pacer = Pacer(a.rate * (1 - a.poll_fraction), a.senders)
+        self.sender_threads = []
         for i in range(a.senders):
-            self.threads.append(threading.Thread(target=self._sender, args=(i, pacer),
-                                                 name=f"jepsen-send-{i}", daemon=True))
-        for j in range(a.consumers):
-            self.threads.append(threading.Thread(target=self._consumer, args=(100 + j,),
-                                                 name=f"jepsen-poll-{j}", daemon=True))
+            t = threading.Thread(target=self._sender, args=(i, pacer),
+                                 name=f"jepsen-send-{i}", daemon=True)
+            self.sender_threads.append(t)
+            self.threads.append(t)
 
     def _wait_leaders(self, topic: str, n: int, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -162,21 +203,33 @@ class QueueWorkload(Workload):
                         request_timeout_ms=3000, delivery_timeout_ms=int(SEND_TIMEOUT_S * 1000),
                         retry_backoff_ms=100, max_block_ms=2000)
 
+    # the sender's producer: one per sender process here; shared by the idempotent one
+    def _acquire_producer(self, process: int) -> Producer:
+        return self._producer()
+
+    def _release_producer(self, process: int, producer: Producer) -> None:
+        """The sender stops using ``producer`` (broken, or the run is over)."""
+        self._discard(producer)
+
+    def _broken(self, e: BaseException) -> bool:
+        """After a send failed with ``e``: is the producer to be replaced?"""
+        return not (isinstance(e, ApiError) and e.retriable)
+
     def _sender(self, process: int, pacer: Pacer) -> None:
         h = self.history
         producer = None
         last = time.monotonic()
         rnd = random.Random(self.rnd.random())
-        while not self.stop_flag.is_set():
-            last = pacer.wait(self.stop_flag, last)
-            if self.stop_flag.is_set():
+        while not self.send_stop.is_set():
+            last = pacer.wait(self.send_stop, last)
+            if self.send_stop.is_set():
                 break
             if producer is None:
                 try:
-                    producer = self._producer()
+                    producer = self._acquire_producer(process)
                 except Exception as e:
                     self.log(f"sender {process}: cannot create producer: {e!r}")
-                    self.stop_flag.wait(0.5)
+                    self.send_stop.wait(0.5)
                     continue
             key = rnd.choice(self.keys)
             topic, partition = split_key(key)
@@ -186,20 +239,24 @@ class QueueWorkload(Workload):
                 fut = producer.send(topic, str(v).encode(), partition=partition)
             except Exception as e:  # raised before the record was queued: never sent
                 h.fail(op, error=repr(e))
+                if isinstance(e, ProducerClosedError):
+                    producer = None
                 continue
             try:
                 md = fut.result(timeout=SEND_TIMEOUT_S + 2)
                 h.ok(op, offset=md.offset)
             except (FutureTimeout, TimeoutError) as e:
                 h.info(op, error=repr(e) or "timeout")
-                producer = self._discard(producer)
+                self._release_producer(process, producer)
+                producer = None
             except Exception as e:
                 # an earlier attempt of the batch may have been written: indeterminate
                 h.info(op, error=repr(e))
-                if not (isinstance(e, ApiError) and e.retriable):
-                    producer = self._discard(producer)
+                if self._broken(e):
+                    self._release_producer(process, producer)
+                    producer = None
         if producer is not None:
-            self._discard(producer)
+            self._release_producer(process, producer)
 
     @staticmethod
     def _discard(producer: Producer) -> None:
@@ -248,11 +305,325 @@ class QueueWorkload(Workload):
             _quiet(consumer.close)
 
 
+def _coordinator_of(consumer: Consumer) -> int | None:
+    """The node that answered for the consumer's group (diagnostics; client internals)."""
+    try:
+        return consumer._member._conn.node_id
+    except AttributeError:
+        return None
+
+
 def _quiet(fn):
     try:
         fn()
     except Exception:
         pass
+
+
+# ----------------------------------------------------------------------------- idempotent
+
+#: Sender processes per shared idempotent producer.
+SENDERS_PER_PRODUCER = 2
+
+
+class _SharedProducer:
+    """One producer used by several sender processes; replaced when one of them finds
+    it broken (the others then get the new one)."""
+
+    def __init__(self, make):
+        self.make = make
+        self.lock = threading.Lock()
+        self.producer: Producer | None = None
+
+    def get(self) -> Producer:
+        with self.lock:
+            if self.producer is None:
+                self.producer = self.make()
+            return self.producer
+
+    def drop(self, producer: Producer) -> bool:
+        """Forget ``producer`` if it is still the current one; True if it was."""
+        with self.lock:
+            if self.producer is not producer:
+                return False
+            self.producer = None
+            return True
+
+
+class IdempotentWorkload(QueueWorkload):
+    """Queue with idempotent producers shared by two senders each: exactly once."""
+
+    name = "idempotent"
+
+    def setup(self) -> None:
+        n = max(1, -(-self.args.senders // SENDERS_PER_PRODUCER))
+        self.shared = [_SharedProducer(self._producer) for _ in range(n)]
+        super().setup()
+
+    def _producer(self) -> Producer:
+        # short request timeouts: a paused or killed leader makes the producer retry
+        # batches (same producer id, epoch and sequence numbers) well within the
+        # delivery timeout; several batches in flight per connection
+        return Producer(self.cluster.bootstrap, acks="all", enable_idempotence=True,
+                        linger_ms=2, request_timeout_ms=1500,
+                        delivery_timeout_ms=int(SEND_TIMEOUT_S * 1000), retry_backoff_ms=50,
+                        max_in_flight_requests_per_connection=5, max_block_ms=2000)
+
+    def _acquire_producer(self, process: int) -> Producer:
+        return self.shared[process // SENDERS_PER_PRODUCER].get()
+
+    def _release_producer(self, process: int, producer: Producer) -> None:
+        if self.shared[process // SENDERS_PER_PRODUCER].drop(producer):
+            self._discard(producer)
+
+    def _broken(self, e: BaseException) -> bool:
+        # a batch that fails for good makes the producer take a new id by itself; only
+        # replace it when it looks wedged (closed, or an unexpected error)
+        return not isinstance(e, (ApiError, ClientError))
+
+    def stop(self) -> None:
+        super().stop()
+        for slot in self.shared:
+            p = slot.producer
+            if p is not None and slot.drop(p):
+                _quiet(lambda p=p: p.close(timeout=5))
+
+
+# ----------------------------------------------------------------------------- groups
+
+GROUP_PREFIX = "jg-"
+#: Twice a second the observer reads every group's committed offsets.
+OBSERVE_INTERVAL_S = 0.5
+#: After the senders stop, how long the groups get to commit the end of every partition.
+DRAIN_TIMEOUT_S = 30.0
+
+
+class _Listener(ConsumerRebalanceListener):
+    def __init__(self, changes: list):
+        self.changes = changes
+
+    def on_assigned(self, partitions):
+        self.changes.append(("assigned", sorted(key_of(tp.topic, tp.partition)
+                                                for tp in partitions)))
+
+    def on_revoked(self, partitions):
+        self.changes.append(("revoked", sorted(key_of(tp.topic, tp.partition)
+                                               for tp in partitions)))
+
+    def on_lost(self, partitions):
+        self.changes.append(("lost", sorted(key_of(tp.topic, tp.partition)
+                                            for tp in partitions)))
+
+
+class GroupsWorkload(QueueWorkload):
+    """Queue senders; consumer-group members process the records and commit."""
+
+    name = "groups"
+    node_config = {
+        "group.initial.rebalance.delay.ms": 0,
+        "group.min.session.timeout.ms": 500,
+        "offsets.topic.num.partitions": 3,
+    }
+
+    def setup(self) -> None:
+        a = self.args
+        self._create_queue_topic()
+        self._add_senders()
+        self.groups = [f"{GROUP_PREFIX}{g}" for g in range(a.groups)]
+        self.draining = threading.Event()
+        self.drained: dict = {}
+        self.member_threads = []
+        for g, group in enumerate(self.groups):
+            auto = g % 2 == 0  # even groups auto-commit, odd ones commit by hand
+            for j in range(a.consumers):
+                seed = self.rnd.random()
+                t = threading.Thread(target=self._member,
+                                     args=(200 + 100 * g + j, group, auto, seed),
+                                     name=f"jepsen-member-{g}-{j}", daemon=True)
+                self.member_threads.append(t)
+                self.threads.append(t)
+        self.observer_stop = threading.Event()
+        self.observer_thread = threading.Thread(target=self._observer, name="jepsen-offsets",
+                                                daemon=True)
+        self.threads.append(self.observer_thread)
+
+    # ------------------------------------------------------------------ members
+
+    def _consumer(self, group: str, auto: bool) -> Consumer:
+        return Consumer(self.cluster.bootstrap, group_id=group, auto_offset_reset="earliest",
+                        enable_auto_commit=auto, auto_commit_interval_ms=300,
+                        session_timeout_ms=3000, heartbeat_interval_ms=300,
+                        max_poll_interval_ms=10_000, request_timeout_ms=3000,
+                        fetch_max_wait_ms=200)
+
+    def _member(self, process: int, group: str, auto: bool, seed: float) -> None:
+        """One member slot: subscribe, poll (and commit by hand unless ``auto``), close
+        and subscribe again when its seeded lifetime ends or it fails."""
+        h = self.history
+        rnd = random.Random(seed)
+        lo, hi = self.args.member_lifetime
+        consumer: Consumer | None = None
+        expires = float("inf")
+        changes: list = []  # rebalance callbacks of the current consumer, for the history
+        while not self.stop_flag.is_set():
+            if consumer is None:
+                changes = []
+                op = h.invoke(process, "subscribe", {"group": group, "topic": QUEUE_TOPIC})
+                try:
+                    consumer = self._consumer(group, auto)
+                    consumer.subscribe([QUEUE_TOPIC], listener=_Listener(changes))
+                    h.ok(op)
+                except Exception as e:
+                    h.fail(op, error=repr(e))
+                    if consumer is not None:
+                        _quiet(consumer.close)
+                    consumer = None
+                    self.stop_flag.wait(0.5)
+                    continue
+                expires = time.monotonic() + rnd.uniform(lo, hi) if hi > 0 else float("inf")
+            if time.monotonic() >= expires and not self.draining.is_set():
+                # one time in three, as a crash would: no commit of what was processed
+                # since the last one (another member processes it again: at-least-once)
+                self._close(process, group, consumer, "lifetime",
+                            abort=auto and rnd.random() < 1 / 3)
+                consumer = None
+                continue
+            op = h.invoke(process, "poll", None, group=group)
+            try:
+                recs = consumer.poll(timeout_ms=200, max_records=200)
+            except Exception as e:
+                h.info(op, None, group=group, error=repr(e))
+                self._close(process, group, consumer, "poll failed")
+                consumer = None
+                continue
+            out: dict = {}
+            for r in recs:
+                out.setdefault(key_of(r.topic, r.partition), []).append([r.offset, int(r.value)])
+            extra = {"changes": changes[:]} if changes else {}
+            del changes[:len(extra.get("changes", ()))]
+            h.ok(op, out, group=group, **extra)
+            if out and not auto:
+                self._commit(process, group, consumer, out)
+        if consumer is not None:
+            self._close(process, group, consumer, "end")
+
+    def _commit(self, process: int, group: str, consumer: Consumer, polled: dict) -> None:
+        """Commit the positions of the partitions the poll returned records of (every
+        record returned so far is processed: recorded in the history before this commit).
+        Positions, not the polled offsets + 1: a partition reassigned meanwhile has the
+        committed offset as its position, not what this member read before."""
+        tps = [TopicPartition(*split_key(k)) for k in polled]
+        try:
+            owned = consumer.assignment()
+            offsets = {tp: consumer.position(tp) for tp in tps if tp in owned}
+        except Exception:
+            return  # the assignment changed meanwhile; the next poll commits
+        if not offsets:
+            return
+        op = self.history.invoke(process, "commit", {
+            "group": group, "offsets": {key_of(tp.topic, tp.partition): o
+                                        for tp, o in sorted(offsets.items())}})
+        try:
+            consumer.commit(offsets)
+            self.history.ok(op)
+        except CommitFailedError as e:
+            self.history.fail(op, error=repr(e))
+        except Exception as e:
+            self.history.info(op, error=repr(e))
+
+    def _close(self, process: int, group: str, consumer: Consumer, why: str,
+               abort: bool = False) -> None:
+        op = self.history.invoke(process, "close", {"group": group, "why": why,
+                                                    "commit": not abort})
+        try:
+            if abort:
+                consumer.enable_auto_commit = False  # close() then commits nothing
+            consumer.close()
+            self.history.ok(op)
+        except Exception as e:
+            self.history.info(op, error=repr(e))
+
+    # ------------------------------------------------------------------ committed offsets
+
+    def observe(self, process: str = "offsets", tries: int = 1) -> dict:
+        """Read every group's committed offsets from outside the group (a consumer with
+        the group id that never joins); one ``committed`` op per group. Returns
+        {group: {key: offset or None}} of the reads that succeeded."""
+        out: dict = {}
+        for group in self.groups:
+            for attempt in range(tries):
+                op = self.history.invoke(process, "committed", {"group": group})
+                c = None
+                try:
+                    c = Consumer(self.cluster.bootstrap, group_id=group,
+                                 enable_auto_commit=False, request_timeout_ms=3000)
+                    offs = {k: c.committed(TopicPartition(*split_key(k))) for k in self.keys}
+                    self.history.ok(op, {"group": group, "offsets": offs},
+                                    coordinator=_coordinator_of(c))
+                    out[group] = offs
+                    break
+                except Exception as e:
+                    self.history.info(op, None, error=repr(e))
+                    if attempt + 1 < tries:
+                        time.sleep(1.0)
+                finally:
+                    if c is not None:
+                        _quiet(c.close)
+        return out
+
+    def _observer(self) -> None:
+        while not self.observer_stop.wait(OBSERVE_INTERVAL_S):
+            self.observe()
+
+    def _end_offsets(self) -> dict | None:
+        c = None
+        try:
+            c = Consumer(self.cluster.bootstrap, request_timeout_ms=3000)
+            tps = [TopicPartition(*split_key(k)) for k in self.keys]
+            return {key_of(tp.topic, tp.partition): o for tp, o in c.end_offsets(tps).items()}
+        except Exception:
+            return None
+        finally:
+            if c is not None:
+                _quiet(c.close)
+
+    def stop(self) -> None:
+        """Senders stop; the members go on until every group committed the end of every
+        partition (at most DRAIN_TIMEOUT_S), then close; the offsets are read again."""
+        self.send_stop.set()
+        for t in self.sender_threads:
+            t.join(SEND_TIMEOUT_S + 20)
+        self.draining.set()
+        t0 = time.monotonic()
+        deadline = t0 + DRAIN_TIMEOUT_S
+        done = False
+        ends = None
+        while time.monotonic() < deadline and not done:
+            ends = self._end_offsets()
+            if ends is not None:
+                seen = self.observe("drain")
+                done = len(seen) == len(self.groups) and all(
+                    (seen[g].get(k) or 0) >= o for g in self.groups for k, o in ends.items())
+            if not done:
+                time.sleep(0.5)
+        self.drained = {"complete": done, "seconds": round(time.monotonic() - t0, 1),
+                        "end_offsets": ends}
+        if done:
+            self.log(f"groups drained in {self.drained['seconds']}s")
+        else:
+            msg = (f"the groups did not commit the end of every partition within "
+                   f"{DRAIN_TIMEOUT_S:g}s after the senders stopped (end offsets {ends})")
+            self.log("WARNING: " + msg)
+            self.warnings.append(msg)
+        self.stop_flag.set()
+        for t in self.member_threads:
+            t.join(SEND_TIMEOUT_S + 20)
+        self.observer_stop.set()
+        self.observer_thread.join(SEND_TIMEOUT_S + 20)
+        self.observe("final", tries=5)
+
+    def after_restart(self) -> None:
+        self.observe("restarted", tries=10)
 
 
 # ----------------------------------------------------------------------------- metadata
@@ -319,13 +690,7 @@ def make(name: str, *a, **kw) -> Workload:
     if name == "metadata":
         return MetadataWorkload(*a, **kw)
     if name == "idempotent":
-        raise NotAvailable(
-            "workload 'idempotent' is not available yet: it needs the idempotent producer "
-            "(producer ids and sequence numbers), which this raftlog version does not have; "
-            "its checker (checkers.check_exactly_once) is ready")
+        return IdempotentWorkload(*a, **kw)
     if name == "groups":
-        raise NotAvailable(
-            "workload 'groups' is not available yet: it needs consumer groups "
-            "(Consumer.subscribe / commit), which this raftlog version does not have; "
-            "its checker (checkers.check_groups) is ready")
+        return GroupsWorkload(*a, **kw)
     raise ValueError(f"unknown workload {name!r}")

@@ -6,7 +6,6 @@ import json
 
 from raftlog.jepsen import checkers, report
 from raftlog.jepsen.nemesis import schedule
-from raftlog.jepsen.runner import main
 
 from .sim import random_history
 
@@ -38,11 +37,3 @@ def test_schedule_is_seeded():
     assert a != schedule(6, ["kill", "pause", "partition"], 60)
     assert all(ev["at"] + ev["hold"] <= 60 for ev in a)
     assert schedule(5, [], 60) == []
-
-
-def test_unavailable_workloads_say_so(tmp_path, capsys):
-    for wl in ("idempotent", "groups"):
-        rc = main(["run", "--workload", wl, "--time", "1", "--out", str(tmp_path / wl)])
-        assert rc == 3
-        r = json.loads((tmp_path / wl / "results.json").read_text())
-        assert r["valid"] is False and "not available yet" in r["unavailable"]
