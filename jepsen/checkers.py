@@ -396,6 +396,32 @@ def check_liveness(history: list[dict], final: dict, final_reads: dict | None) -
 
 # ----------------------------------------------------------------------------- suites
 
+def check_replicas(final: dict, final_reads: dict | None, replicas: dict | None) -> dict:
+    """replica-divergence: a replica holds, below the high watermark of the final read,
+    another value than the final log at some offset (a follower that kept a tail it
+    should have truncated on a leader change: in the ISR the HW counts its LEO, so the
+    clients may never notice until that replica leads; out of it, it stays out for good
+    when its tail reaches past the leader's end). The harness reads the replicas after
+    waiting for every ISR to fill up again, so a correct follower has truncated by then.
+
+    ``replicas``: ``{key: {node_id: [[offset, value], ...]}}``, each replica's log read
+    from its files after the cluster stopped. Offsets one side lacks are not compared
+    (retention, compaction, or a final read that stopped short)."""
+    out: dict = {}
+    idx = final_index(final)["by_offset"]
+    for key, by_node in sorted((replicas or {}).items()):
+        hw = ((final_reads or {}).get(key) or {}).get("hw", -1)
+        want = idx.get(key, {})
+        for node, recs in sorted(by_node.items(), key=lambda kv: str(kv[0])):
+            bad = [(o, v) for o, v in recs if o < hw and o in want and want[o] != v]
+            if bad:
+                o, v = bad[0]
+                _add(out, "replica-divergence", {
+                    "key": key, "node": node, "offset": o, "replica_value": v,
+                    "final_value": want[o], "diverging_offsets": len(bad), "hw": hw})
+    return out
+
+
 #: anomaly types reported but not counted against validity, per workload.
 ALLOWED = {
     # the queue workload does not promise exactly-once (a producer without idempotence

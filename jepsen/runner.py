@@ -208,11 +208,76 @@ def final_read(cluster, keys: list[str], timeout_s: float = FINAL_READ_TIMEOUT_S
     return final, reads
 
 
+def replica_sets(cluster, keys: list[str], wait_s: float = 20.0) -> dict:
+    """{key: {"replicas": [...], "isr": [...]}} once every key's ISR holds all of its
+    replicas, or as they stand after ``wait_s`` (a healed cluster catches up in well
+    under that; a replica still out then is itself worth a look). Keys the cluster
+    cannot describe are left out."""
+    from raftlog.client import Admin
+
+    out: dict = {}
+    topics = sorted({split_key(k)[0] for k in keys})
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with Admin(cluster.bootstrap, request_timeout_ms=5000) as admin:
+                for topic in topics:
+                    for p in admin.describe_topic(topic).partitions:
+                        key = f"{topic}-{p.partition}"
+                        if key in keys:
+                            out[key] = {"replicas": sorted(p.replicas), "isr": sorted(p.isr)}
+        except Exception:
+            pass
+        full = len(out) == len(keys) and all(v["isr"] == v["replicas"] for v in out.values())
+        if full or time.monotonic() >= deadline:
+            return out
+        time.sleep(0.5)
+
+
+def read_replicas(cluster, sets: dict) -> tuple[dict, dict]:
+    """Every replica's log, read from its files (the cluster is stopped):
+    ({key: {node_id: [[offset, value], ...]}}, {key: {node_id: error}})."""
+    from raftlog.config import LogConfig
+    from raftlog.log import PartitionLog
+
+    logs: dict = {}
+    errors: dict = {}
+    for key, entry in sorted(sets.items()):
+        for node_id in entry["replicas"]:
+            path = os.path.join(cluster.node(node_id).data_dir, key)
+            try:
+                log = PartitionLog.open(path, LogConfig())
+            except Exception as e:
+                errors.setdefault(key, {})[node_id] = repr(e)
+                continue
+            recs: list = []
+            try:
+                offset = log.log_start_offset
+                while offset < log.log_end_offset:
+                    batch = log.read_records(offset, 1 << 20)
+                    if not batch:
+                        break
+                    recs += [[r.offset, int(r.value)] for r in batch]
+                    offset = batch[-1].offset + 1
+            except Exception as e:  # e.g. a segment the corrupt nemesis damaged
+                errors.setdefault(key, {})[node_id] = repr(e)
+            finally:
+                log.close()
+            logs.setdefault(key, {})[node_id] = recs
+    return logs, errors
+
+
 # ----------------------------------------------------------------------------- check
 
 
 def check(workload: str, history: list[dict], final: dict, final_reads: dict | None,
-          observations: list[dict]) -> dict:
+          observations: list[dict], replicas: dict | None = None) -> dict:
+    return checkers.merge(_check_workload(workload, history, final, final_reads, observations),
+                          checkers.check_replicas(final, final_reads, replicas))
+
+
+def _check_workload(workload: str, history: list[dict], final: dict, final_reads: dict | None,
+                    observations: list[dict]) -> dict:
     if workload == "metadata":
         an = checkers.merge(check_metadata(history), checkers.check_leaders(observations))
     elif workload == "idempotent":
@@ -304,6 +369,8 @@ def run(args) -> int:
         return 2
     final: dict = {}
     reads: dict = {}
+    sets: dict = {}
+    replicas: dict = {}
     observer = None
     t_start = time.monotonic()
     try:
@@ -330,6 +397,7 @@ def run(args) -> int:
         log("cluster restarted; final read")
         if workload.keys:
             final, reads = final_read(cluster, workload.keys)
+            sets = replica_sets(cluster, workload.keys)
     except KeyboardInterrupt:
         log("interrupted")
         raise
@@ -338,19 +406,24 @@ def run(args) -> int:
             observer.stop()
         history.close()
         cluster.close()
+    if sets:
+        replicas, replica_errors = read_replicas(cluster, sets)
+        if replica_errors:
+            warnings.append(f"replica logs not read in full: {replica_errors}")
     warnings += [w for w in workload.warnings if w not in warnings]  # e.g. from stop()
     ops = history.ops
     observations = observer.observations if observer else []
     with open(os.path.join(out, "final.json"), "w", encoding="utf-8") as f:
-        json.dump({"final": final, "reads": reads}, f)
+        json.dump({"final": final, "reads": reads, "replicas": replicas}, f)
     with open(os.path.join(out, "observations.jsonl"), "w", encoding="utf-8") as f:
         for ob in observations:
             f.write(json.dumps(ob) + "\n")
-    an = check(args.workload, ops, final, reads, observations)
+    an = check(args.workload, ops, final, reads, observations, replicas)
     valid, trimmed, counts = checkers.summarize(an, args.workload)
     st = report.stats(ops)
     st.update({"anomaly_counts": counts, "replication_factor": workload.replication_factor,
                "final_log": {k: len(v) for k, v in final.items()}, "final_reads": reads,
+               "replicas_at_end": sets,
                "acknowledged_sends": sum(1 for o in ops if o["f"] == "send" and o["type"] == "ok"),
                "leader_observations": len(observations),
                **({"drain": workload.drained} if getattr(workload, "drained", None) else {}),
@@ -387,7 +460,7 @@ def recheck(d: str) -> int:
         with open(p, encoding="utf-8") as f:
             obs = [json.loads(x) for x in f if x.strip()]
     wl = old.get("config", {}).get("workload", "queue")
-    an = check(wl, ops, fin["final"], fin["reads"], obs)
+    an = check(wl, ops, fin["final"], fin["reads"], obs, fin.get("replicas"))
     valid, trimmed, counts = checkers.summarize(an, wl)
     print(json.dumps({"valid": valid, "anomaly_counts": counts}, indent=1))
     return 0 if valid else 1

@@ -299,3 +299,22 @@ def test_generated_poll_corruption_is_caught(seed, data):
         name = "nonmonotonic-poll"
     r = c.check_polls(ops, s.final())
     assert name in r
+
+
+def test_replica_divergence_below_the_high_watermark():
+    final = {"t-0": [[0, 10], [1, 11], [2, 12], [3, 13]]}
+    reads = {"t-0": {"hw": 3, "reached": True}}
+    same = {"t-0": {1: [[0, 10], [1, 11], [2, 12]], 2: [[0, 10], [1, 11]]}}
+    assert c.check_replicas(final, reads, same) == {}
+    # beyond the HW a replica may hold anything (an uncommitted tail), and offsets the
+    # final log lacks are not compared
+    tail = {"t-0": {1: [[0, 10], [1, 11], [2, 12], [3, 99], [7, 70]]}}
+    assert c.check_replicas(final, reads, tail) == {}
+    kept = {"t-0": {1: [[0, 10], [1, 11], [2, 12]], 3: [[0, 10], [1, 50], [2, 51]]}}
+    an = c.check_replicas(final, reads, kept)
+    [ex] = an["replica-divergence"]
+    assert (ex["node"], ex["offset"], ex["replica_value"], ex["final_value"]) == (3, 1, 50, 11)
+    assert ex["diverging_offsets"] == 2
+    valid, _, counts = c.summarize(an, "queue")
+    assert not valid and counts == {"replica-divergence": 1}
+    assert c.check_replicas(final, reads, None) == {}

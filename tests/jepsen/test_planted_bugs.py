@@ -1,7 +1,7 @@
 """The checkers fire on real runs: nodes started with a planted bug (``--node-flag``,
 node config ``test.flags``) under a fault schedule that exposes it must come out invalid.
 
-Both tests run the queue workload on 3 nodes for 14 s (about 20 s each) under one seeded
+The tests run the queue workload on 3 nodes for 14 s (about 20 s each) under one seeded
 schedule: a kill of a partition leader, then an isolation of a partition leader, each
 held 5-6 s -- longer than it takes the majority to fence the node and elect new leaders
 (a fault healed before leadership moved exposes neither bug). Tuned on an idle 2-core
@@ -16,6 +16,11 @@ machine: 3 of 3 runs invalid for each, and each run without the flag valid.
   (followers are woken by the append itself, consumers fetch after it), and neither
   does the userspace proxy (it cuts Raft links only; replica fetches still flow): the
   test needs kernel partitions.
+- ``bug-skip-truncation``: the isolated leader appends what its clients still send
+  (never acknowledged); back as a follower it keeps that tail instead of truncating to
+  the new leader's epoch end, then fetches after it, so offsets below the HW hold other
+  values on it than on the leader (replica-divergence, from the replicas' files after the
+  run). Needs kernel partitions for the same reason.
 """
 
 from __future__ import annotations
@@ -53,3 +58,16 @@ def test_serve_beyond_hw_reads_records_that_are_not_committed(tmp_path):
     counts = results["stats"]["anomaly_counts"]
     assert rc == 1 and results["valid"] is False, (counts, err)
     assert "read-not-committed" in counts, counts
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_skip_truncation_leaves_replicas_that_diverge(tmp_path):
+    if not iptables_available():
+        pytest.skip("needs kernel network partitions (root, iptables, cgroup v2)")
+    rc, results, err = run_harness(
+        tmp_path / "run", "--workload", "queue", *SCHEDULE, "--net", "iptables",
+        "--rate", "500", "--senders", "8", "--node-flag", "bug-skip-truncation")
+    counts = results["stats"]["anomaly_counts"]
+    assert rc == 1 and results["valid"] is False, (counts, err)
+    assert "replica-divergence" in counts, counts
