@@ -27,6 +27,8 @@ from raftlog.errors import (
 )
 from raftlog.protocol import Api, ClientConnection
 
+from . import sockio
+
 FETCH_MAX_WAIT_MS = 500
 FETCH_MAX_BYTES = 16 * 1024 * 1024
 PARTITION_MAX_BYTES = 4 * 1024 * 1024
@@ -98,7 +100,8 @@ class LeaderFetcher:
         self.events = events
         self.partitions: dict[tuple, FollowState] = {}
         self.scope = trio.CancelScope()
-        self._stream = None
+        self._sock = None  # a plain non-blocking socket (see sockio)
+        self._buf = bytearray(RECV_BYTES)
         self._proto: ClientConnection | None = None
         self._changed = trio.Event()
 
@@ -246,22 +249,22 @@ class LeaderFetcher:
     # ------------------------------------------------------------------ I/O
 
     async def _connect(self) -> None:
-        if self._stream is not None:
+        if self._sock is not None:
             return
         broker = self.broker.store.quorum.state.brokers.get(self.leader_id)
         if broker is None or not broker.listeners:
             raise OSError(f"leader {self.leader_id} has no known address")
         host, port = broker.listeners[0]
         with trio.fail_after(REQUEST_TIMEOUT_S):
-            self._stream = await trio.open_tcp_stream(host, port)
+            self._sock = await sockio.connect(host, port)
         self._proto = ClientConnection(max_in_flight=1)
 
     async def _call(self, api: Api, fields: dict, timeout_s: float):
         _, data = self._proto.send_request(api, fields)
         with trio.fail_after(timeout_s):
-            await self._stream.send_all(data)
+            await sockio.send_all(self._sock, data)
             while (frame := self._proto.next_response()) is None:
-                chunk = await self._stream.receive_some(RECV_BYTES)
+                chunk, _ = await sockio.recv_into(self._sock, self._buf)
                 if not chunk:
                     raise OSError(f"leader {self.leader_id} closed the connection")
                 self._proto.receive_data(chunk)
@@ -270,6 +273,6 @@ class LeaderFetcher:
         return frame.header, frame.body
 
     async def _close(self) -> None:
-        if self._stream is not None:
-            stream, self._stream = self._stream, None
-            await trio.aclose_forcefully(stream)
+        if self._sock is not None:
+            sock, self._sock = self._sock, None
+            sockio.close(sock)

@@ -40,6 +40,8 @@ from .broker import SERVED_APIS, Broker
 from .config import NodeConfig
 from .group_handlers import GROUP_APIS
 from .logfmt import EventLog
+from .sockio import recv_into as _recv
+from .sockio import send_all as _send_all
 
 RECV_BYTES = 256 * 1024
 #: Coalesced response bytes after which we send even if more requests are buffered.
@@ -85,33 +87,6 @@ class Outbox:
             await _sendfile(sock, p)
         if run:
             await _send_all(sock, run[0] if len(run) == 1 else b"".join(run))
-
-
-async def _recv(sock, buf: bytearray) -> tuple[memoryview, bool]:
-    """Receive into ``buf``: (view of the bytes, waited). Empty means the peer closed.
-
-    A reused buffer, because recv(256 KiB) mallocs (mmaps) a fresh object per call.
-    """
-    try:
-        return memoryview(buf)[: sock.recv_into(buf)], False
-    except BlockingIOError:
-        pass
-    while True:
-        await trio.lowlevel.wait_readable(sock)
-        try:
-            return memoryview(buf)[: sock.recv_into(buf)], True
-        except BlockingIOError:
-            continue
-
-
-async def _send_all(sock, data) -> None:
-    with memoryview(data) as view:
-        total, sent = len(view), 0
-        while sent < total:
-            try:
-                sent += sock.send(view[sent:])
-            except BlockingIOError:
-                await trio.lowlevel.wait_writable(sock)
 
 
 async def _sendfile(sock, sl) -> None:
