@@ -199,17 +199,86 @@ def _balance(eligible, kept, extra, load) -> None:
 
 
 def _move_one(eligible, kept, extra, load) -> bool:
-    for a in sorted(load, key=lambda m: (-load[m], m)):
-        for pool in (extra[a], kept[a]):
-            for tp in pool:
-                b = min(eligible[tp], key=lambda c: (load[c], c))
-                if load[a] > load[b] + 1:
-                    pool.remove(tp)
-                    extra[b].append(tp)
-                    load[a] -= 1
-                    load[b] += 1
-                    return True
+    """One move, the least sticky-costly first: a partition not previously owned that
+    lowers the imbalance; else one not previously owned that shifts load without
+    raising it and lowers the imbalance kept partitions face (so a kept partition need
+    not move; this is what lets cooperative rebalancing settle in two rounds); else a
+    kept partition."""
+    order = sorted(load, key=lambda m: (-load[m], m))
+    for a in order:
+        for tp in extra[a]:
+            b = min(eligible[tp], key=lambda c: (load[c], c))
+            if load[a] > load[b] + 1:
+                _move(tp, extra[a], a, extra, b, load)
+                return True
+    if _shift_toward_kept_imbalance(eligible, kept, extra, load):
+        return True
+    for a in order:
+        for tp in kept[a]:
+            b = min(eligible[tp], key=lambda c: (load[c], c))
+            if load[a] > load[b] + 1:
+                _move(tp, kept[a], a, extra, b, load)
+                return True
     return False
+
+
+def _move(tp, pool, a, extra, b, load) -> None:
+    pool.remove(tp)
+    extra[b].append(tp)
+    load[a] -= 1
+    load[b] += 1
+
+
+def _kept_imbalance(eligible, kept, load) -> int:
+    """How far kept partitions are from balanced: over every kept partition and every
+    member eligible for it, the load gap beyond one. Zero: no kept partition has to
+    move for balance."""
+    return sum(max(0, load[a] - load[c] - 1)
+               for a, tps in kept.items() for tp in tps for c in eligible[tp])
+
+
+def _shift_toward_kept_imbalance(eligible, kept, extra, load) -> bool:
+    """Move partitions that were not previously owned along a chain x0 -> x1 -> ... ->
+    xk (each hands one to the next; only x0 loses and only xk gains one) when x0 is at
+    least one heavier than xk and the imbalance kept partitions face shrinks."""
+    before = _kept_imbalance(eligible, kept, load)
+    if not before:
+        return False
+    for x0 in sorted(load, key=lambda m: (-load[m], m)):
+        parent: dict = {x0: None}  # member -> (previous member, partition it gets)
+        frontier = [x0]
+        while frontier:
+            nxt = []
+            for x in frontier:
+                for tp in extra[x]:
+                    for c in eligible[tp]:
+                        if c in parent:
+                            continue
+                        parent[c] = (x, tp)
+                        nxt.append(c)
+                        if load[x0] < load[c] + 1:
+                            continue
+                        load[x0] -= 1
+                        load[c] += 1
+                        better = _kept_imbalance(eligible, kept, load) < before
+                        load[x0] += 1
+                        load[c] -= 1
+                        if better:
+                            _shift_chain(parent, c, extra, load)
+                            return True
+            frontier = nxt
+    return False
+
+
+def _shift_chain(parent, end, extra, load) -> None:
+    hops = []
+    m = end
+    while parent[m] is not None:
+        prev, tp = parent[m]
+        hops.append((prev, tp, m))
+        m = prev
+    for prev, tp, to in reversed(hops):
+        _move(tp, extra[prev], prev, extra, to, load)
 
 
 class CooperativeStickyAssignor:
