@@ -192,34 +192,44 @@ def sticky_assign(partitions_per_topic: Mapping[str, int],
 def _balance(eligible, kept, extra, load) -> None:
     """Move partitions from heavy to light members until no move helps. Moves give up
     partitions that were not previously owned first, so stickiness suffers least."""
+    st = _KeptGaps(eligible, kept, load)
     for _ in range(_BALANCE_PASSES_MAX):
-        if not _move_one(eligible, kept, extra, load):
+        if not _move_one(eligible, kept, extra, load, st):
             return
     raise AssertionError("sticky balancing did not converge")
 
 
-def _move_one(eligible, kept, extra, load) -> bool:
+def _move_one(eligible, kept, extra, load, st) -> bool:
     """One move, the least sticky-costly first: a partition not previously owned that
-    lowers the imbalance; else one not previously owned that shifts load without
-    raising it and lowers the imbalance kept partitions face (so a kept partition need
-    not move; this is what lets cooperative rebalancing settle in two rounds); else a
-    kept partition."""
+    lowers the imbalance; else partitions not previously owned shifted along a chain
+    without raising it, lowering the imbalance kept partitions face (so a kept
+    partition need not move; this is what lets cooperative rebalancing settle in two
+    rounds); else a kept partition."""
     order = sorted(load, key=lambda m: (-load[m], m))
-    for a in order:
-        for tp in extra[a]:
-            b = min(eligible[tp], key=lambda c: (load[c], c))
-            if load[a] > load[b] + 1:
-                _move(tp, extra[a], a, extra, b, load)
-                return True
-    if _shift_toward_kept_imbalance(eligible, kept, extra, load):
+    if _improving_move(order, extra, eligible, extra, load):
         return True
-    for a in order:
-        for tp in kept[a]:
+    if _shift_toward_kept_gaps(eligible, extra, load, st):
+        return True
+    moved = _improving_move(order, kept, eligible, extra, load)
+    if moved:
+        st.forget(*moved)
+    return moved is not None
+
+
+def _improving_move(order, pools, eligible, extra, load):
+    """Move one partition of ``pools[a]`` (heaviest ``a`` first) to its least loaded
+    candidate when that is at least two lighter: (a, partition) moved, or None."""
+    floor = min(load.values(), default=0)
+    for a in order:  # heaviest first: once none is two above the lightest, none moves
+        if load[a] <= floor + 1:
+            break
+        pool = pools[a]
+        for tp in pool:
             b = min(eligible[tp], key=lambda c: (load[c], c))
             if load[a] > load[b] + 1:
-                _move(tp, kept[a], a, extra, b, load)
-                return True
-    return False
+                _move(tp, pool, a, extra, b, load)
+                return a, tp
+    return None
 
 
 def _move(tp, pool, a, extra, b, load) -> None:
@@ -229,20 +239,68 @@ def _move(tp, pool, a, extra, b, load) -> None:
     load[b] += 1
 
 
-def _kept_imbalance(eligible, kept, load) -> int:
-    """How far kept partitions are from balanced: over every kept partition and every
-    member eligible for it, the load gap beyond one. Zero: no kept partition has to
-    move for balance."""
-    return sum(max(0, load[a] - load[c] - 1)
-               for a, tps in kept.items() for tp in tps for c in eligible[tp])
+class _KeptGaps:
+    """How far kept partitions are from balanced: over every kept partition of a and
+    every other member c eligible for it, max(0, load[a] - load[c] - 1). Zero: no
+    kept partition has to move for balance. Kept as pair weights (kept partitions of a
+    that c could take) so a change of two members' loads is rated in O(members)."""
+
+    #: Work units (chain edges looked at, members per rating) of the chain search per
+    #: balancing: a bound on the assignor's time, not on correctness (past it a kept
+    #: partition moves instead, which may cost one more rebalance).
+    SEARCH_UNITS_MAX = 100_000
+
+    def __init__(self, eligible, kept, load):
+        self.eligible = eligible
+        self.load = load
+        self.out: dict = {m: Counter() for m in load}  # a -> {c: n}
+        self.into: dict = {m: Counter() for m in load}  # c -> {a: n}
+        self.budget = self.SEARCH_UNITS_MAX
+        for a, tps in kept.items():
+            for tp in tps:
+                self._count(a, tp, 1)
+
+    def _count(self, a, tp, n: int) -> None:
+        for c in self.eligible[tp]:
+            if c != a:
+                self.out[a][c] += n
+                self.into[c][a] += n
+
+    def forget(self, a, tp) -> None:
+        """``tp`` is no longer kept by ``a`` (it moved)."""
+        self._count(a, tp, -1)
+
+    def _gap(self, a, c) -> int:
+        return max(0, self.load[a] - self.load[c] - 1)
+
+    def total(self) -> int:
+        self.budget -= sum(map(len, self.out.values()))
+        return sum(n * self._gap(a, c) for a, row in self.out.items() for c, n in row.items())
+
+    def touching(self, x, y) -> int:
+        """The part of the total that involves x or y."""
+        pairs = {(x, c) for c in self.out[x]} | {(y, c) for c in self.out[y]}
+        pairs |= {(a, x) for a in self.into[x]} | {(a, y) for a in self.into[y]}
+        self.budget -= len(pairs)
+        return sum(self.out[a][c] * self._gap(a, c) for a, c in pairs)
+
+    def lowered_by(self, x, c) -> bool:
+        """Would one partition less on x and one more on c lower the total?"""
+        load = self.load
+        before = self.touching(x, c)
+        load[x] -= 1
+        load[c] += 1
+        after = self.touching(x, c)
+        load[x] += 1
+        load[c] -= 1
+        return after < before
 
 
-def _shift_toward_kept_imbalance(eligible, kept, extra, load) -> bool:
-    """Move partitions that were not previously owned along a chain x0 -> x1 -> ... ->
-    xk (each hands one to the next; only x0 loses and only xk gains one) when x0 is at
-    least one heavier than xk and the imbalance kept partitions face shrinks."""
-    before = _kept_imbalance(eligible, kept, load)
-    if not before:
+def _shift_toward_kept_gaps(eligible, extra, load, st: _KeptGaps) -> bool:
+    """Move partitions not previously owned along a chain x0 -> x1 -> ... -> xk (each
+    hands one to the next, so only x0 loses and only xk gains one) when x0 is at least
+    one heavier than xk and the kept gaps shrink."""
+    if st.budget <= 0 or not st.total():
         return False
     for x0 in sorted(load, key=lambda m: (-load[m], m)):
         parent: dict = {x0: None}  # member -> (previous member, partition it gets)
@@ -251,6 +309,9 @@ def _shift_toward_kept_imbalance(eligible, kept, extra, load) -> bool:
             nxt = []
             for x in frontier:
                 for tp in extra[x]:
+                    st.budget -= len(eligible[tp])
+                    if st.budget <= 0:
+                        return False
                     for c in eligible[tp]:
                         if c in parent:
                             continue
@@ -258,12 +319,7 @@ def _shift_toward_kept_imbalance(eligible, kept, extra, load) -> bool:
                         nxt.append(c)
                         if load[x0] < load[c] + 1:
                             continue
-                        load[x0] -= 1
-                        load[c] += 1
-                        better = _kept_imbalance(eligible, kept, load) < before
-                        load[x0] += 1
-                        load[c] -= 1
-                        if better:
+                        if st.lowered_by(x0, c):
                             _shift_chain(parent, c, extra, load)
                             return True
             frontier = nxt
@@ -279,7 +335,6 @@ def _shift_chain(parent, end, extra, load) -> None:
         m = prev
     for prev, tp, to in reversed(hops):
         _move(tp, extra[prev], prev, extra, to, load)
-
 
 class CooperativeStickyAssignor:
     name = "cooperative-sticky"

@@ -16,22 +16,14 @@ from raftlog.errors import ErrorCode
 from raftlog.protocol import Api, FrameDecoder, encode_frame, parse_request, split_body
 
 
-class FakeNode:
-    """``produce_error(topic, partition, attempt) -> ErrorCode`` decides each PRODUCE part."""
+class LoopbackNode:
+    """The serving loop: one thread per connection, frames decoded with the real codec,
+    each request answered with ``self._handle(req)`` (a header dict, or None for no
+    answer)."""
 
-    def __init__(self, node_id: int = 1, topics: dict | None = None, produce_error=None):
-        self.node_id = node_id
-        self.topics = topics or {"t": 1}  # name -> partition count
-        self.leaders: dict[tuple[str, int], int] = {}  # default: this node leads everything
-        self.brokers: dict[int, tuple[str, int]] = {}
-        self.produce_error = produce_error or (lambda topic, partition, attempt: ErrorCode.NONE)
-        self.appended: list[tuple[str, int, list[bytes]]] = []  # (topic, partition, values)
-        self.attempts: dict[tuple[str, int], int] = {}
-        self.metadata_requests = 0
-        self._next_offset: dict[tuple[str, int], int] = {}
+    def __init__(self) -> None:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
-        self.brokers[node_id] = ("127.0.0.1", self.port)
         self._closed = False
         self._thread = threading.Thread(target=self._accept_loop, daemon=True)
         self._thread.start()
@@ -43,8 +35,6 @@ class FakeNode:
     def close(self) -> None:
         self._closed = True
         self._listener.close()
-
-    # ------------------------------------------------------------------ serving
 
     def _accept_loop(self) -> None:
         while not self._closed:
@@ -69,8 +59,44 @@ class FakeNode:
                     req = parse_request(frame)
                     header = self._handle(req)
                     if header is not None:
-                        header.update(id=req.id, error=0)
+                        header = {"error": 0, **header, "id": req.id}
                         sock.sendall(encode_frame(header))
+
+    def _handle(self, req) -> dict | None:
+        raise NotImplementedError
+
+
+class ScriptedNode(LoopbackNode):
+    """Answers each request with ``handler(api, fields)``: a header dict, which may
+    carry "error" and "message" (a whole-request error). Records every request."""
+
+    def __init__(self, handler):
+        self.handler = handler
+        self.requests: list = []
+        super().__init__()
+
+    def _handle(self, req) -> dict:
+        self.requests.append((req.api, req.fields))
+        return self.handler(req.api, req.fields)
+
+
+class FakeNode(LoopbackNode):
+    """``produce_error(topic, partition, attempt) -> ErrorCode`` decides each PRODUCE part."""
+
+    def __init__(self, node_id: int = 1, topics: dict | None = None, produce_error=None):
+        self.node_id = node_id
+        self.topics = topics or {"t": 1}  # name -> partition count
+        self.leaders: dict[tuple[str, int], int] = {}  # default: this node leads everything
+        self.brokers: dict[int, tuple[str, int]] = {}
+        self.produce_error = produce_error or (lambda topic, partition, attempt: ErrorCode.NONE)
+        self.appended: list[tuple[str, int, list[bytes]]] = []  # (topic, partition, values)
+        self.attempts: dict[tuple[str, int], int] = {}
+        self.metadata_requests = 0
+        self._next_offset: dict[tuple[str, int], int] = {}
+        super().__init__()
+        self.brokers[node_id] = ("127.0.0.1", self.port)
+
+    # ------------------------------------------------------------------ serving
 
     def _handle(self, req) -> dict | None:
         if req.api == Api.METADATA:

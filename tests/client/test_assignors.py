@@ -283,3 +283,27 @@ def test_cooperative_two_rounds_when_a_member_dropped_a_topic_it_owned():
     assert_locally_balanced(second, subs2)
     for m in subs2:
         assert set(first[m]) <= set(second[m])
+
+
+@pytest.mark.parametrize("units", [0, 50])
+def test_past_the_search_budget_the_assignment_is_still_complete_and_balanced(monkeypatch, units):
+    """The chain search is bounded (the group leader must answer in time); when the
+    bound is spent, kept partitions move instead: stickiness may suffer, never balance,
+    completeness or the no-direct-move rule."""
+    from raftlog.client import assignors
+
+    monkeypatch.setattr(assignors._KeptGaps, "SEARCH_UNITS_MAX", units)
+    topics = tuple(f"t{i}" for i in range(6))
+    parts = {t: 40 for t in topics}
+    subs = {f"m{i:02d}": Subscription(topics, (), 1) for i in range(12)}
+    a = CooperativeStickyAssignor()
+    first = a.assign(parts, subs)
+    state = {m: Subscription(topics[: 3 + i % 4], tuple(first[m]), 2)
+             for i, m in enumerate(sorted(subs))}
+    for gen in (3, 4, 5):  # a few cooperative rounds after half the group narrowed
+        target = sticky_assign(parts, state)
+        assert_exactly_once(target, parts, state)
+        assert_locally_balanced(target, state)
+        out = a.assign(parts, state)
+        _no_direct_moves(state, out)
+        state = {m: Subscription(sub.topics, tuple(out[m]), gen) for m, sub in state.items()}

@@ -9,10 +9,8 @@ real node process.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-import threading
 import time
 from datetime import UTC, datetime, timedelta, timezone
 
@@ -38,9 +36,11 @@ from raftlog.client.errors import (
     UnknownTopicOrPartitionError,
 )
 from raftlog.errors import ApiError, ErrorCode
-from raftlog.protocol import Api, FrameDecoder, encode_frame, parse_request
+from raftlog.protocol import Api
 
 from ..conftest import free_port
+from .fake_node import ScriptedNode
+from .test_groups_e2e import GROUP_NODE, _until
 
 TP = admin_mod.TopicPartition
 A0, A1, B0 = TP("a", 0), TP("a", 1), TP("b", 0)
@@ -280,50 +280,6 @@ def test_cli_error_is_one_line_and_exit_status_1(capsys):
 # --------------------------------------------------------------------------- coordinator retries
 
 
-class ScriptedNode:
-    """Answers each request with ``handler(api, fields)``: a header dict, which may
-    carry "error" and "message" (a whole-request error)."""
-
-    def __init__(self, handler):
-        self.handler = handler
-        self.requests: list[tuple[Api, dict]] = []
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def close(self) -> None:
-        self._listener.close()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                sock, _ = self._listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
-
-    def _serve(self, sock) -> None:
-        decoder = FrameDecoder()
-        with sock:
-            while True:
-                try:
-                    data = sock.recv(1 << 16)
-                except OSError:
-                    return
-                if not data:
-                    return
-                decoder.receive_data(data)
-                while (frame := decoder.next_frame()) is not None:
-                    req = parse_request(frame)
-                    self.requests.append((req.api, req.fields))
-                    header = {"error": 0, **self.handler(req.api, req.fields), "id": req.id}
-                    sock.sendall(encode_frame(header))
-
-
 @pytest.fixture
 def scripted():
     nodes: list[ScriptedNode] = []
@@ -447,18 +403,6 @@ def test_commit_part_errors_are_raised(scripted):
 
 # --------------------------------------------------------------------------- real node
 
-GROUP_NODE = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "500",
-              "offsets.topic.num.partitions": "4"}
-
-
-def _until(pred, timeout_s=20.0, what="condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _produce(node, topic, per_partition, partitions, timestamp_ms=None):
