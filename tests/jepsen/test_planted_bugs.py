@@ -48,26 +48,17 @@ def test_ack_before_replication_loses_acknowledged_sends(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_serve_beyond_hw_reads_records_that_are_not_committed(tmp_path):
+@pytest.mark.parametrize("flag, anomaly", [
+    ("bug-serve-beyond-hw", "read-not-committed"),
+    ("bug-skip-truncation", "replica-divergence"),
+])
+def test_partitioned_leader_bugs_are_reported(tmp_path, flag, anomaly):
     if not iptables_available():
         pytest.skip("needs kernel network partitions (root, iptables, cgroup v2): the "
                     "userspace proxy cuts Raft links only, replica fetches still flow")
     rc, results, err = run_harness(
         tmp_path / "run", "--workload", "queue", *SCHEDULE, "--net", "iptables",
-        "--rate", "500", "--senders", "8", "--node-flag", "bug-serve-beyond-hw")
+        "--rate", "500", "--senders", "8", "--node-flag", flag)
     counts = results["stats"]["anomaly_counts"]
     assert rc == 1 and results["valid"] is False, (counts, err)
-    assert "read-not-committed" in counts, counts
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(180)
-def test_skip_truncation_leaves_replicas_that_diverge(tmp_path):
-    if not iptables_available():
-        pytest.skip("needs kernel network partitions (root, iptables, cgroup v2)")
-    rc, results, err = run_harness(
-        tmp_path / "run", "--workload", "queue", *SCHEDULE, "--net", "iptables",
-        "--rate", "500", "--senders", "8", "--node-flag", "bug-skip-truncation")
-    counts = results["stats"]["anomaly_counts"]
-    assert rc == 1 and results["valid"] is False, (counts, err)
-    assert "replica-divergence" in counts, counts
+    assert anomaly in counts, counts
