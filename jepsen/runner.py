@@ -106,7 +106,10 @@ class LeaderObserver:
         self.stop_flag = threading.Event()
         self.thread = threading.Thread(target=self._run, name="jepsen-observer", daemon=True)
         self.controller: int | None = None
-        self.leaders: dict[int, int] = {}
+        self.leaders: dict[str, tuple[int, int]] = {}  # key -> (leader epoch, leader)
+        self._tids: dict[str, str] = {}  # key -> topic id of that leader
+        self._lock = threading.Lock()  # the observer thread and the nemesis both ask
+        self._t0 = time.monotonic_ns()
 
     def start(self):
         self.thread.start()
@@ -116,47 +119,60 @@ class LeaderObserver:
         self.thread.join(10)
 
     def partition_leader(self, rnd: random.Random | None = None) -> int | None:
-        """The latest observed leader of a workload partition (None: none seen yet)."""
+        """A current leader of a workload partition (None: none seen yet). Asks the
+        nodes afresh first: a fault aimed at a leader must not hit a node that lost
+        leadership since the last round (a preferred-leader election after a restart
+        moves it within seconds)."""
+        self._observe_round()
         if not self.leaders:
             return self.controller
-        return (rnd or random).choice(sorted(set(self.leaders.values())))
+        return (rnd or random).choice(sorted({ld for _e, ld in self.leaders.values()}))
 
     def leader(self, rnd: random.Random | None = None) -> int | None:
         if self.leaders and (self.controller is None or (rnd or random).random() < 0.7):
-            return (rnd or random).choice(sorted(set(self.leaders.values())))
+            return (rnd or random).choice(sorted({ld for _e, ld in self.leaders.values()}))
         return self.controller
 
     def _run(self):
+        while not self.stop_flag.wait(self.interval_s):
+            self._observe_round()
+
+    def _observe_round(self) -> None:
+        """One METADATA to every live node. Each partition's leader is the one of the
+        highest leader epoch seen (a lagging node reports an older one)."""
         from raftlog.client.conn import BrokerConnection
         from raftlog.protocol import Api
 
-        t0 = time.monotonic_ns()
-        while not self.stop_flag.wait(self.interval_s):
-            for n in self.cluster.nodes:
-                if not n.alive() or n.paused:
-                    continue
+        for n in self.cluster.nodes:
+            if not n.alive() or n.paused:
+                continue
+            try:
+                conn = BrokerConnection(n.host, n.port, 1.0)
                 try:
-                    conn = BrokerConnection(n.host, n.port, 1.0)
-                    try:
-                        h = conn.request(Api.METADATA, {"topics": [self.topic] if self.topic
-                                                        else None}, timeout_s=1.0).header
-                    finally:
-                        conn.close()
-                except Exception:
-                    continue
-                now = time.monotonic_ns() - t0
-                if h.get("controller_id") is not None and h["controller_id"] >= 0:
-                    self.controller = h["controller_id"]
-                for t in h.get("topics") or []:
-                    if t.get("error") or (self.topic and t["name"] != self.topic):
-                        continue
-                    for p in t["partitions"]:
-                        key = f"{t['name']}-{p[0]}"
-                        self.observations.append({"key": key, "epoch": p[3], "leader": p[2],
-                                                  "topic_id": str(t.get("topic_id", "")),
-                                                  "node": n.id, "time": now})
-                        if p[2] >= 0:
-                            self.leaders[p[0]] = p[2]
+                    h = conn.request(Api.METADATA, {"topics": [self.topic] if self.topic
+                                                    else None}, timeout_s=1.0).header
+                finally:
+                    conn.close()
+            except Exception:
+                continue
+            with self._lock:
+                self._record(n.id, h, time.monotonic_ns() - self._t0)
+
+    def _record(self, node_id: int, h: dict, now: int) -> None:
+        if h.get("controller_id") is not None and h["controller_id"] >= 0:
+            self.controller = h["controller_id"]
+        for t in h.get("topics") or []:
+            if t.get("error") or (self.topic and t["name"] != self.topic):
+                continue
+            tid = str(t.get("topic_id", ""))
+            for p in t["partitions"]:
+                key = f"{t['name']}-{p[0]}"
+                self.observations.append({"key": key, "epoch": p[3], "leader": p[2],
+                                          "topic_id": tid, "node": node_id, "time": now})
+                seen = self.leaders.get(key)
+                if p[2] >= 0 and (seen is None or p[3] >= seen[0] or tid != self._tids.get(key)):
+                    self.leaders[key] = (p[3], p[2])
+                    self._tids[key] = tid
 
 
 # ----------------------------------------------------------------------------- final read
