@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--node-flag", action="append", default=[], metavar="FLAG",
                    help="a test.flags value for every node (repeatable), e.g. a planted bug: "
                         "bug-ack-before-replication, bug-serve-beyond-hw, bug-skip-truncation")
+    r.add_argument("--node-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="a node config setting for every node (repeatable), e.g. "
+                        "auto.leader.rebalance.enable=false")
     r.add_argument("--poll-fraction", type=float, default=0.0, help=argparse.SUPPRESS)
     r.add_argument("--topics", type=int, default=3, help="topic names (metadata workload)")
     r.add_argument("--net", default="auto", choices=("auto", "iptables", "proxy", "none"),
@@ -325,6 +328,13 @@ def run(args) -> int:
     if unknown:
         log(f"unknown --node-flag {unknown} (known: {', '.join(sorted(PLANTED_BUGS))})")
         return 2
+    node_config = {}
+    for item in args.node_config:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            log(f"--node-config {item!r}: expected KEY=VALUE")
+            return 2
+        node_config[key.strip()] = value.strip()
     only = [t for t in args.targets.split(",") if t]
     try:
         targets_for(kinds, only)
@@ -356,7 +366,7 @@ def run(args) -> int:
         report.write_results(out, {"valid": False, "unavailable": str(e), "anomalies": {},
                                    "stats": {}, "config": config})
         return 3
-    extra = dict(workload.node_config)
+    extra = {**workload.node_config, **node_config}
     if args.node_flag:
         extra["test.flags"] = ",".join(args.node_flag)
         warnings.append(f"planted bugs enabled on every node (test.flags): "

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 from raftlog.jepsen import checkers as c
 from raftlog.jepsen.history import History
 from raftlog.jepsen.nemesis import schedule, targets_for
 from raftlog.jepsen.runner import build_parser
+from raftlog.jepsen.runner import main as runner_main
 from raftlog.jepsen.workloads import GroupsWorkload
 
 
@@ -127,3 +130,20 @@ def test_cli_node_flags_and_workload_node_config():
     assert a.node_flag == ["bug-serve-beyond-hw", "bug-ack-before-replication"]
     assert a.partitions is None and a.consumers is None  # per-workload defaults
     assert GroupsWorkload.node_config["group.initial.rebalance.delay.ms"] == 0
+
+
+@pytest.mark.parametrize("bad, message", [
+    (["--node-config", "no-equals-sign"], "expected KEY=VALUE"),
+    (["--node-config", "=1"], "expected KEY=VALUE"),
+    (["--node-flag", "bug-no-such"], "unknown --node-flag"),
+    (["--nemesis", "kill,meteor"], "unknown nemesis"),
+])
+def test_bad_run_arguments_stop_before_any_node_starts(tmp_path, bad, message):
+    out = tmp_path / "run"
+    handler = signal.getsignal(signal.SIGTERM)  # main() installs its own
+    try:
+        assert runner_main(["run", "--time", "1", "--out", str(out), *bad]) == 2
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    assert message in (out / "jepsen.log").read_text()
+    assert not (out / "data").exists()  # no node was started
