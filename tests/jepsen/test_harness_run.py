@@ -1,4 +1,4 @@
-"""A short real run: 3 node processes, kill + pause, queue workload (about 35 s)."""
+"""A short real run: 3 node processes, kill + pause + partition, queue workload (about 55 s)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 def test_short_run_is_valid(tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "raftlog.jepsen", "run", "--nodes", "3", "--workload", "queue",
-           "--nemesis", "kill,pause", "--time", "20", "--rate", "100", "--seed", "7",
+           "--nemesis", "kill,pause,partition", "--time", "40", "--rate", "100", "--seed", "7",
            "--hold", "2,4", "--quiet", "1.5,3", "--out", str(out)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=170)
     results = json.loads((out / "results.json").read_text())
@@ -25,5 +25,6 @@ def test_short_run_is_valid(tmp_path):
         assert os.path.getsize(out / name) > 0, name
     st = results["stats"]
     assert st["acknowledged_sends"] > 100
-    assert st["nemesis"], "no fault was injected"
+    assert {e["kind"] for e in results["schedule"]} == {"kill", "pause", "partition"}
+    assert len(st["nemesis"]) == len(results["schedule"]), "a scheduled fault was not injected"
     assert all(r["reached"] for r in st["final_reads"].values())
