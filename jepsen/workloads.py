@@ -146,6 +146,15 @@ class QueueWorkload(Workload):
     name = "queue"
     topic = QUEUE_TOPIC
 
+    def _give_up_consumer(self, op, error: Exception, consumer):
+        """A consumer could not be set up: fail ``op``, close what was built, pause
+        (bounded retry pace). Returns None, the consumer to use next."""
+        self.history.fail(op, error=repr(error))
+        if consumer is not None:
+            _quiet(consumer.close)
+        self.stop_flag.wait(0.5)
+        return None
+
     def setup(self) -> None:
         self._create_queue_topic()
         self._add_senders()
@@ -280,11 +289,7 @@ class QueueWorkload(Workload):
                         consumer.seek(TopicPartition(*split_key(k)), pos)
                     h.ok(op, {"keys": self.keys, "positions": dict(positions)})
                 except Exception as e:
-                    h.fail(op, error=repr(e))
-                    if consumer is not None:
-                        _quiet(consumer.close)
-                    consumer = None
-                    self.stop_flag.wait(0.5)
+                    consumer = self._give_up_consumer(op, e, consumer)
                     continue
             op = h.invoke(process, "poll", None)
             try:
@@ -474,11 +479,7 @@ class GroupsWorkload(QueueWorkload):
                     consumer.subscribe([QUEUE_TOPIC], listener=_Listener(changes))
                     h.ok(op)
                 except Exception as e:
-                    h.fail(op, error=repr(e))
-                    if consumer is not None:
-                        _quiet(consumer.close)
-                    consumer = None
-                    self.stop_flag.wait(0.5)
+                    consumer = self._give_up_consumer(op, e, consumer)
                     continue
                 expires = time.monotonic() + rnd.uniform(lo, hi) if hi > 0 else float("inf")
             if time.monotonic() >= expires and not self.draining.is_set():
