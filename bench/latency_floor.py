@@ -24,6 +24,9 @@ from raftlog import records
 from raftlog.client import Admin
 from raftlog.protocol import Api, ClientConnection
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from throughput import latency_summary, start_node  # noqa: E402  (bench/, beside this file)
+
 VALUE_BYTES = 100
 
 
@@ -72,13 +75,7 @@ def consumer(bootstrap: str, topic: str, n: int, ready: str) -> dict:
             for r in records.decode_batches(bytes(frame.body), start_offset=offset):
                 lat.append((now - int.from_bytes(r.value[:8], "little")) / 1e6)
                 offset = r.offset + 1
-    lat.sort()
-
-    def pct(q: float) -> float:
-        return lat[min(len(lat) - 1, int(q * len(lat)))] if lat else float("nan")
-
-    return {"lat_records": len(lat), "lat_p50_ms": pct(0.5), "lat_p99_ms": pct(0.99),
-            "lat_p999_ms": pct(0.999), "lat_max_ms": lat[-1] if lat else float("nan")}
+    return latency_summary(lat)
 
 
 def main() -> None:
@@ -99,8 +96,6 @@ def main() -> None:
         return
     node, data_dir = None, None
     if args.bootstrap is None:
-        from throughput import start_node  # bench/throughput.py, beside this file
-
         node, args.bootstrap, data_dir = start_node()
     try:
         topic = f"floor-{time.time_ns()}"

@@ -149,7 +149,12 @@ def latency_consumer(bootstrap: str, topic: str, total: int, ready_file: str) ->
         now = time.monotonic_ns()
         lat_ms.extend((now - int.from_bytes(r.value[:8], "little")) / 1e6 for r in recs)
     c.close()
-    lat_ms.sort()
+    return latency_summary(lat_ms)
+
+
+def latency_summary(lat_ms: list[float]) -> dict:
+    """lat_records, lat_p50_ms, lat_p99_ms, lat_p999_ms, lat_max_ms of the samples."""
+    lat_ms = sorted(lat_ms)
 
     def pct(q: float) -> float:
         return lat_ms[min(len(lat_ms) - 1, int(q * len(lat_ms)))] if lat_ms else float("nan")

@@ -109,8 +109,7 @@ class LeaderObserver:
         self.stop_flag = threading.Event()
         self.thread = threading.Thread(target=self._run, name="jepsen-observer", daemon=True)
         self.controller: int | None = None
-        self.leaders: dict[str, tuple[int, int]] = {}  # key -> (leader epoch, leader)
-        self._tids: dict[str, str] = {}  # key -> topic id of that leader
+        self.leaders: dict[str, tuple[str, int, int]] = {}  # key -> (topic id, epoch, leader)
         self._lock = threading.Lock()  # the observer thread and the nemesis both ask
         self._t0 = time.monotonic_ns()
 
@@ -129,11 +128,11 @@ class LeaderObserver:
         self._observe_round()
         if not self.leaders:
             return self.controller
-        return (rnd or random).choice(sorted({ld for _e, ld in self.leaders.values()}))
+        return (rnd or random).choice(sorted({ld for _t, _e, ld in self.leaders.values()}))
 
     def leader(self, rnd: random.Random | None = None) -> int | None:
         if self.leaders and (self.controller is None or (rnd or random).random() < 0.7):
-            return (rnd or random).choice(sorted({ld for _e, ld in self.leaders.values()}))
+            return (rnd or random).choice(sorted({ld for _t, _e, ld in self.leaders.values()}))
         return self.controller
 
     def _run(self):
@@ -173,9 +172,8 @@ class LeaderObserver:
                 self.observations.append({"key": key, "epoch": p[3], "leader": p[2],
                                           "topic_id": tid, "node": node_id, "time": now})
                 seen = self.leaders.get(key)
-                if p[2] >= 0 and (seen is None or p[3] >= seen[0] or tid != self._tids.get(key)):
-                    self.leaders[key] = (p[3], p[2])
-                    self._tids[key] = tid
+                if p[2] >= 0 and (seen is None or seen[0] != tid or p[3] >= seen[1]):
+                    self.leaders[key] = (tid, p[3], p[2])
 
 
 # ----------------------------------------------------------------------------- final read

@@ -53,9 +53,10 @@ def _first_leaf(exc: BaseException) -> BaseException:
 #: Allocations between young-generation collections, and young (then middle)
 #: collections between older ones. CPython's defaults (700, 10, 10) make a node run a
 #: full collection every few seconds under load, over everything it holds (metadata,
-#: Raft entries, caches): measured here, 3 nodes at 1000 rec/s, p99.9 end-to-end
-#: latency 29-31 ms with the defaults and 5.5-6.7 ms with these (p99 3.7-4.5 ->
-#: 3.1-3.5 ms). Reference cycles are still collected, only less often.
+#: Raft entries, caches): measured here, 3 nodes at 1000 rec/s, 7 runs each way, p99.9
+#: end-to-end latency 8-31 ms with the defaults (25-31 ms in 5 of 7) and 5.5-10.8 ms
+#: with these (p99 3.7-5.9 -> 3.1-4.9 ms). Reference cycles are still collected, only
+#: less often.
 GC_THRESHOLDS = (50_000, 20, 100)
 
 

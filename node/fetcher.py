@@ -124,8 +124,7 @@ class LeaderFetcher:
                 while self.partitions:
                     try:
                         await self._round()
-                    except (OSError, trio.TooSlowError, RemoteProtocolError, ApiError,
-                            trio.BrokenResourceError, trio.ClosedResourceError) as e:
+                    except (OSError, trio.TooSlowError, RemoteProtocolError, ApiError) as e:
                         self.events.warning("replica_fetch_failed", leader=self.leader_id,
                                             error=repr(e))
                         await self._close()
