@@ -282,9 +282,14 @@ class Broker:
             return self.log_configs[topic].min_insync_replicas
         return self.config.min_insync_replicas
 
-    async def produce_acks_all(self, req: Request) -> Response:
-        """acks=all: append, then answer once the HW passes every batch (each follower
-        in the ISR holds it), or fail that partition after the request timeout."""
+    def produce_acks_all_append(self, req: Request) -> tuple[list, list, float]:
+        """acks=all, first half (synchronous): append every batch now, in request order.
+
+        Returns (per-partition results, waits, deadline in trio time): the request is
+        answered with :meth:`produce_acks_all_answer` once the HW passes every wait.
+        The server appends pipelined requests of one connection while earlier ones
+        wait, so a producer with several requests in flight pays one replication
+        round for all of them, not one each."""
         parts = req.fields["parts"]
         try:
             bodies = split_body(req.body, [p[2] for p in parts])
@@ -292,15 +297,23 @@ class Broker:
             raise ApiError(ErrorCode.INVALID_REQUEST, str(e)) from None
         waits: list = []
         results = [self._produce_one(t, p, data, -1, waits) for (t, p, _), data in zip(parts, bodies)]
+        timeout_ms = min(req.fields["timeout_ms"], self.config.request_timeout_ms)
+        return results, waits, trio.current_time() + timeout_ms / 1000
+
+    async def produce_acks_all_answer(self, results: list, waits: list, deadline: float) -> Response:
+        """acks=all, second half: wait until the HW passes every batch (each follower in
+        the ISR holds it), or fail that partition after the request timeout."""
         if waits:
-            timeout_ms = min(req.fields["timeout_ms"], self.config.request_timeout_ms)
-            deadline = trio.current_time() + timeout_ms / 1000
             failed = await self._await_high_watermarks(waits, deadline)
             for i, r in enumerate(results):
                 err = failed.get((r[0], r[1]))
                 if err is not None and r[2] == 0:
                     results[i] = [r[0], r[1], int(err.code), -1, -1, err.message]
         return {"parts": results}, []
+
+    async def produce_acks_all(self, req: Request) -> Response:
+        """acks=all in one call: append, then answer once replicated."""
+        return await self.produce_acks_all_answer(*self.produce_acks_all_append(req))
 
     async def _await_high_watermarks(self, waits, deadline) -> dict:
         failed: dict = {}

@@ -53,18 +53,40 @@ MAX_REQUESTS_PER_TURN = 256
 #: Admin APIs that write through the metadata quorum in cluster mode.
 QUORUM_WRITE_APIS = frozenset({Api.CREATE_TOPICS, Api.DELETE_TOPICS, Api.ALTER_CONFIGS,
                                Api.CREATE_PARTITIONS, Api.ELECT_LEADERS})
+#: acks=all produce requests of one connection waiting for replication at once; the
+#: reader stops reading that connection while this many wait (Kafka's clients keep <= 5).
+MAX_DEFERRED_PER_CONNECTION = 64
 #: File slices smaller than this are read and coalesced instead of sendfile'd.
 SENDFILE_MIN_BYTES = 64 * 1024
 
 
-class Outbox:
-    """Pieces of responses waiting to be sent: bytes (coalesced) and file slices."""
+class Deferred:
+    """The place of a response that is not ready yet (an acks=all produce waiting for
+    replication): responses after it wait behind it, so the order stays the request
+    order while later requests are already handled."""
 
-    __slots__ = ("pieces", "size")
+    __slots__ = ("frame",)
+
+    def __init__(self) -> None:
+        self.frame: bytes | None = None
+
+
+class Outbox:
+    """Pieces of responses waiting to be sent, in request order: bytes (coalesced),
+    file slices (sendfile) and Deferred places (sent once filled).
+
+    Only the holder of ``lock`` flushes: the connection's reader, or the task that
+    fills a Deferred while the reader is blocked in recv."""
+
+    __slots__ = ("pieces", "size", "lock", "deferred", "places", "room")
 
     def __init__(self) -> None:
         self.pieces: list = []
         self.size = 0
+        self.lock = trio.Lock()
+        self.deferred = 0  # Deferred places not yet filled
+        self.places = 0  # Deferred places in pieces, filled or not
+        self.room = trio.Event()  # set when a Deferred is filled (reader waits for room)
 
     def add(self, data: bytes) -> None:
         self.pieces.append(data)
@@ -74,17 +96,50 @@ class Outbox:
         self.pieces.append(sl)
         self.size += sl.length
 
+    def add_deferred(self) -> Deferred:
+        d = Deferred()
+        self.pieces.append(d)
+        self.deferred += 1
+        self.places += 1
+        return d
+
+    def fill(self, d: Deferred, frame: bytes) -> None:
+        d.frame = frame
+        self.size += len(frame)
+        self.deferred -= 1
+        self.room.set()
+        self.room = trio.Event()
+
     async def flush(self, sock) -> None:
-        pieces, self.pieces, self.size = self.pieces, [], 0
+        """Send every piece up to the first Deferred still unfilled."""
+        async with self.lock:
+            await self._flush_locked(sock)
+
+    async def _flush_locked(self, sock) -> None:
+        pieces = self.pieces
+        cut = len(pieces)
+        if self.places:
+            for i, p in enumerate(pieces):
+                if type(p) is Deferred:
+                    if p.frame is None:
+                        cut = i
+                        break
+                    pieces[i] = p.frame
+                    self.places -= 1
+        self.pieces = pieces[cut:]
         run: list[bytes] = []
-        for p in pieces:
+        sent = 0
+        for p in pieces[:cut]:
             if isinstance(p, (bytes, bytearray, memoryview)):
                 run.append(p)
+                sent += len(p)
                 continue
             if run:
                 await _send_all(sock, b"".join(run))
                 run = []
             await _sendfile(sock, p)
+            sent += p.length
+        self.size -= sent
         if run:
             await _send_all(sock, run[0] if len(run) == 1 else b"".join(run))
 
@@ -158,7 +213,7 @@ class Server:
             await self._serve_connection(sock, peer)
         except RemoteProtocolError as e:
             self.events.warning("connection_closed", peer=peer, reason=str(e))
-        except (ConnectionError, BrokenPipeError):
+        except (ConnectionError, BrokenPipeError, trio.ClosedResourceError):
             pass
         except OSError as e:
             self.events.warning("connection_error", peer=peer, error=e)
@@ -168,7 +223,20 @@ class Server:
             sock.close()
 
     async def _serve_connection(self, sock, peer: str) -> None:
+        """The connection's reader, plus one task per acks=all produce waiting for
+        replication (MAX_DEFERRED_PER_CONNECTION at most), owned by one nursery."""
         sock.setsockopt(_stdsocket.IPPROTO_TCP, _stdsocket.TCP_NODELAY, 1)
+        failure: BaseException | None = None
+        async with trio.open_nursery() as nursery:
+            try:
+                await self._read_loop(sock, nursery)
+            except Exception as e:  # raised below, outside the nursery (no group wrapping)
+                failure = e
+            nursery.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+
+    async def _read_loop(self, sock, nursery) -> None:
         decoder = FrameDecoder(self.config.max_frame_bytes)
         out = Outbox()
         buf = bytearray(RECV_BYTES)
@@ -182,7 +250,10 @@ class Server:
                 frame = decoder.next_frame()
                 if frame is None:
                     break
-                await self._dispatch(frame, out, sock)
+                while out.deferred and (out.deferred >= MAX_DEFERRED_PER_CONNECTION
+                                        or out.size >= MAX_PENDING_SEND_BYTES):
+                    await out.room.wait()  # bounded: a client pipelining past the limit waits
+                await self._dispatch(frame, out, sock, nursery)
                 handled += 1
                 if out.size >= MAX_PENDING_SEND_BYTES or handled >= MAX_REQUESTS_PER_TURN:
                     await out.flush(sock)
@@ -192,7 +263,29 @@ class Server:
             if not waited:
                 await trio.lowlevel.checkpoint()  # never blocked this turn: let others run
 
-    async def _dispatch(self, frame, out: Outbox, sock) -> None:
+    async def _answer_later(self, out: Outbox, d: Deferred, sock, req, results, waits,
+                            deadline) -> None:
+        """Fill ``d`` once the acks=all produce is replicated (or timed out) and send
+        whatever is ready. A send failure closes the connection: the reader sees it."""
+        try:
+            header, _ = await self.broker.produce_acks_all_answer(results, waits, deadline)
+            header["id"] = req.id
+            header["error"] = 0
+            frame = encode_frame(header)
+        except ApiError as e:
+            frame = encode_frame(error_response(req.id, e.code, e.message))
+        except Exception as e:  # a bug of ours: answer, log, keep serving
+            self.events.error("handler_failed", api=req.api.name, error=repr(e))
+            frame = encode_frame(error_response(req.id, ErrorCode.UNKNOWN_SERVER_ERROR, repr(e)))
+        out.fill(d, frame)
+        try:
+            await out.flush(sock)
+        except Exception as e:  # the reader's next wait raises; it closes the connection
+            if not isinstance(e, OSError):
+                self.events.error("send_failed", error=repr(e))
+            trio.lowlevel.notify_closing(sock)
+
+    async def _dispatch(self, frame, out: Outbox, sock, nursery) -> None:
         try:
             req = parse_request(frame, SERVED_APIS)
         except BadRequest as e:
@@ -202,9 +295,13 @@ class Server:
             if req.api == Api.FETCH:
                 header, pieces = await self._fetch(req, out, sock)
             elif req.api == Api.PRODUCE and req.fields["acks"] == -1:
-                if out.pieces:  # about to wait for replication: send earlier answers first
-                    await out.flush(sock)
-                header, pieces = await self.broker.produce_acks_all(req)
+                results, waits, deadline = self.broker.produce_acks_all_append(req)
+                if waits:  # answered by a task once replicated; later requests go on
+                    d = out.add_deferred()
+                    nursery.start_soon(self._answer_later, out, d, sock, req, results, waits,
+                                       deadline)
+                    return
+                header, pieces = {"parts": results}, []
             elif req.api == Api.INIT_PRODUCER_ID:
                 if out.pieces:
                     await out.flush(sock)

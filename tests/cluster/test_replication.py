@@ -87,6 +87,46 @@ def test_acks_all_replicates_to_every_replica_and_survives_full_restart(cluster)
         assert {(p, r.offset): r.value for r in got} == {k: v for k, v in acked.items() if k[0] == p}
 
 
+def test_pipelined_acks_all_requests_on_one_connection_answer_in_order(cluster):
+    """The leader appends pipelined acks=all requests while earlier ones wait for the
+    followers; the answers still leave in request order, offsets in append order."""
+    import socket
+
+    from raftlog.protocol import Api, ClientConnection
+    from raftlog.records import encode_batch
+
+    with cluster.admin() as a:
+        a.create_topic("pipe", partitions=2, replication_factor=3)
+    leaders = {p: cluster.wait_isr("pipe", p, {1, 2, 3}).leader for p in (0, 1)}
+    node = next(n for n in cluster.nodes if n.node_id == leaders[0])
+    host, port = node.bootstrap.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=30)
+    conn = ClientConnection(max_in_flight=1000)
+    ids, data = [], []
+    for i in range(200):
+        batch = encode_batch([b"r%d" % i], timestamp=0)
+        rid, frame = conn.send_request(Api.PRODUCE, {"acks": -1, "timeout_ms": 20_000,
+                                                     "parts": [["pipe", 0, len(batch)]]}, batch)
+        ids.append(rid)
+        data.append(frame)
+    sock.sendall(b"".join(data))  # all 200 in flight at once
+    got = []
+    while len(got) < len(ids):
+        while (f := conn.next_response()) is not None:
+            got.append(f)
+        if len(got) < len(ids):
+            chunk = sock.recv(1 << 20)
+            assert chunk, "the leader closed the connection"
+            conn.receive_data(chunk)
+    sock.close()
+    assert [f.header["id"] for f in got] == ids
+    parts = [f.header["parts"][0] for f in got]
+    assert all(p[2] == 0 for p in parts), parts[:3]
+    assert [p[3] for p in parts] == list(range(200))
+    assert [r.value for r in consume_all(cluster.bootstrap, "pipe", 0, 200)] == [
+        b"r%d" % i for i in range(200)]
+
+
 def test_leader_sigkill_under_acks_all_load_loses_nothing(cluster):
     with cluster.admin() as a:
         a.create_topic("load", partitions=1, replication_factor=3)

@@ -1,0 +1,81 @@
+"""The server's Outbox: responses leave in request order even when an earlier one
+(an acks=all produce waiting for replication) is answered after later ones."""
+
+from __future__ import annotations
+
+import socket
+
+import trio
+
+from raftlog.node.server import Outbox
+
+
+def _pair():
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.settimeout(5)
+    return a, b
+
+
+def _recv_exactly(sock, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        out += sock.recv(n - len(out))
+    return out
+
+
+async def test_a_deferred_answer_holds_back_later_ones_until_filled():
+    a, b = _pair()
+    out = Outbox()
+    out.add(b"first|")
+    d = out.add_deferred()
+    out.add(b"third|")
+    await out.flush(a)
+    assert _recv_exactly(b, 6) == b"first|"
+    b.settimeout(0.05)
+    try:
+        assert b.recv(100) == b"", "nothing may pass an unfilled deferred answer"
+    except TimeoutError:
+        pass
+    b.settimeout(5)
+    assert out.deferred == 1
+    out.fill(d, b"second|")
+    out.add(b"fourth|")
+    await out.flush(a)
+    assert _recv_exactly(b, 20) == b"second|third|fourth|"
+    assert out.deferred == 0 and out.size == 0 and out.pieces == []
+    a.close()
+    b.close()
+
+
+async def test_deferred_answers_filled_out_of_order_leave_in_order():
+    a, b = _pair()
+    out = Outbox()
+    ds = [out.add_deferred() for _ in range(3)]
+    out.fill(ds[2], b"c")
+    out.fill(ds[1], b"b")
+    await out.flush(a)
+    assert out.pieces == ds  # the first is still unfilled: nothing sent
+    out.fill(ds[0], b"a")
+    await out.flush(a)
+    assert _recv_exactly(b, 3) == b"abc"
+    a.close()
+    b.close()
+
+
+async def test_filling_wakes_a_reader_waiting_for_room():
+    out = Outbox()
+    d = out.add_deferred()
+    woke = []
+
+    async def reader():
+        while out.deferred:
+            await out.room.wait()
+        woke.append(True)
+
+    async with trio.open_nursery() as n:
+        n.start_soon(reader)
+        await trio.sleep(0.01)
+        assert not woke
+        out.fill(d, b"x")
+    assert woke
