@@ -269,7 +269,7 @@ class Broker:
                         f"{part} has {len(part.isr)} in-sync replica(s) {list(part.isr)}; "
                         f"min.insync.replicas is {min_isr}",
                     )
-            base, last = part.append_as_leader(bytes(data), cfg.max_message_bytes)
+            base, last = part.append_as_leader(data, cfg.max_message_bytes)  # copied once, by the log
             if waits is not None and part.high_watermark <= last and not self._bug_early_ack:
                 waits.append((part, part.leader_epoch, last, topic, partition))
             return [topic, partition, 0, base, -1, ""]
@@ -286,7 +286,8 @@ class Broker:
         """acks=all, first half (synchronous): append every batch now, in request order.
 
         Returns (per-partition results, waits, deadline in trio time): the request is
-        answered with :meth:`produce_acks_all_answer` once the HW passes every wait.
+        answered with :meth:`acks_all_answer` once the HW passes every wait
+        (:meth:`check_high_watermarks`; the server parks the request meanwhile).
         The server appends pipelined requests of one connection while earlier ones
         wait, so a producer with several requests in flight pays one replication
         round for all of them, not one each."""
@@ -300,45 +301,51 @@ class Broker:
         timeout_ms = min(req.fields["timeout_ms"], self.config.request_timeout_ms)
         return results, waits, trio.current_time() + timeout_ms / 1000
 
-    async def produce_acks_all_answer(self, results: list, waits: list, deadline: float) -> Response:
-        """acks=all, second half: wait until the HW passes every batch (each follower in
-        the ISR holds it), or fail that partition after the request timeout."""
-        if waits:
-            failed = await self._await_high_watermarks(waits, deadline)
+    def acks_all_answer(self, results: list, failed: dict) -> Response:
+        """acks=all, second half: the answer once every wait is replicated or ``failed``
+        ({(topic, partition): ApiError}) -- see :meth:`check_high_watermarks`."""
+        if failed:
             for i, r in enumerate(results):
                 err = failed.get((r[0], r[1]))
                 if err is not None and r[2] == 0:
                     results[i] = [r[0], r[1], int(err.code), -1, -1, err.message]
         return {"parts": results}, []
 
-    async def produce_acks_all(self, req: Request) -> Response:
-        """acks=all in one call: append, then answer once replicated."""
-        return await self.produce_acks_all_answer(*self.produce_acks_all_append(req))
+    @staticmethod
+    def check_high_watermarks(waits: list, expired: bool) -> tuple[list, dict]:
+        """(waits still pending, failed) for acks=all waits: a wait is done once the HW
+        passes its last offset (every ISR follower holds it); it fails when leadership
+        moved, or -- ``expired`` -- when the request timeout passed first."""
+        failed: dict = {}
+        pending = []
+        for w in waits:
+            part, epoch, last, topic, partition = w
+            if not part.is_leader or part.leader_epoch != epoch:
+                failed[(topic, partition)] = ApiError(
+                    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                    f"leadership of {part} changed before the write was replicated; "
+                    "it may or may not be committed")
+            elif part.high_watermark <= last:
+                pending.append(w)
+        if expired:
+            for part, _e, last, topic, partition in pending:
+                failed[(topic, partition)] = ApiError(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"{part}: offset {last} not replicated to the ISR {list(part.isr)} "
+                    f"in time (high watermark {part.high_watermark})")
+            pending = []
+        return pending, failed
 
     async def _await_high_watermarks(self, waits, deadline) -> dict:
+        """Wait (in a task) until every acks=all wait is done or failed; the failures."""
         failed: dict = {}
         pending = list(waits)
-        while pending:
-            still = []
-            for w in pending:
-                part, epoch, last, topic, partition = w
-                if not part.is_leader or part.leader_epoch != epoch:
-                    failed[(topic, partition)] = ApiError(
-                        ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                        f"leadership of {part} changed before the write was replicated; "
-                        "it may or may not be committed")
-                elif part.high_watermark <= last:
-                    still.append(w)
-            pending = still
+        while True:
+            pending, more = self.check_high_watermarks(pending,
+                                                       trio.current_time() >= deadline)
+            failed.update(more)
             if not pending:
-                break
-            if trio.current_time() >= deadline:
-                for part, _e, last, topic, partition in pending:
-                    failed[(topic, partition)] = ApiError(
-                        ErrorCode.REQUEST_TIMED_OUT,
-                        f"{part}: offset {last} not replicated to the ISR {list(part.isr)} "
-                        f"in time (high watermark {part.high_watermark})")
-                break
+                return failed
             ev = trio.Event()
             registered = [w[0] for w in pending if w[0].add_waiter(ev)]
             try:
@@ -347,7 +354,6 @@ class Broker:
             finally:
                 for part in registered:
                     part.remove_waiter(ev)
-        return failed
 
     def _maybe_auto_create(self, topic: str) -> None:
         if not self.config.auto_create_topics_enable:
@@ -400,28 +406,6 @@ class Broker:
                 if self.on_corrupt_log is not None:
                     self.on_corrupt_log(self.partitions.get((topic, partition)), offset, e)
         return headers, pieces, total, error
-
-    async def fetch(self, req: Request) -> Response:
-        """Long-poll: answer once ``min_bytes`` are ready, an error occurs, or
-        ``max_wait_ms`` passes."""
-        deadline = trio.current_time() + req.fields["max_wait_ms"] / 1000
-        while True:
-            headers, pieces, total, error = self.fetch_once(req)
-            if error or total >= req.fields["min_bytes"] or trio.current_time() >= deadline:
-                return {"parts": headers}, pieces
-            ev = trio.Event()
-            parts = [self.partitions.get((t, p)) for t, p, *_ in req.fields["parts"]]
-            parts = [p for p in parts if p is not None]
-            follower = req.fields["replica_id"] >= 0
-            registered = [p for p in parts if p.add_waiter(ev, leo=follower)]
-            try:
-                if len(registered) < len(parts):
-                    return {"parts": headers}, pieces
-                with trio.move_on_at(deadline):
-                    await ev.wait()
-            finally:
-                for p in registered:
-                    p.remove_waiter(ev)
 
     def on_replica_fetch(self, req: Request) -> None:
         """A follower's Fetch: record its progress (once per request, before reading)."""

@@ -13,14 +13,12 @@ per turn, so no connection starves the others.
 Fetch bodies are file ranges handed to ``os.sendfile`` (zero-copy from the page
 cache); slices under SENDFILE_MIN_BYTES are read with ``pread`` and coalesced with
 the response header instead, because one send beats two syscalls for small
-long-poll answers. Only the connection's own task sends on its socket, so no
-extra lock is needed.
+long-poll answers. The connection's reader and its acks=all answer tasks send
+through one Outbox, one flush at a time (see Outbox).
 """
 
 from __future__ import annotations
 
-import errno
-import os
 import socket as _stdsocket
 
 import trio
@@ -40,8 +38,9 @@ from .broker import SERVED_APIS, Broker
 from .config import NodeConfig
 from .group_handlers import GROUP_APIS
 from .logfmt import EventLog
+from .outbox import Deferred, Outbox
+from .purgatory import Delayed, Purgatory
 from .sockio import recv_into as _recv
-from .sockio import send_all as _send_all
 
 RECV_BYTES = 256 * 1024
 #: Coalesced response bytes after which we send even if more requests are buffered.
@@ -60,111 +59,117 @@ MAX_DEFERRED_PER_CONNECTION = 64
 SENDFILE_MIN_BYTES = 64 * 1024
 
 
-class Deferred:
-    """The place of a response that is not ready yet (an acks=all produce waiting for
-    replication): responses after it wait behind it, so the order stays the request
-    order while later requests are already handled."""
+class Conn:
+    """One client connection as the purgatory sees it: where a parked request's answer
+    goes, and the requests parked for it (dropped when it closes)."""
 
-    __slots__ = ("frame",)
+    __slots__ = ("sock", "out", "nursery", "parked")
 
-    def __init__(self) -> None:
-        self.frame: bytes | None = None
-
-
-class Outbox:
-    """Pieces of responses waiting to be sent, in request order: bytes (coalesced),
-    file slices (sendfile) and Deferred places (sent once filled).
-
-    Only the holder of ``lock`` flushes: the connection's reader, or the task that
-    fills a Deferred while the reader is blocked in recv."""
-
-    __slots__ = ("pieces", "size", "lock", "deferred", "places", "room")
-
-    def __init__(self) -> None:
-        self.pieces: list = []
-        self.size = 0
-        self.lock = trio.Lock()
-        self.deferred = 0  # Deferred places not yet filled
-        self.places = 0  # Deferred places in pieces, filled or not
-        self.room = trio.Event()  # set when a Deferred is filled (reader waits for room)
-
-    def add(self, data: bytes) -> None:
-        self.pieces.append(data)
-        self.size += len(data)
-
-    def add_slice(self, sl) -> None:
-        self.pieces.append(sl)
-        self.size += sl.length
-
-    def add_deferred(self) -> Deferred:
-        d = Deferred()
-        self.pieces.append(d)
-        self.deferred += 1
-        self.places += 1
-        return d
-
-    def fill(self, d: Deferred, frame: bytes) -> None:
-        d.frame = frame
-        self.size += len(frame)
-        self.deferred -= 1
-        self.room.set()
-        self.room = trio.Event()
-
-    async def flush(self, sock) -> None:
-        """Send every piece up to the first Deferred still unfilled."""
-        async with self.lock:
-            await self._flush_locked(sock)
-
-    async def _flush_locked(self, sock) -> None:
-        pieces = self.pieces
-        cut = len(pieces)
-        if self.places:
-            for i, p in enumerate(pieces):
-                if type(p) is Deferred:
-                    if p.frame is None:
-                        cut = i
-                        break
-                    pieces[i] = p.frame
-                    self.places -= 1
-        self.pieces = pieces[cut:]
-        run: list[bytes] = []
-        sent = 0
-        for p in pieces[:cut]:
-            if isinstance(p, (bytes, bytearray, memoryview)):
-                run.append(p)
-                sent += len(p)
-                continue
-            if run:
-                await _send_all(sock, b"".join(run))
-                run = []
-            await _sendfile(sock, p)
-            sent += p.length
-        self.size -= sent
-        if run:
-            await _send_all(sock, run[0] if len(run) == 1 else b"".join(run))
+    def __init__(self, sock, out: Outbox, nursery) -> None:
+        self.sock = sock
+        self.out = out
+        self.nursery = nursery
+        self.parked: set[Delayed] = set()
 
 
-async def _sendfile(sock, sl) -> None:
-    """Send a file slice with os.sendfile, waiting for writability (non-blocking socket)."""
-    fd = sock.fileno()
-    offset, remaining = sl.position, sl.length
-    while remaining:
-        try:
-            n = os.sendfile(fd, sl.fileno, offset, remaining)
-        except BlockingIOError:
-            await trio.lowlevel.wait_writable(sock)
-            continue
-        except OSError as e:
-            if e.errno in (errno.EINVAL, errno.ENOSYS):  # e.g. TLS or exotic fs: fall back
-                await _send_all(sock, os.pread(sl.fileno, remaining, offset))
-                return
-            raise
-        if n == 0:
-            # The file shrank under us (truncation): the frame length is already sent, so the
-            # stream is unusable. Close the connection; the client retries.
-            raise BrokenPipeError("file slice shrank during sendfile")
-        offset += n
-        remaining -= n
+class _Parked(Delayed):
+    """A request parked for a connection: its answer fills a Deferred place."""
+
+    __slots__ = ("server", "conn", "req", "place")
+
+    def __init__(self, server: Server, conn: Conn, req, deadline: float):
+        super().__init__(server.purgatory, deadline)
+        self.server, self.conn, self.req = server, conn, req
+        self.place: Deferred | None = None
+
+    def park(self) -> None:
+        """Take this request's place among the connection's answers and start its timer."""
+        self.place = self.conn.out.add_deferred()
+        self.conn.parked.add(self)
+        self.purgatory.park(self)
+
+    def answer(self, header: dict, pieces: list) -> None:
+        self.conn.parked.discard(self)
+        header["id"] = self.req.id
+        header["error"] = 0
+        self.server.send_soon(self.conn, self.place, _response_pieces(header, pieces))
+
+    def fail(self, e: Exception) -> None:
+        self.conn.parked.discard(self)
+        if isinstance(e, ApiError):
+            frame = encode_frame(error_response(self.req.id, e.code, e.message))
+        else:
+            frame = encode_frame(error_response(self.req.id, ErrorCode.UNKNOWN_SERVER_ERROR,
+                                                repr(e)))
+        self.server.send_soon(self.conn, self.place, [frame])
+
+    def cancel(self) -> None:
+        self.conn.parked.discard(self)
+        super().cancel()
+
+
+class ParkedFetch(_Parked):
+    """A long-poll fetch: answered once min_bytes are there, an error shows, or max_wait
+    passes. Consumers wake on the high watermark, followers on the log end offset."""
+
+    __slots__ = ()
+
+    def try_complete(self, expired: bool) -> bool:
+        broker, req = self.server.broker, self.req
+        headers, pieces, total, error = broker.fetch_once(req)
+        if error or total >= req.fields["min_bytes"] or expired or not self.rewatch():
+            self.answer({"parts": headers}, pieces)
+            return True
+        return False
+
+    def rewatch(self) -> bool:
+        """Watch the partitions again (a wake empties their waiter sets)."""
+        self.unwatch()
+        broker = self.server.broker
+        parts = [broker.partitions.get((t, p)) for t, p, *_ in self.req.fields["parts"]]
+        if any(p is None for p in parts):
+            return False
+        return self.watch(parts, leo=self.req.fields["replica_id"] >= 0)
+
+
+class ParkedProduce(_Parked):
+    """An acks=all produce: answered once the HW passes every appended batch, leadership
+    moves, or the request timeout passes."""
+
+    __slots__ = ("results", "waits")
+
+    def __init__(self, server, conn, req, deadline, results, waits):
+        super().__init__(server, conn, req, deadline)
+        self.results, self.waits = results, waits
+
+    def try_complete(self, expired: bool) -> bool:
+        broker = self.server.broker
+        self.waits, failed = broker.check_high_watermarks(self.waits, expired)
+        if failed:
+            broker.acks_all_answer(self.results, failed)  # marks those partitions failed
+        if self.waits:
+            self.unwatch()
+            self.watch([w[0] for w in self.waits])  # a full partition: the deadline answers
+            return False
+        self.answer({"parts": self.results}, [])
+        return True
+
+
+def _response_pieces(header: dict, pieces: list) -> list:
+    """A response as Outbox pieces: one bytes object when small, or the frame head
+    followed by file slices handed to sendfile."""
+    if not pieces:
+        return [encode_frame(header)]
+    body_len = sum(len(p) if isinstance(p, bytes) else p.length for p in pieces)
+    out = [encode_frame_head(header, body_len)]
+    for p in pieces:
+        if isinstance(p, bytes):
+            out.append(p)
+        elif p.length < SENDFILE_MIN_BYTES:
+            out.append(p.read_bytes())
+        else:
+            out.append(p)
+    return out
 
 
 class Server:
@@ -176,6 +181,12 @@ class Server:
         self.events = events
         self.connections = 0
         self.listeners: list = []
+        self.purgatory = Purgatory()
+        self.purgatory.on_error = self._parked_failed
+
+    def _parked_failed(self, op, e: Exception) -> None:
+        self.events.error("handler_failed", api=op.req.api.name, error=repr(e))
+        op.fail(e)
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         listener = _stdsocket.create_server(
@@ -186,6 +197,7 @@ class Server:
         self.events.info("listening", host=addr[0], port=addr[1])
         try:
             async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.purgatory.run)
                 task_status.started(addr)
                 while True:
                     await trio.lowlevel.wait_readable(listener)
@@ -223,23 +235,32 @@ class Server:
             sock.close()
 
     async def _serve_connection(self, sock, peer: str) -> None:
-        """The connection's reader, plus one task per acks=all produce waiting for
-        replication (MAX_DEFERRED_PER_CONNECTION at most), owned by one nursery."""
+        """The connection's reader, plus a task per answer that could not be sent at
+        once (a full socket), owned by one nursery. Requests parked in the purgatory
+        are dropped when the connection ends."""
         sock.setsockopt(_stdsocket.IPPROTO_TCP, _stdsocket.TCP_NODELAY, 1)
         failure: BaseException | None = None
-        async with trio.open_nursery() as nursery:
-            try:
-                await self._read_loop(sock, nursery)
-            except Exception as e:  # raised below, outside the nursery (no group wrapping)
-                failure = e
-            nursery.cancel_scope.cancel()
+        conn = None
+        try:
+            async with trio.open_nursery() as nursery:
+                conn = Conn(sock, Outbox(), nursery)
+                try:
+                    await self._read_loop(conn)
+                except Exception as e:  # raised below, outside the nursery (no group wrapping)
+                    failure = e
+                nursery.cancel_scope.cancel()
+        finally:
+            if conn is not None:
+                for op in list(conn.parked):
+                    op.cancel()
         if failure is not None:
             raise failure
 
-    async def _read_loop(self, sock, nursery) -> None:
+    async def _read_loop(self, conn: Conn) -> None:
+        sock, out = conn.sock, conn.out
         decoder = FrameDecoder(self.config.max_frame_bytes)
-        out = Outbox()
         buf = bytearray(RECV_BYTES)
+        run_ready = self.purgatory.run_ready
         while True:
             data, waited = await _recv(sock, buf)
             if not data:
@@ -253,39 +274,43 @@ class Server:
                 while out.deferred and (out.deferred >= MAX_DEFERRED_PER_CONNECTION
                                         or out.size >= MAX_PENDING_SEND_BYTES):
                     await out.room.wait()  # bounded: a client pipelining past the limit waits
-                await self._dispatch(frame, out, sock, nursery)
+                await self._dispatch(frame, conn)
                 handled += 1
                 if out.size >= MAX_PENDING_SEND_BYTES or handled >= MAX_REQUESTS_PER_TURN:
+                    run_ready()
                     await out.flush(sock)
                     handled = 0
+            # Requests this turn woke (a consumer's fetch after an append, an acks=all
+            # produce after a follower's fetch) are answered before this turn's own.
+            run_ready()
             if out.pieces:
                 await out.flush(sock)
             if not waited:
                 await trio.lowlevel.checkpoint()  # never blocked this turn: let others run
 
-    async def _answer_later(self, out: Outbox, d: Deferred, sock, req, results, waits,
-                            deadline) -> None:
-        """Fill ``d`` once the acks=all produce is replicated (or timed out) and send
-        whatever is ready. A send failure closes the connection: the reader sees it."""
+    def send_soon(self, conn: Conn, place: Deferred, pieces: list) -> None:
+        """Fill a parked request's place and send what is ready now if the socket takes
+        it; else a task of the connection sends it. Never blocks."""
+        out = conn.out
+        out.fill(place, pieces)
         try:
-            header, _ = await self.broker.produce_acks_all_answer(results, waits, deadline)
-            header["id"] = req.id
-            header["error"] = 0
-            frame = encode_frame(header)
-        except ApiError as e:
-            frame = encode_frame(error_response(req.id, e.code, e.message))
-        except Exception as e:  # a bug of ours: answer, log, keep serving
-            self.events.error("handler_failed", api=req.api.name, error=repr(e))
-            frame = encode_frame(error_response(req.id, ErrorCode.UNKNOWN_SERVER_ERROR, repr(e)))
-        out.fill(d, frame)
-        try:
-            await out.flush(sock)
-        except Exception as e:  # the reader's next wait raises; it closes the connection
-            if not isinstance(e, OSError):
-                self.events.error("send_failed", error=repr(e))
-            trio.lowlevel.notify_closing(sock)
+            if out.try_send_now(conn.sock):
+                return
+        except OSError:
+            trio.lowlevel.notify_closing(conn.sock)  # the reader's next wait raises
+            return
+        conn.nursery.start_soon(self._flush_task, conn)
 
-    async def _dispatch(self, frame, out: Outbox, sock, nursery) -> None:
+    async def _flush_task(self, conn: Conn) -> None:
+        try:
+            await conn.out.flush(conn.sock)
+        except Exception as e:  # the reader's next wait raises; it closes the connection
+            if not isinstance(e, (OSError, trio.ClosedResourceError)):
+                self.events.error("send_failed", error=repr(e))
+            trio.lowlevel.notify_closing(conn.sock)
+
+    async def _dispatch(self, frame, conn: Conn) -> None:
+        out = conn.out
         try:
             req = parse_request(frame, SERVED_APIS)
         except BadRequest as e:
@@ -293,24 +318,26 @@ class Server:
             return
         try:
             if req.api == Api.FETCH:
-                header, pieces = await self._fetch(req, out, sock)
+                header, pieces = self._fetch(req, conn)
+                if header is None:
+                    return  # parked: answered when its partitions move or it expires
             elif req.api == Api.PRODUCE and req.fields["acks"] == -1:
                 results, waits, deadline = self.broker.produce_acks_all_append(req)
-                if waits:  # answered by a task once replicated; later requests go on
-                    d = out.add_deferred()
-                    nursery.start_soon(self._answer_later, out, d, sock, req, results, waits,
-                                       deadline)
+                if waits:  # parked until replicated; later requests go on
+                    op = ParkedProduce(self, conn, req, deadline, results, waits)
+                    op.watch([w[0] for w in waits])  # a full partition: the deadline answers
+                    op.park()
                     return
                 header, pieces = {"parts": results}, []
             elif req.api == Api.INIT_PRODUCER_ID:
                 if out.pieces:
-                    await out.flush(sock)
+                    await out.flush(conn.sock)
                 header, pieces = await self.broker.producer_ids.init_producer_id(req.fields), []
             elif req.api in GROUP_APIS:
                 if self.broker.groups is None:
                     raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the node is starting")
                 if out.pieces:  # a join or a commit may wait: send earlier answers first
-                    await out.flush(sock)
+                    await out.flush(conn.sock)
                 header, pieces = await self.broker.groups.service.handle(req.api, req.fields), []
             elif self.broker.cluster_mode and req.api in QUORUM_WRITE_APIS:
                 # a Raft commit takes milliseconds (seconds without a quorum): not on the loop
@@ -328,27 +355,22 @@ class Server:
             return
         header["id"] = req.id
         header["error"] = 0
-        if not pieces:
-            out.add(encode_frame(header))
-            return
-        body_len = sum(len(p) if isinstance(p, bytes) else p.length for p in pieces)
-        out.add(encode_frame_head(header, body_len))
-        for p in pieces:
+        for p in _response_pieces(header, pieces):
             if isinstance(p, bytes):
                 out.add(p)
-            elif p.length < SENDFILE_MIN_BYTES:
-                out.add(p.read_bytes())
             else:
                 out.add_slice(p)
 
-    async def _fetch(self, req, out: Outbox, sock):
+    def _fetch(self, req, conn: Conn):
+        """(header, pieces) answered now, or (None, None): parked in the purgatory."""
         if req.fields["replica_id"] >= 0:
             self.broker.on_replica_fetch(req)
         headers, pieces, total, error = self.broker.fetch_once(req)
         if error or total >= req.fields["min_bytes"] or req.fields["max_wait_ms"] == 0:
             return {"parts": headers}, pieces
-        # About to wait: first send what earlier pipelined requests produced.
-        if out.pieces:
-            await out.flush(sock)
-        return await self.broker.fetch(req)
-
+        op = ParkedFetch(self, conn, req, trio.current_time() + req.fields["max_wait_ms"] / 1000)
+        if not op.rewatch():  # a partition is gone or has no room for waiters: answer now
+            op.cancel()
+            return {"parts": headers}, pieces
+        op.park()
+        return None, None

@@ -237,7 +237,9 @@ class PartitionLog:
             records.stamp(buf, pos, next_offset, leader_epoch)
             if append_time:
                 records.set_log_append_time(buf, pos, h, now)
-            stamped.append((pos, records.read_header(buf, pos)))
+                stamped.append((pos, records.read_header(buf, pos)))
+            else:  # only the two stamped fields changed (the CRC does not cover them)
+                stamped.append((pos, h._replace(base_offset=next_offset, leader_epoch=leader_epoch)))
             next_offset += h.last_offset_delta + 1
         if leader_epoch > self.latest_epoch:
             self.assign_epoch(leader_epoch, self.log_end_offset)

@@ -42,7 +42,6 @@ import sys
 from array import array
 from collections import namedtuple
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from itertools import accumulate, compress, repeat
 from operator import add, ge
 
@@ -112,23 +111,17 @@ class Record(namedtuple("Record", "topic partition offset timestamp key value he
 _new_record = tuple.__new__
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
-    """The fixed header of one batch, parsed but not CRC-checked."""
+_BATCH_HEADER_FIELDS = (
+    "base_offset length leader_epoch magic crc attributes last_offset_delta "
+    "first_timestamp max_timestamp producer_id producer_epoch base_sequence record_count"
+)
 
-    base_offset: int
-    length: int
-    leader_epoch: int
-    magic: int
-    crc: int
-    attributes: int
-    last_offset_delta: int
-    first_timestamp: int
-    max_timestamp: int
-    producer_id: int
-    producer_epoch: int
-    base_sequence: int
-    record_count: int
+
+class BatchHeader(namedtuple("BatchHeader", _BATCH_HEADER_FIELDS)):
+    """The fixed header of one batch, parsed but not CRC-checked. A tuple: built with
+    one C-level call per batch (a frozen dataclass pays a setattr per field)."""
+
+    __slots__ = ()
 
     @property
     def size(self) -> int:

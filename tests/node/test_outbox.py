@@ -7,7 +7,7 @@ import socket
 
 import trio
 
-from raftlog.node.server import Outbox
+from raftlog.node.outbox import Outbox
 
 
 def _pair():
@@ -39,7 +39,7 @@ async def test_a_deferred_answer_holds_back_later_ones_until_filled():
         pass
     b.settimeout(5)
     assert out.deferred == 1
-    out.fill(d, b"second|")
+    out.fill(d, [b"second|"])
     out.add(b"fourth|")
     await out.flush(a)
     assert _recv_exactly(b, 20) == b"second|third|fourth|"
@@ -52,11 +52,11 @@ async def test_deferred_answers_filled_out_of_order_leave_in_order():
     a, b = _pair()
     out = Outbox()
     ds = [out.add_deferred() for _ in range(3)]
-    out.fill(ds[2], b"c")
-    out.fill(ds[1], b"b")
+    out.fill(ds[2], [b"c"])
+    out.fill(ds[1], [b"b"])
     await out.flush(a)
     assert out.pieces == ds  # the first is still unfilled: nothing sent
-    out.fill(ds[0], b"a")
+    out.fill(ds[0], [b"a"])
     await out.flush(a)
     assert _recv_exactly(b, 3) == b"abc"
     a.close()
@@ -77,5 +77,69 @@ async def test_filling_wakes_a_reader_waiting_for_room():
         n.start_soon(reader)
         await trio.sleep(0.01)
         assert not woke
-        out.fill(d, b"x")
+        out.fill(d, [b"x"])
     assert woke
+
+
+async def test_a_second_flush_waits_for_one_parked_on_a_full_socket():
+    a, b = _pair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    out = Outbox()
+    big = b"A" * (4 << 20)  # far more than the socket buffers hold: the flush parks
+    out.add(big)
+    received = bytearray()
+
+    async def drain():
+        await trio.sleep(0.05)  # both flushes are under way (the first parked) by now
+        b.setblocking(False)
+        while len(received) < len(big) + 6:
+            try:
+                chunk = b.recv(1 << 20)
+            except BlockingIOError:
+                await trio.sleep(0.001)
+                continue
+            received.extend(chunk)
+
+    async def second():
+        await trio.sleep(0.01)
+        assert out.flushing
+        out.add(b"second")
+        await out.flush(a)
+
+    async with trio.open_nursery() as n:
+        n.start_soon(out.flush, a)
+        n.start_soon(second)
+        n.start_soon(drain)
+    assert bytes(received) == big + b"second"
+    assert not out.flushing and out.size == 0 and out.pieces == []
+    a.close()
+    b.close()
+
+
+async def test_try_send_now_sends_what_the_socket_takes_and_keeps_the_rest_first():
+    a, b = _pair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    out = Outbox()
+    d = out.add_deferred()
+    out.add(b"later")
+    assert out.try_send_now(a)  # nothing ready: the first place is unfilled
+    payload = bytes(range(256)) * 800  # 200 KiB: more than the socket takes at once
+    out.fill(d, [payload])
+    assert not out.try_send_now(a)
+    received = bytearray()
+
+    async def drain():
+        b.setblocking(False)
+        while len(received) < len(payload) + 5:
+            try:
+                received.extend(b.recv(1 << 20))
+            except BlockingIOError:
+                await trio.sleep(0.001)
+
+    async with trio.open_nursery() as n:
+        n.start_soon(drain)
+        await out.flush(a)
+    assert bytes(received) == payload + b"later"
+    assert out.size == 0 and out.pieces == []
+    a.close()
+    b.close()
