@@ -1,10 +1,17 @@
 """The Consumer: assigned partitions, positions, and a background prefetch thread.
 
-The prefetch thread long-polls FETCH for every assigned partition (one request
-per leader), decodes whole responses with ``decode_batches`` (C-level, no
-per-record Python work) and puts record lists on a bounded queue. ``poll()``
-hands them out. Every ``seek``/``assign`` bumps a generation, so lists fetched
-for an old position are dropped rather than returned.
+The fetch I/O long-polls FETCH for every assigned partition (one request per
+leader), decodes whole responses with ``decode_batches`` (C-level, no per-record
+Python work) and puts record lists on a queue (bounded: no new FETCH while
+MAX_PREFETCH_CHUNKS lists wait). ``poll()`` hands them out. Every
+``seek``/``assign`` bumps a generation, so lists fetched for an old position are
+dropped rather than returned.
+
+Who drives the fetch I/O: whoever holds the consumer's I/O lock. Between polls
+the prefetch thread does (the node works while the caller processes records);
+a ``poll()`` that finds nothing queued takes the lock over (waking the thread out
+of its select) and waits for the answer itself, so a record following the tail
+reaches the caller without a hand-off between threads.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import queue
 import re
 import selectors
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -136,7 +144,12 @@ class Consumer:
         self._positions: dict[TopicPartition, int] = {}  # next offset poll() returns
         self._fetch_positions: dict[TopicPartition, int] = {}
         self._generation = 0
-        self._queue: queue.Queue = queue.Queue(MAX_PREFETCH_CHUNKS)
+        # Unbounded as a queue; bounded by the fetcher, which sends no FETCH while
+        # MAX_PREFETCH_CHUNKS lists wait (so at most that plus one response's lists).
+        self._queue: queue.Queue = queue.Queue()
+        self._io_lock = threading.Lock()  # held by whoever drives the fetch I/O
+        self._polling = 0  # poll() calls driving (or about to drive) the fetch I/O
+        self._fetcher: _Fetcher | None = None
         self._pending: list[Record] = []
         self._pending_tp: TopicPartition | None = None
         self._error: BaseException | None = None
@@ -435,15 +448,12 @@ class Consumer:
                 raise err
             if self._pending:
                 return self._take_pending(max_records)
-            remaining = deadline - time.monotonic()
-            try:
-                gen, tp, recs = (
-                    self._queue.get(timeout=max(remaining, 0))
-                    if remaining > 0
-                    else self._queue.get_nowait()
-                )
-            except queue.Empty:
+            item = self._next_chunk(deadline)
+            if item is None:
+                if self._error is not None:
+                    continue
                 return []
+            gen, tp, recs = item
             with self._lock:
                 if gen != self._generation or not recs:
                     continue
@@ -453,6 +463,48 @@ class Consumer:
                     if not recs:
                         continue
                 self._pending, self._pending_tp = recs, tp
+
+    def _next_chunk(self, deadline: float):
+        """The next fetched record list, driving the fetch I/O from this thread while
+        none is queued; None at the deadline, on close, or when an error is set."""
+        try:
+            return self._queue.get_nowait()
+        except queue.Empty:
+            pass
+        fetcher = self._fetcher
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        if fetcher is None:  # nothing assigned yet: just wait
+            try:
+                return self._queue.get(timeout=left)
+            except queue.Empty:
+                return None
+        with self._lock:
+            self._polling += 1
+        try:
+            if not self._io_lock.acquire(blocking=False):
+                fetcher.wake()  # the prefetch thread is in select: it lets go at once
+                self._io_lock.acquire()
+            try:
+                while not self._closed and self._error is None:
+                    try:
+                        return self._queue.get_nowait()
+                    except queue.Empty:
+                        pass
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return None
+                    fetcher.step(min(left, FETCHER_SELECT_S))
+                return None
+            finally:
+                self._io_lock.release()
+        finally:
+            # No notify: the prefetch thread looks again within FETCHER_SELECT_S (waking
+            # it after every poll would cost two thread switches per record when
+            # following the tail; a poll() that keeps up never needs it).
+            with self._lock:
+                self._polling -= 1
 
     def _take_pending(self, max_records: int) -> list[Record]:
         with self._lock:
@@ -477,6 +529,8 @@ class Consumer:
         with self._lock:
             self._closed = True
             self._changed.notify_all()
+        if self._fetcher is not None:
+            self._fetcher.wake()
         try:
             while True:
                 self._queue.get_nowait()
@@ -496,25 +550,21 @@ class Consumer:
 
     def _ensure_thread(self) -> None:
         if self._thread is None:
-            fetcher = _Fetcher(self)
+            fetcher = self._fetcher = _Fetcher(self)
             self._thread = threading.Thread(
                 target=fetcher.run, name="raftlog-consumer-fetch", daemon=True
             )
             self._thread.start()
 
     def _put(self, item) -> None:
-        """Hand a record list to poll(); blocks while the prefetch queue is full."""
-        while not self._closed:
-            try:
-                self._queue.put(item, timeout=0.2)
-                return
-            except queue.Full:
-                if item[0] != self._generation:
-                    return
+        """Hand a record list to poll() (never blocks: see _queue)."""
+        if not self._closed:
+            self._queue.put_nowait(item)
 
 
 class _Fetcher:
-    """The prefetch thread: one long-poll FETCH in flight per partition leader.
+    """The fetch I/O: one long-poll FETCH in flight per partition leader, driven by
+    the prefetch thread or by a waiting poll() (whoever holds ``_io_lock``).
 
     While catching up, the next FETCH to a leader goes out *before* the records
     of a response are handed to poll(), so the node reads while the caller works.
@@ -533,27 +583,55 @@ class _Fetcher:
         self.sel = selectors.DefaultSelector()
         #: leader id -> (conn, generation, partitions, positions, sent_at)
         self.in_flight: dict[int, tuple] = {}
+        # A byte on this pair wakes whoever is in select (poll() taking the I/O over,
+        # close()).
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self.sel.register(self._wake_r, selectors.EVENT_READ, None)
+
+    def wake(self) -> None:
+        try:
+            self._wake_w.send(b"w")
+        except OSError:  # full (a wake is already pending) or closed
+            pass
 
     def run(self) -> None:
+        c = self.c
         try:
             while self._wait_for_work():
-                try:
-                    self._drop_stale()
-                    self._send_missing()
-                    self._receive(FETCHER_SELECT_S)
-                except (BrokerNotAvailableError, ApiError) as e:
-                    self._on_error(e)
+                with c._io_lock:
+                    if not c._polling:
+                        self.step(FETCHER_SELECT_S)
         finally:
-            self.sel.close()
-            self.cluster.close()
-            self.offsets_cluster.close()
+            with c._io_lock:
+                self.sel.close()
+                self.cluster.close()
+                self.offsets_cluster.close()
+                self._wake_r.close()
+                self._wake_w.close()
+
+    def step(self, timeout_s: float) -> None:
+        """Send the FETCHes missing, wait up to ``timeout_s`` for answers, hand them out
+        (the caller holds the consumer's _io_lock)."""
+        try:
+            self._drop_stale()
+            self._send_missing()
+            self._receive(timeout_s)
+        except (BrokerNotAvailableError, ApiError) as e:
+            self._on_error(e)
 
     def _wait_for_work(self) -> bool:
         c = self.c
         with c._lock:
-            while not c._closed and not c._fetch_positions and not self.in_flight:
-                c._changed.wait()
-            return not c._closed
+            while not c._closed:
+                if c._polling:
+                    c._changed.wait(FETCHER_SELECT_S)  # a poll() drives: look again later
+                elif not c._fetch_positions and not self.in_flight:
+                    c._changed.wait()
+                else:
+                    return True
+            return False
 
     def _drop_stale(self) -> None:
         """After seek/assign, abandon long-polls for old positions instead of waiting
@@ -618,6 +696,13 @@ class _Fetcher:
     def _receive(self, timeout_s: float) -> None:
         for key, _ in self.sel.select(timeout_s):
             leader = key.data
+            if leader is None:  # a wake: drain it
+                try:
+                    while self._wake_r.recv(64):
+                        pass
+                except OSError:
+                    pass
+                continue
             conn = self.in_flight[leader][0]
             conn.read_some()
             frame = conn.poll_response()
@@ -668,10 +753,11 @@ class _Fetcher:
             self._send(leader, gen, [tp for tp in tps if tp in next_positions], next_positions)
         for tp, recs in batches:
             c._put((gen, tp, recs))
-        if batches and len(frame.body) < EARLY_FETCH_MIN_BYTES:
-            # Following the tail: let the woken poll() take the GIL now rather than
-            # after this thread has built and sent the next FETCH (measured: the
-            # hand-off to poll() drops from ~0.16 to ~0.10 ms p50 on 2 busy cores).
+        if batches and len(frame.body) < EARLY_FETCH_MIN_BYTES and not c._polling:
+            # Following the tail from the prefetch thread: let the woken poll() take
+            # the GIL now rather than after this thread has built and sent the next
+            # FETCH (measured: the hand-off drops from ~0.16 to ~0.10 ms p50 on 2
+            # busy cores). A poll() driving the I/O itself has its records already.
             time.sleep(0)
 
     def _reset_out_of_range(self, tp: TopicPartition, gen: int) -> None:
