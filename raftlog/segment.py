@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections import deque
-from dataclasses import dataclass
+from collections import deque, namedtuple
 
 from raftlog import records
 from raftlog.checkpoint import atomic_write, fsync_dir, write_file
@@ -43,6 +42,9 @@ SCAN_CHUNK_BYTES = 1024 * 1024
 #: Most recent batches whose positions a segment remembers, so reads at the tail (every
 #: caught-up consumer and follower) find their bytes without scanning batch headers.
 RECENT_BATCHES = 256
+#: The latest append of a segment stays in memory when at most this big: tailing
+#: consumers and followers read it without a pread (one per partition, so bounded).
+TAIL_CACHE_MAX_BYTES = 64 * 1024
 #: Relative offsets are u32 in the index: roll before a segment spans more offsets.
 MAX_RELATIVE_OFFSET = 2**31 - 1
 #: Index entries checked against the log when an index is loaded (evenly spaced).
@@ -87,20 +89,18 @@ class SegmentFile:
         return f
 
 
-@dataclass(frozen=True, slots=True)
-class FileSlice:
+class FileSlice(namedtuple("FileSlice", "file position length first_offset next_offset cached",
+                           defaults=(None,))):
     """Bytes ``[position, position + length)`` of an open segment file.
 
     Hand ``fileno``/``position``/``length`` to ``os.sendfile``; ``file`` keeps the
     descriptor open as long as the slice lives. ``next_offset`` is the offset
-    after the last batch in the slice.
+    after the last batch in the slice. ``cached``: the same bytes still in memory
+    (the segment's latest append, see LogSegment.tail), so a tail read skips pread.
+    A tuple: one C-level call to build, several per fetch.
     """
 
-    file: SegmentFile | None
-    position: int
-    length: int
-    first_offset: int
-    next_offset: int
+    __slots__ = ()
 
     @property
     def fileno(self) -> int:
@@ -109,6 +109,8 @@ class FileSlice:
     def read_bytes(self) -> bytes:
         if not self.length:
             return b""
+        if self.cached is not None:
+            return bytes(self.cached)
         return _pread_exact(self.file.fd, self.length, self.position)
 
 
@@ -159,6 +161,9 @@ class LogSegment:
         self.generation = 0
         # (base_offset, next_offset, position, size) of the latest batches, oldest first
         self._recent: deque = deque(maxlen=RECENT_BATCHES)
+        #: (position, bytes) of the latest append while small; None otherwise. The
+        #: bytes are the log's own stamped buffer, never changed after the write.
+        self.tail: tuple[int, bytes] | None = None
         #: (leader epoch, start offset) of each epoch increase seen by :meth:`recover`,
         #: to rebuild a lost leader-epoch cache.
         self.epoch_starts: list[tuple[int, int]] = []
@@ -199,6 +204,7 @@ class LogSegment:
             raise StorageError(f"append to {self.path} failed: {e}") from e
         for pos, h in headers:
             self._index_batch(start + pos, h)
+        self.tail = (start, data) if len(data) <= TAIL_CACHE_MAX_BYTES else None
         self.size = start + len(data)
         self.verified_position = self.size
         self.dirty = True
@@ -257,6 +263,7 @@ class LogSegment:
         self.index, self.time_index = OffsetIndex(), TimeIndex()
         self._bytes_since_index = 0
         self._recent.clear()
+        self.tail = None
         self.next_offset, self.max_timestamp, self._max_ts_position = self.base_offset, -1, 0
         self.epoch_starts = []
         valid, size = 0, self.size
@@ -422,6 +429,10 @@ class LogSegment:
                 break
             end, next_offset = pos + sz, n
         self._verify_or_raise(start, end, base)
+        tail = self.tail
+        if tail is not None and tail[0] <= start and end <= tail[0] + len(tail[1]):
+            cached = memoryview(tail[1])[start - tail[0]:end - tail[0]]
+            return FileSlice(self.file, start, end - start, base, next_offset, cached)
         return FileSlice(self.file, start, end - start, base, next_offset)
 
     def slice(self, offset: int, max_bytes: int, max_offset: int | None) -> FileSlice:
@@ -494,6 +505,7 @@ class LogSegment:
         assert 0 <= position <= self.size
         while self._recent and self._recent[-1][2] >= position:
             self._recent.pop()
+        self.tail = None
         try:
             os.ftruncate(self.file.fd, position)
         except OSError as e:
@@ -537,6 +549,7 @@ class LogSegment:
         self.max_timestamp, self._max_ts_position = cleaned.max_timestamp, cleaned._max_ts_position
         self.verified_position = cleaned.verified_position
         self._recent.clear()  # positions moved
+        self.tail = None
         self.generation += 1
         self.indexes_dirty = True
 

@@ -183,3 +183,19 @@ def test_unserved_corruption_below_the_verified_position(tmp_path):
 def test_empty_slice_reads_nothing():
     assert FileSlice(None, 0, 0, 5, 5).read_bytes() == b""
     assert FileSlice(None, 0, 0, 5, 5).fileno == -1
+
+
+def test_a_tail_read_is_served_from_the_latest_append_and_matches_the_file(tmp_path):
+    seg = _fill(tmp_path, n=5)
+    h = _append(seg, [b"tail-record"])
+    sl = seg.slice(h.base_offset, 1 << 20, None)
+    assert sl.cached is not None, "the latest append is read from memory"
+    assert sl.read_bytes() == os.pread(sl.fileno, sl.length, sl.position)
+    older = seg.slice(100, 1 << 20, h.base_offset)  # earlier batches: from the file
+    assert older.cached is None and older.length > 0
+    seg.truncate_to_position(sl.position, h.base_offset)
+    assert seg.tail is None
+    h2 = _append(seg, [b"replacement"])
+    again = seg.slice(h2.base_offset, 1 << 20, None)
+    assert b"replacement" in again.read_bytes()
+    assert again.read_bytes() == os.pread(again.fileno, again.length, again.position)
