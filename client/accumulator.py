@@ -2,9 +2,14 @@
 
 Records of one partition collect in an *open* batch (plain Python lists; nothing
 is encoded on the caller's thread). A batch is *sealed* -- moved to the ready
-queue -- when it reaches ``batch_size`` bytes, has waited ``linger_s``, or on
-``flush()``. The I/O thread drains ready batches, encodes each with one
-``encode_batch`` call, and completes all of a batch's futures in one step.
+queue -- when it reaches ``batch_size`` bytes, on ``flush()``, or when the sender
+drains it: an open batch that has waited ``linger_s`` is *ready*, and the sender
+drains it only while its partition can take another request (Kafka's rule). So
+while a partition waits for acknowledgements, its records keep joining one open
+batch instead of queueing as many one-record batches: a producer sending faster
+than round trips return sends bigger batches, never a growing backlog. The I/O
+thread encodes each batch with one ``encode_batch`` call and completes all of a
+batch's futures in one step.
 
 Bounds: ``buffer_memory`` bytes accumulated and unacknowledged (``append`` waits
 up to ``max_block_s`` for room, then raises BufferFullError).
@@ -51,6 +56,7 @@ class ProducerBatch:
         "deadline",
         "retry_at",
         "producer_id",
+        "flying",
     )
 
     def __init__(self, topic: str, partition: int, deadline: float, ts_ms: int, seq: int = 0):
@@ -69,6 +75,7 @@ class ProducerBatch:
         self.deadline = deadline
         self.retry_at = 0.0
         self.producer_id = records.NO_PRODUCER_ID
+        self.flying = False  # sent and not yet answered (counts toward the in-flight limit)
 
     def __len__(self) -> int:
         return len(self.values) if self.values is not None else -1
@@ -235,18 +242,28 @@ class RecordAccumulator:
 
     # ------------------------------------------------------------------ I/O thread side
 
-    def drain(self, now: float) -> tuple[list[ProducerBatch], float | None]:
-        """Seal batches that lingered long enough; take every ready batch.
+    def drain(
+        self, now: float, can_send: Callable[[tuple[str, int]], bool] | None = None
+    ) -> tuple[list[ProducerBatch], float | None]:
+        """Take every sealed batch, and seal and take every open batch that has lingered
+        and whose partition ``can_send`` another batch now; the others stay open and
+        keep accepting records (the sender drains them when a request completes).
 
-        Returns (batches, seconds until the next open batch's linger ends or None)
-        and marks the I/O thread as about to sleep.
+        Returns (batches, seconds until the next drainable open batch's linger ends,
+        or None) and marks the I/O thread as about to sleep.
         """
         with self.lock:
-            for b in [b for b in self.open.values() if now - b.created >= self.linger_s]:
-                self._seal(b)
+            nxt = None
+            for key, b in list(self.open.items()):
+                if can_send is not None and not can_send(key):
+                    continue  # blocked: an answer wakes the sender, not the clock
+                due = b.created + self.linger_s
+                if due <= now:
+                    self._seal(b, wake=False)
+                elif nxt is None or due < nxt:
+                    nxt = due
             out = list(self.ready)
             self.ready.clear()
-            nxt = min((b.created + self.linger_s for b in self.open.values()), default=None)
             self.io_sleeping = True
             return out, (None if nxt is None else max(0.0, nxt - now))
 
@@ -304,40 +321,56 @@ class RecordAccumulator:
                 )
             self._room.wait(remaining)
 
-    def _seal(self, b: ProducerBatch) -> None:
+    def _seal(self, b: ProducerBatch, wake: bool = True) -> None:
         if self.open.get((b.topic, b.partition)) is b:
             del self.open[(b.topic, b.partition)]
             self.ready.append(b)
             self._on_seal(b.topic, b.partition)
-            self.io_sleeping = False
-            self._wake()
+            if wake:
+                self.io_sleeping = False
+                self._wake()
 
 
-def select_sendable(pending, now: float, in_order: bool, busy: set) -> tuple[list, deque, list]:
+def select_sendable(
+    pending, now: float, in_order: bool, in_flight: dict, max_in_flight: int = 1,
+    single: set | frozenset = frozenset(),
+) -> tuple[list, deque, list]:
     """Split queued batches into (send now, keep queued, expired).
 
-    Pure: no I/O, no locks. In-order mode sends batches by creation order and at
-    most one per partition that has none in flight (``busy``); a batch waiting
-    for its retry backoff holds back the later batches of its partition.
+    Pure: no I/O, no locks. In-order mode (idempotence) sends batches by creation
+    order, and per partition only while fewer than ``max_in_flight`` of its batches
+    are in flight (``in_flight``: partition -> count; 1 for the partitions in
+    ``single``, see the producer's window rule); a batch waiting for its retry
+    backoff holds back the later batches of its partition, so a partition's batches
+    always go out in sequence order. Otherwise a retry backoff holds back only the
+    batch itself and the in-flight window is the connection's (see the sender).
     """
     sendable: list = []
     keep: deque = deque()
     expired: list = []
     blocked: set = set()
+    taken: dict = {}
     for b in sorted(pending, key=_SEQ) if in_order else pending:
         if now >= b.deadline:
             expired.append(b)
             continue
         key = (b.topic, b.partition)
-        if in_order and (key in blocked or key in busy):
+        if key in blocked:
             keep.append(b)
             continue
         if b.retry_at > now:
             keep.append(b)
-            blocked.add(key)
+            if in_order:
+                blocked.add(key)
             continue
+        if in_order:
+            n = in_flight.get(key, 0) + taken.get(key, 0)
+            if n >= (1 if key in single else max_in_flight):
+                keep.append(b)
+                blocked.add(key)
+                continue
+            taken[key] = taken.get(key, 0) + 1
         sendable.append(b)
-        blocked.add(key)
     return sendable, keep, expired
 
 

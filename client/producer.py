@@ -2,10 +2,13 @@
 
 ``send()`` only appends to lists under a lock (encoding happens once per batch in
 the I/O thread with one ``encode_batch`` call). A batch is sealed when it reaches
-``batch_size`` bytes or has waited ``linger_ms``; the I/O thread groups sealed
-batches by partition leader into one PRODUCE request per node, keeps at most
-``max_in_flight_requests_per_connection`` requests in flight per node, and
-completes every record future of a batch in one step.
+``batch_size`` bytes, or drained once it has waited ``linger_ms`` and its partition
+can take another request (until then it keeps growing: see accumulator.py); the
+I/O thread groups batches by partition leader into one PRODUCE request per node,
+keeps at most ``max_in_flight_requests_per_connection`` requests in flight per node
+(with idempotence, also per partition: sequence numbers keep their order, and a
+retry re-sends a partition's batches in sequence order), and completes every
+record future of a batch in one step.
 
 Bounds: ``buffer_memory`` bytes buffered (send blocks up to ``max_block_ms``),
 ``retries`` per batch, ``delivery_timeout_ms`` per batch, in-flight window per node.
@@ -21,7 +24,7 @@ from collections import deque
 
 from raftlog import records
 from raftlog.errors import ApiError, ErrorCode
-from raftlog.producer_state import MAX_SEQUENCE
+from raftlog.producer_state import BATCHES_RETAINED, MAX_SEQUENCE
 from raftlog.protocol import Api
 
 from .accumulator import RECORD_OVERHEAD, ProducerBatch, RecordAccumulator, select_sendable
@@ -35,6 +38,8 @@ from .errors import (
 from .future import RecordFuture
 from .partitioner import StickyPartitioner, partition_for_key
 
+#: In-flight requests per connection at most with idempotence (what the nodes retain).
+MAX_IN_FLIGHT_IDEMPOTENT = BATCHES_RETAINED
 #: Batches sent in one PRODUCE request at most.
 MAX_BATCHES_PER_REQUEST = 1000
 #: Longest I/O-thread sleep while batches wait (window full, partition busy, backoff).
@@ -67,14 +72,16 @@ class Producer:
         retries, retry_backoff_ms: retries of retriable errors per batch.
         request_timeout_ms: how long a request may go unanswered.
         delivery_timeout_ms: bound on the whole life of a record, retries included.
-        max_in_flight_requests_per_connection: pipelined requests per node.
+        max_in_flight_requests_per_connection: pipelined requests per node (at
+            most 5 with idempotence, as Kafka: the nodes remember a producer's last
+            5 batches per partition to recognise retries).
         enable_idempotence: None (default) means True with acks="all" and False
-            otherwise, as Kafka. Sequence numbers arrive with the idempotence issue;
-            until then True gives acks="all" plus in-order delivery: at most one batch
-            per partition in flight and a retried batch goes out before any later
-            batch of its partition, so retries never reorder records (they can still
-            duplicate one whose acknowledgement was lost). True with acks other than
-            "all" raises ValueError.
+            otherwise, as Kafka. The producer takes a producer id (InitProducerId)
+            and numbers each partition's batches; the node appends a retried batch
+            once (a duplicate is answered with its original offsets) and refuses one
+            out of order, so retries neither duplicate nor reorder records. Up to
+            max_in_flight_requests_per_connection batches per partition in flight.
+            True with acks other than "all" raises ValueError.
         buffer_memory: bytes of unsent records at most; max_block_ms: how long
             send() waits for room before raising BufferFullError.
     """
@@ -104,6 +111,12 @@ class Producer:
             raise ValueError(f"enable_idempotence=True requires acks='all', not acks={acks!r}")
         if max_in_flight_requests_per_connection < 1:
             raise ValueError("max_in_flight_requests_per_connection must be at least 1")
+        if enable_idempotence and max_in_flight_requests_per_connection > MAX_IN_FLIGHT_IDEMPOTENT:
+            raise ValueError(
+                f"max_in_flight_requests_per_connection must be at most "
+                f"{MAX_IN_FLIGHT_IDEMPOTENT} with enable_idempotence "
+                f"(not {max_in_flight_requests_per_connection}): the nodes remember a "
+                f"producer's last {MAX_IN_FLIGHT_IDEMPOTENT} batches per partition")
         self.linger_s = max(linger_ms, 0) / 1000
         self.batch_size = batch_size
         self.compression = records.compression_code(compression_type)
@@ -331,15 +344,20 @@ class _ProducerIO:
         self.sel.register(producer._wake_r, selectors.EVENT_READ, None)
         self.pending: deque[ProducerBatch] = deque()
         self.in_flight: dict[BrokerConnection, deque] = {}
-        #: In-order mode (enable_idempotence): partitions with a batch in flight.
+        #: In-order mode (enable_idempotence): batches in flight per partition.
         self.in_order = producer.enable_idempotence
-        self.in_flight_parts: set[tuple[str, int]] = set()
+        self.in_flight_parts: dict[tuple[str, int], int] = {}
         #: Idempotence: this producer's id and epoch (InitProducerId), and the next
         #: sequence number per partition. A batch that fails for good leaves a gap,
         #: so the producer takes a new id (sequences restart at 0) before sending more.
         self.producer_id = records.NO_PRODUCER_ID
         self.producer_epoch = records.NO_PRODUCER_EPOCH
         self.next_seq: dict[tuple[str, int], int] = {}
+        #: Partitions where a batch of the current producer id was acknowledged. Until
+        #: then a partition gets one batch in flight: a node that does not know the
+        #: producer yet accepts any first sequence (as Kafka's, so state lost to
+        #: retention is no error), so a second batch must not overtake a failed first.
+        self.acked: set[tuple[str, int]] = set()
         self._pid_retry_at = 0.0
 
     def loop(self) -> None:
@@ -359,10 +377,26 @@ class _ProducerIO:
         """Take sealed (and lingered) batches and send what may go now (holding _io_lock).
 
         Returns seconds until the next open batch's linger ends (None: no open batch)."""
-        batches, linger_left = self.p._acc.drain(time.monotonic())
+        batches, linger_left = self.p._acc.drain(time.monotonic(), self._can_send)
         self.pending.extend(batches)
         self._send_pending()
         return linger_left
+
+    def _window(self, key: tuple[str, int]) -> int:
+        """Batches of ``key`` allowed in flight at once (idempotence)."""
+        return self.p.max_in_flight if key in self.acked else 1
+
+    def _can_send(self, key: tuple[str, int]) -> bool:
+        """May the open batch of ``key`` be drained now? Not while a batch of its
+        partition waits unsent, nor (idempotence) while the partition's in-flight
+        window is full: meanwhile the open batch grows (called under the
+        accumulator's lock)."""
+        if self.in_order and self.in_flight_parts.get(key, 0) >= self._window(key):
+            return False
+        for b in self.pending:
+            if b.partition == key[1] and b.topic == key[0]:
+                return False
+        return True
 
     def _any_in_flight(self) -> bool:
         return any(self.in_flight.values())
@@ -401,8 +435,11 @@ class _ProducerIO:
 
     def _send_pending(self) -> None:
         now = time.monotonic()
+        single = {k for k in self.in_flight_parts if k not in self.acked}
+        single.update((b.topic, b.partition) for b in self.pending
+                      if (b.topic, b.partition) not in self.acked)
         sendable, keep, expired = select_sendable(
-            self.pending, now, self.in_order, self.in_flight_parts
+            self.pending, now, self.in_order, self.in_flight_parts, self.p.max_in_flight, single
         )
         self.pending = keep
         for b in expired:
@@ -456,20 +493,36 @@ class _ProducerIO:
                 return
             for b in chunk:
                 b.attempts += 1
-                if self.in_order:
-                    self.in_flight_parts.add((b.topic, b.partition))
+                b.flying = True
+                key = (b.topic, b.partition)
+                self.in_flight_parts[key] = self.in_flight_parts.get(key, 0) + 1
             if self.p.acks == 0:
                 for b in chunk:
+                    self._landed(b)
                     self.p._complete(b, -1)
             else:
                 q.append((time.monotonic(), chunk))
 
     def _encode(self, b: ProducerBatch) -> bytes:
-        if not self.in_order or b.data is not None:
+        """The batch's bytes. With idempotence, the first encoding stamps the producer
+        id and the partition's next sequence (batches are first sent in creation
+        order, so sequences follow it); a retry re-sends the same bytes, unless the
+        producer took a new id meanwhile (a batch failed for good): then the batch
+        is re-stamped with the new id and the next sequence under it."""
+        if not self.in_order:
             return b.encode(self.p.compression)
+        if b.data is not None and b.producer_id == self.producer_id:
+            return b.data
         key = (b.topic, b.partition)
-        seq, n = self.next_seq.get(key, 0), len(b)
-        data = b.encode(self.p.compression, self.producer_id, self.producer_epoch, seq)
+        seq = self.next_seq.get(key, 0)
+        if b.data is None:
+            n = len(b)
+            data = b.encode(self.p.compression, self.producer_id, self.producer_epoch, seq)
+        else:
+            n = records.read_header(b.data, 0).record_count
+            b.data = data = records.restamp_producer(b.data, self.producer_id,
+                                                     self.producer_epoch, seq)
+            b.producer_id = self.producer_id
         self.next_seq[key] = (seq + n) % (MAX_SEQUENCE + 1)
         return data
 
@@ -495,6 +548,7 @@ class _ProducerIO:
                                  timeout_s=self.p.request_timeout_s).header
                 self.producer_id, self.producer_epoch = h["producer_id"], h["producer_epoch"]
                 self.next_seq.clear()
+                self.acked.clear()
                 return True
             except (ApiError, BrokerNotAvailableError) as e:
                 last = e
@@ -519,11 +573,24 @@ class _ProducerIO:
 
     # -------------------------------------------------------------- responses
 
+    def _landed(self, b: ProducerBatch) -> None:
+        """``b`` is no longer in flight (answered, lost or timed out)."""
+        if b.flying:
+            b.flying = False
+            key = (b.topic, b.partition)
+            n = self.in_flight_parts.get(key, 0) - 1
+            if n > 0:
+                self.in_flight_parts[key] = n
+            else:
+                self.in_flight_parts.pop(key, None)
+
     def _on_response(self, conn: BrokerConnection, frame) -> None:
         q = self.in_flight.get(conn)
         _, chunk = q.popleft()
         if not q:
             self._unregister(conn)
+        for b in chunk:
+            self._landed(b)
         h = frame.header
         if h.get("error"):
             err = api_error(h["error"], h.get("message", ""))
@@ -533,10 +600,26 @@ class _ProducerIO:
         for b, part in zip(chunk, h.get("parts", [])):
             code = part[2]
             if code == 0:
-                self.in_flight_parts.discard((b.topic, b.partition))
+                if b.producer_id == self.producer_id and b.producer_id >= 0:
+                    self.acked.add((b.topic, b.partition))
                 self.p._complete(b, part[3])
+            elif code == ErrorCode.OUT_OF_ORDER_SEQUENCE and self._earlier_unsettled(b):
+                # an earlier batch of its partition failed and is being retried: this
+                # one goes again after it, in sequence order (not a failure of its own)
+                b.retry_at = 0.0
+                self.pending.append(b)
             else:
                 self._retry_or_fail(b, api_error(code, part[5] if len(part) > 5 else ""))
+
+    def _earlier_unsettled(self, b: ProducerBatch) -> bool:
+        """Is a batch created before ``b``, of its partition and producer id, queued for
+        a retry or still in flight?"""
+        def earlier(o):
+            return (o.seq < b.seq and o.partition == b.partition and o.topic == b.topic
+                    and o.producer_id == b.producer_id)
+        if any(earlier(o) for o in self.pending):
+            return True
+        return any(earlier(o) for q in self.in_flight.values() for _, chunk in q for o in chunk)
 
     def _unregister(self, conn: BrokerConnection) -> None:
         try:
@@ -548,6 +631,8 @@ class _ProducerIO:
         self._unregister(conn)
         conn.close()
         lost = [b for _, chunk in self.in_flight.pop(conn, ()) for b in chunk]
+        for b in lost:
+            self._landed(b)
         for b in lost + list(extra):
             self._retry_or_fail(b, err)
         self.cluster.topics.clear()  # leaders may have moved
@@ -564,7 +649,6 @@ class _ProducerIO:
                 )
 
     def _retry_or_fail(self, b: ProducerBatch, err: Exception) -> None:
-        self.in_flight_parts.discard((b.topic, b.partition))
         retriable = isinstance(err, BrokerNotAvailableError) or (
             isinstance(err, ApiError) and err.retriable
         )
@@ -583,7 +667,7 @@ class _ProducerIO:
         self._fail(b, err)
 
     def _fail(self, b: ProducerBatch, err: BaseException) -> None:
-        self.in_flight_parts.discard((b.topic, b.partition))
+        self._landed(b)
         if self.in_order and b.producer_id >= 0 and b.producer_id == self.producer_id:
             # its sequence numbers may or may not be in the log: start a new id
             self.producer_id = records.NO_PRODUCER_ID

@@ -235,6 +235,26 @@ def stamp(buf: bytearray, pos: int, base_offset: int, leader_epoch: int) -> None
     _LEADER_EPOCH.pack_into(buf, pos + LEADER_EPOCH_OFFSET, leader_epoch)
 
 
+_PRODUCER_FIELDS = struct.Struct("<qhi")  # producer id, producer epoch, base sequence
+PRODUCER_ID_OFFSET = MAX_TIMESTAMP_OFFSET + 8
+
+
+def restamp_producer(data: bytes, producer_id: int, producer_epoch: int,
+                     base_sequence: int) -> bytes:
+    """The one batch in ``data`` under another producer id, epoch and first sequence
+    (the CRC covers them: recomputed). For an idempotent producer that had to take a
+    new producer id while this batch waited to be (re)sent."""
+    buf = bytearray(data)
+    h = read_header(buf, 0)
+    if h.size != len(buf):
+        raise CorruptRecordError(f"batch claims {h.size} bytes, buffer has {len(buf)}")
+    _PRODUCER_FIELDS.pack_into(buf, PRODUCER_ID_OFFSET, producer_id, producer_epoch, base_sequence)
+    with memoryview(buf) as view:
+        crc = _crc32c.crc32c(view[ATTRIBUTES_OFFSET : h.size])
+    _U32.pack_into(buf, CRC_OFFSET, crc)
+    return bytes(buf)
+
+
 def set_log_append_time(buf: bytearray, pos: int, header: BatchHeader, now_ms: int) -> None:
     """Turn a batch into LogAppendTime with ``now_ms`` and recompute its CRC."""
     attrs = header.attributes | ATTR_LOG_APPEND_TIME

@@ -13,6 +13,7 @@ import threading
 
 from raftlog import records
 from raftlog.errors import ErrorCode
+from raftlog.producer_state import ProducerStateManager, Verdict
 from raftlog.protocol import Api, FrameDecoder, encode_frame, parse_request, split_body
 
 
@@ -93,6 +94,7 @@ class FakeNode(LoopbackNode):
         self.attempts: dict[tuple[str, int], int] = {}
         self.metadata_requests = 0
         self._next_offset: dict[tuple[str, int], int] = {}
+        self._producers: dict[tuple[str, int], ProducerStateManager] = {}
         super().__init__()
         self.brokers[node_id] = ("127.0.0.1", self.port)
 
@@ -147,9 +149,23 @@ class FakeNode(LoopbackNode):
             if code:
                 out.append([topic, partition, int(code), -1, -1, "scripted"])
                 continue
+            h = records.read_header(bytes(body), 0)
+            state = self._producers.setdefault(key, ProducerStateManager())
+            if h.producer_id >= 0:  # sequence rules of a real node (the pure core it uses)
+                check = state.check(h.producer_id, h.producer_epoch, h.base_sequence,
+                                    h.last_offset_delta + 1)
+                if check.verdict is Verdict.DUPLICATE:
+                    out.append([topic, partition, 0, check.duplicate.base_offset, -1, ""])
+                    continue
+                if check.verdict is not Verdict.APPEND:
+                    out.append([topic, partition, int(check.error_code), -1, -1, check.message])
+                    continue
             values = [r.value for r in records.decode_batches(bytes(body), topic, partition)]
             base = self._next_offset.get(key, 0)
             self._next_offset[key] = base + len(values)
+            if h.producer_id >= 0:
+                state.update(h.producer_id, h.producer_epoch, h.base_sequence, len(values),
+                             base, h.max_timestamp)
             self.appended.append((topic, partition, values))
             out.append([topic, partition, 0, base, -1, ""])
         return out

@@ -83,6 +83,23 @@ def test_drain_seals_lingered_batches_and_reports_the_next_linger():
     assert [len(b) for b in batches] == [1] and left is None and not acc.open
 
 
+def test_a_lingered_batch_of_a_busy_partition_stays_open_and_keeps_growing():
+    acc = _acc(linger_s=0.0)
+    busy = {("t", 0)}
+    acc.append("t", 0, b"a", None, None, None)
+    acc.append("u", 0, b"x", None, None, None)
+    created = acc.open[("t", 0)].created
+    batches, left = acc.drain(created + 1.0, lambda key: key not in busy)
+    assert [(b.topic, len(b)) for b in batches] == [("u", 1)]
+    assert left is None, "a blocked batch sets no timer: an answer wakes the sender"
+    for v in (b"b", b"c", b"d"):
+        acc.append("t", 0, v, None, None, None)
+    assert len(acc.open[("t", 0)]) == 4  # one batch, not four one-record batches
+    busy.clear()
+    batches, _ = acc.drain(created + 1.0, lambda key: key not in busy)
+    assert [len(b) for b in batches] == [4] and not acc.open
+
+
 def test_append_batch_seals_the_open_batch_first_to_keep_order():
     acc = _acc()
     acc.append("t", 0, b"first", None, None, None)
@@ -134,22 +151,30 @@ def _batch(topic="t", partition=0, seq=0, deadline=100.0, retry_at=0.0) -> Produ
 
 def test_select_sendable_in_order_sends_one_batch_per_idle_partition():
     a0, a1, b0, c0 = _batch("a", 0, 0), _batch("a", 0, 1), _batch("b", 0, 2), _batch("c", 0, 3)
-    send, keep, expired = select_sendable(deque([a1, c0, b0, a0]), 1.0, True, busy={("c", 0)})
+    send, keep, expired = select_sendable(deque([a1, c0, b0, a0]), 1.0, True, {("c", 0): 1})
     assert send == [a0, b0] and list(keep) == [a1, c0] and expired == []
+
+
+def test_select_sendable_in_order_fills_each_partitions_window_in_sequence_order():
+    a = [_batch("a", 0, i) for i in range(7)]
+    b0 = _batch("b", 0, 7)
+    send, keep, _ = select_sendable(deque([*reversed(a), b0]), 1.0, True, {("a", 0): 2}, 5)
+    assert send == [a[0], a[1], a[2], b0]  # 2 already in flight + 3 = the window of 5
+    assert list(keep) == a[3:]
 
 
 def test_select_sendable_backoff_holds_back_later_batches_of_the_partition():
     retried, later, other = _batch(seq=0, retry_at=5.0), _batch(seq=1), _batch("o", 0, 2)
-    send, keep, _ = select_sendable(deque([later, retried, other]), 1.0, True, set())
+    send, keep, _ = select_sendable(deque([later, retried, other]), 1.0, True, {}, 5)
     assert send == [other] and list(keep) == [retried, later]
     # without in-order delivery only the batch in backoff waits
-    send, keep, _ = select_sendable(deque([later, retried, other]), 1.0, False, set())
+    send, keep, _ = select_sendable(deque([later, retried, other]), 1.0, False, {})
     assert send == [later, other] and list(keep) == [retried]
 
 
 def test_select_sendable_expires_batches_past_their_delivery_deadline():
     old, fresh = _batch(seq=0, deadline=1.0), _batch(seq=1, deadline=10.0)
-    send, keep, expired = select_sendable(deque([old, fresh]), 2.0, True, set())
+    send, keep, expired = select_sendable(deque([old, fresh]), 2.0, True, {})
     assert expired == [old] and send == [fresh] and not keep
 
 
@@ -164,6 +189,10 @@ def test_producer_options_follow_kafka():
         Producer("127.0.0.1:1", acks=2)
     with pytest.raises(ValueError, match="batch_size"):
         Producer("127.0.0.1:1", batch_size=10, buffer_memory=5)
+    with pytest.raises(ValueError, match="at most 5 with enable_idempotence"):
+        Producer("127.0.0.1:1", max_in_flight_requests_per_connection=6)
+    with Producer("127.0.0.1:1", acks=1, max_in_flight_requests_per_connection=6):
+        pass  # without idempotence any window is allowed
     with pytest.raises(ValueError):
         Producer("nonsense")
 

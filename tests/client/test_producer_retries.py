@@ -90,18 +90,43 @@ def test_in_order_mode_never_reorders_a_retried_batch(fake):
     assert offsets == list(range(50))
 
 
-def test_without_in_order_mode_later_batches_do_not_wait_for_a_retry(fake):
+def test_without_in_order_mode_batches_in_flight_can_overtake_a_retried_one(fake):
+    """Kafka's behaviour with retries and no idempotence: batches already in flight
+    when an earlier one fails land before its retry."""
+
+    def answer(t, p, attempt):
+        if attempt == 1:
+            time.sleep(0.2)  # the later batches are sent meanwhile, in flight behind it
+            return ErrorCode.REQUEST_TIMED_OUT
+        return 0
+
+    node = fake(produce_error=answer)
+    with Producer(node.bootstrap, acks=1, linger_ms=0, batch_size=64, retry_backoff_ms=200) as p:
+        first = p.send("t", b"first", partition=0)
+        _wait_until(lambda: node.attempts.get(("t", 0)))  # the node is on it (slowly)
+        later = [p.send("t", b"later%d" % i, partition=0) for i in range(3)]
+        for f in [first, *later]:
+            f.result(10)
+    values = [v for _, _, vs in node.appended for v in vs]
+    assert values[-1] == b"first"
+
+
+def test_records_sent_during_a_retry_backoff_queue_behind_the_retry(fake):
+    """Kafka's accumulator: a partition whose first batch backs off drains nothing
+    after it, so only batches already in flight can overtake a retry."""
     node = fake(
         produce_error=lambda t, p, attempt: ErrorCode.REQUEST_TIMED_OUT if attempt == 1 else 0
     )
     with Producer(node.bootstrap, acks=1, linger_ms=0, batch_size=64, retry_backoff_ms=200) as p:
         first = p.send("t", b"first", partition=0)
         _wait_until(lambda: node.attempts.get(("t", 0)))  # failed once, now in backoff
+        time.sleep(0.02)
         later = [p.send("t", b"later%d" % i, partition=0) for i in range(3)]
         for f in [first, *later]:
             f.result(10)
     values = [v for _, _, vs in node.appended for v in vs]
-    assert values[-1] == b"first"  # Kafka's behaviour with retries and no idempotence
+    assert values == [b"first", b"later0", b"later1", b"later2"]
+    assert len(node.appended) == 2, "the records sent meanwhile went out as one batch"
 
 
 def test_batches_go_to_each_partition_leader(fake):
