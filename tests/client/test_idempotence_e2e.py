@@ -22,10 +22,13 @@ from ..conftest import NodeProcess, free_port
 class CuttingProxy:
     """Forwards one port to the node; after the first PRODUCE request has gone
     through, it drops the connection instead of forwarding the node's answer: the
-    node appended, the producer never heard of it."""
+    node appended, the producer never heard of it. ``arm_after``: cut after that many
+    PRODUCE requests instead (later ones may be in flight behind it)."""
 
-    def __init__(self, port: int, target: tuple[str, int]):
+    def __init__(self, port: int, target: tuple[str, int], arm_after: int = 1):
         self.target = target
+        self.arm_after = arm_after
+        self.produces = 0
         self.listener = socket.create_server(("127.0.0.1", port))
         self.armed = threading.Event()
         self.cut = threading.Event()
@@ -52,7 +55,9 @@ class CuttingProxy:
                         break
                     frame, buf = buf[4:4 + n], buf[4 + n:]
                     if not self.cut.is_set() and b"acks" in frame:
-                        self.armed.set()
+                        self.produces += 1
+                        if self.produces >= self.arm_after:
+                            self.armed.set()
                 dst.sendall(data)
         except OSError:
             pass
@@ -75,15 +80,47 @@ class CuttingProxy:
 
 
 @pytest.fixture
-def proxied_node(tmp_path):
+def proxied_node(tmp_path, request):
     proxy_port = free_port()
     n = NodeProcess(str(tmp_path / "node"), free_port(),
                     extra={"advertised.listeners": f"127.0.0.1:{proxy_port}"})
     n.start()
-    proxy = CuttingProxy(proxy_port, (n.host, n.port))
+    proxy = CuttingProxy(proxy_port, (n.host, n.port), getattr(request, "param", 1))
     yield n, proxy_port, proxy
     proxy.close()
     n.stop()
+
+
+def _read_all(bootstrap: str, topic: str, n: int) -> list:
+    c = Consumer(bootstrap, auto_offset_reset="earliest")
+    c.assign([TopicPartition(topic, 0)])
+    got: list = []
+    for _ in range(200):
+        got += c.poll(timeout_ms=100, max_records=100_000)
+        if len(got) >= n:
+            break
+    got += c.poll(timeout_ms=200)  # anything extra (a duplicate) shows up too
+    c.close()
+    return got
+
+
+@pytest.mark.parametrize("proxied_node", [6], indirect=True)
+def test_retries_after_a_lost_connection_with_batches_in_flight_append_once_in_order(
+        proxied_node):
+    """Several idempotent batches of one partition in flight when the connection dies:
+    the node appended some of them, the producer heard of none. The retries go out in
+    sequence order; what was appended is answered as a duplicate, the rest appended."""
+    node, proxy_port, proxy = proxied_node
+    Admin(node.bootstrap).create_topic("inflight")
+    n = 3000
+    with Producer(f"127.0.0.1:{proxy_port}", acks="all", linger_ms=0, batch_size=512,
+                  retry_backoff_ms=50) as p:
+        futures = [p.send("inflight", b"%05d" % i, partition=0) for i in range(n)]
+        offsets = [f.result(30).offset for f in futures]
+        assert proxy.cut.is_set(), "the proxy never cut the connection"
+    assert offsets == list(range(n))
+    got = _read_all(node.bootstrap, "inflight", n)
+    assert [r.value for r in got] == [b"%05d" % i for i in range(n)]
 
 
 def test_a_retry_after_a_lost_response_is_appended_once(proxied_node):
