@@ -219,3 +219,14 @@ def test_fuzz_mutated_valid_batches(recs, codec, data):
         decode_batch(bytes(b))
     except CorruptRecordError:
         pass
+
+
+def test_restamp_producer_moves_a_batch_to_another_producer_id_with_a_valid_crc():
+    data = R.encode_batch([b"a", b"b"], producer_id=7, producer_epoch=1, base_sequence=3)
+    out = R.restamp_producer(data, 9, 0, 11)
+    h = R.read_header(out)
+    R.verify_crc(out, 0, h)
+    assert (h.producer_id, h.producer_epoch, h.base_sequence) == (9, 0, 11)
+    assert [r.value for r in R.decode_batch(out)] == [b"a", b"b"]
+    with pytest.raises(CorruptRecordError):
+        R.restamp_producer(data + data, 9, 0, 11)  # exactly one batch
