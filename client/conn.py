@@ -186,6 +186,11 @@ class Cluster:
                 errors.append(str(e))
         raise BrokerNotAvailableError("no node reachable: " + "; ".join(errors))
 
+    def open_connection(self, broker_id: int) -> BrokerConnection | None:
+        """The connection to ``broker_id`` if one is open (never connects)."""
+        conn = self._conns.get(broker_id)
+        return conn if conn is not None and not conn.closed else None
+
     def connection(self, broker_id: int) -> BrokerConnection:
         conn = self._conns.get(broker_id)
         if conn is not None and not conn.closed:

@@ -66,7 +66,9 @@ class Producer:
     Args:
         bootstrap_servers: "host:port[,host:port]".
         acks: "all"/-1 (wait for the in-sync replicas), 1 (leader), 0 (no answer).
-        linger_ms: how long a batch may wait for more records.
+        linger_ms: how long a batch may wait for more records before it may be
+            sent (default 0: at once); a batch whose partition cannot send yet keeps
+            growing regardless, so a fast producer sends bigger batches.
         batch_size: bytes at which a batch is sealed.
         compression_type: None, "lz4", "zstd" or "gzip".
         retries, retry_backoff_ms: retries of retriable errors per batch.
@@ -91,7 +93,7 @@ class Producer:
         bootstrap_servers: str = "127.0.0.1:9092",
         *,
         acks="all",
-        linger_ms: float = 5,
+        linger_ms: float = 0,
         batch_size: int = 262_144,
         compression_type: str | None = None,
         retries: int = 2_147_483_647,
@@ -189,6 +191,11 @@ class Producer:
         if not self._direct:
             return self._acc.append(topic, partition, value, key, headers, timestamp_ms)
         fut = self._acc.append(topic, partition, value, key, headers, timestamp_ms, wake=False)
+        if fut._index:
+            # It joined an open batch: that batch could not be drained when it began
+            # (its partition's window was full), and the answer that frees the window
+            # wakes the I/O thread, which drains it then. Nothing to do here.
+            return fut
         if self._io_lock.acquire(blocking=False):
             try:
                 self._io.send_ready()
@@ -391,8 +398,14 @@ class _ProducerIO:
         partition waits unsent, nor (idempotence) while the partition's in-flight
         window is full: meanwhile the open batch grows (called under the
         accumulator's lock)."""
-        if self.in_order and self.in_flight_parts.get(key, 0) >= self._window(key):
-            return False
+        if self.in_order:
+            if self.in_flight_parts.get(key, 0) >= self._window(key):
+                return False
+        else:  # the window is the leader connection's
+            meta = (self.cluster.topics.get(key[0]) or {}).get(key[1])
+            conn = self.cluster.open_connection(meta.leader) if meta is not None else None
+            if conn is not None and len(self.in_flight.get(conn, ())) >= self.p.max_in_flight:
+                return False
         for b in self.pending:
             if b.partition == key[1] and b.topic == key[0]:
                 return False

@@ -1,0 +1,82 @@
+"""The benchmark tools themselves: the relay answers like a node, rates parse, growth is
+measured per window (no timing assertions)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from raftlog import records
+from raftlog.protocol import Api, ClientConnection
+
+BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench")
+sys.path.insert(0, BENCH)
+
+import throughput  # noqa: E402
+
+
+def _call(sock, proto, api, fields, body=b""):
+    _, data = proto.send_request(api, fields, body)
+    sock.sendall(data)
+    while (frame := proto.next_response()) is None:
+        chunk = sock.recv(1 << 16)
+        assert chunk, "the relay closed the connection"
+        proto.receive_data(chunk)
+    return frame
+
+
+def test_the_relay_acknowledges_produces_and_answers_a_waiting_fetch():
+    relay = subprocess.Popen([sys.executable, os.path.join(BENCH, "relay.py")],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(relay.stdout.readline())
+        prod = socket.create_connection(("127.0.0.1", port), timeout=10)
+        cons = socket.create_connection(("127.0.0.1", port), timeout=10)
+        pp, cp = ClientConnection(), ClientConnection()
+        offsets = []
+        for values in ([b"a", b"b"], [b"c"]):
+            batch = records.encode_batch(values, timestamp=0)
+            f = _call(prod, pp, Api.PRODUCE,
+                      {"acks": 1, "parts": [["t", 0, len(batch)]]}, batch)
+            offsets.append(f.header["parts"][0][3])
+        assert offsets == [0, 2]
+        f = _call(cons, cp, Api.FETCH, {"parts": [["t", 0, 1, 1 << 20, -1]]})
+        assert [(r.offset, r.value) for r in records.decode_batches(f.body, start_offset=1)] \
+            == [(1, b"b"), (2, b"c")]
+        # a fetch at the end waits for the next produce (long-poll), then gets it
+        _, data = cp.send_request(Api.FETCH, {"max_wait_ms": 5000,
+                                              "parts": [["t", 0, 3, 1 << 20, -1]]})
+        cons.sendall(data)
+        batch = records.encode_batch([b"d"], timestamp=0)
+        _call(prod, pp, Api.PRODUCE, {"acks": 1, "parts": [["t", 0, len(batch)]]}, batch)
+        while (frame := cp.next_response()) is None:
+            cp.receive_data(cons.recv(1 << 16))
+        assert [r.value for r in records.decode_batches(frame.body, start_offset=3)] == [b"d"]
+        prod.close()
+        cons.close()
+    finally:
+        relay.terminate()
+        relay.wait(10)
+
+
+def test_rates_parse_as_a_list():
+    assert throughput.parse_rates("1000") == [1000]
+    assert throughput.parse_rates("1000,5000,20000") == [1000, 5000, 20000]
+    with pytest.raises(SystemExit, match="positive"):
+        throughput.parse_rates("1000,-5")
+
+
+def test_growth_compares_the_first_and_last_window():
+    ns = 1_000_000_000
+    steady = [(i * ns // 100, 1.0) for i in range(6000)]  # 60 s at 100/s, 1 ms each
+    g = throughput.growth(steady, 60)
+    assert g["window_s"] == 10 and g["last10_over_first10_p99"] == pytest.approx(1.0)
+    growing = [(t, 1.0 + t / ns) for t, _ in steady]  # latency grows with time
+    g = throughput.growth(growing, 60)
+    assert g["first10_p99_ms"] < 11 < 50 < g["last10_p99_ms"]
+    assert g["last10_over_first10_p99"] > 4
+    assert throughput.growth(steady[:800], 8)["window_s"] == 2  # short runs: quarters
