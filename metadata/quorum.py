@@ -1,4 +1,5 @@
-"""The metadata quorum on pysyncobj 0.3.17 -- the only module that imports pysyncobj.
+"""The metadata quorum on pysyncobj 0.3.17 -- with raft_rules.py, the only modules
+that import pysyncobj.
 
 What we change in pysyncobj, and why (see ../shared/design.md). Every patch is
 applied once per process by :func:`harden_pysyncobj`, in one place:
@@ -18,6 +19,14 @@ applied once per process by :func:`harden_pysyncobj`, in one place:
   building one runs no code: ``__new__`` plus a ``__dict__`` update). A password is
   mandatory with more than one voter, so an unauthenticated packet is dropped
   before it is even unpickled. Replicated calls take only versioned CBOR bytes.
+* Raft's rules (raft_rules.py): AppendEntries truncates only from the first
+  conflicting entry and never shortens the log on a re-sent, reordered or stale
+  message; the leader's nextIndex never drops below matchIndex; pre-vote and leader
+  stickiness, so a node that comes back from a partition disrupts nothing.
+* Failover: elections time out after 0.2-0.4 s of silence (heartbeats every
+  40 ms; pysyncobj's defaults 0.4-1.4 s and 100 ms), so a dead controller is
+  replaced in about half a second; pre-vote keeps the short timeout from causing
+  elections while a leader is alive.
 * Durability: pysyncobj syncs nothing. ``FileJournal.add`` is followed by an
   ``msync`` of the journal mmap, so the entry is on disk before the leader counts
   itself toward the commit or a follower acknowledges it (both happen after
@@ -69,12 +78,19 @@ from pysyncobj.syncobj import _RAFT_STATE
 from raftlog.checkpoint import atomic_write, fsync_dir
 from raftlog.errors import ConfigError
 
+from . import raft_rules
 from . import records as R
 from .errors import NotControllerError, QuorumError, QuorumTimeoutError
 from .state import MetadataState, Result, apply, restore, snapshot
 
 logger = logging.getLogger(__name__)
 
+#: Election timeout range and heartbeat period (seconds): see the module docstring.
+RAFT_MIN_TIMEOUT_S = 0.2
+RAFT_MAX_TIMEOUT_S = 0.4
+HEARTBEAT_S = 0.04
+#: pysyncobj's tick thread wakes at least this often (heartbeats go out on ticks).
+TICK_S = 0.02
 #: How long a single proposal waits for its commit by default (seconds).
 DEFAULT_PROPOSE_TIMEOUT_S = 5.0
 #: How long the quorum thread may take to create the SyncObj (bind its port).
@@ -189,6 +205,7 @@ def harden_pysyncobj() -> None:
         _journal.MetaStorer.storeMeta = _durable_store_meta
         _serializer.atomicReplace = _durable_replace
         logging.getLogger("pysyncobj.syncobj").addFilter(_DivergenceCounter())
+        raft_rules.apply()
         _PATCHED = True
 
 
@@ -477,6 +494,10 @@ def _conf(address, data_dir: str, password, leader_fallback_timeout_s: float) ->
         leaderFallbackTimeout=leader_fallback_timeout_s,
         dynamicMembershipChange=False,
         useFork=False,
+        raftMinTimeout=RAFT_MIN_TIMEOUT_S,
+        raftMaxTimeout=RAFT_MAX_TIMEOUT_S,
+        appendEntriesPeriod=HEARTBEAT_S,
+        autoTickPeriod=TICK_S,
         journalFile=os.path.join(data_dir, "metadata.journal"),
         fullDumpFile=os.path.join(data_dir, "metadata.snapshot"),
         password=password,

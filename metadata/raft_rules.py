@@ -1,0 +1,205 @@
+"""Raft's rules where pysyncobj 0.3.17 bends them, patched into ``SyncObj`` by
+:func:`apply` (called from ``quorum.harden_pysyncobj``; this module and quorum.py are
+the only ones that touch pysyncobj). pysyncobj's private state is reached through its
+name-mangled attributes (``_SyncObj__raftLog`` ...), read and written on its own tick
+thread only -- every function here runs inside pysyncobj's message or tick handler.
+
+1. **The log rule (§5.3, Figure 2 rule 3).** pysyncobj's AppendEntries handler deletes
+   every local entry after ``prevLogIdx`` whenever the follower holds more, without a
+   conflict, and so logs ``truncating already-applied log entries`` after a re-sent,
+   reordered or stale message. Before pysyncobj sees an AppendEntries, we skip the
+   entries the follower already holds (same index and term): the message it handles
+   starts at the first entry that conflicts or is new, so it truncates exactly from
+   the first conflict. A message with nothing new never shortens the log: it is
+   handed on as a bare heartbeat at the follower's own last entry, its commit index
+   capped at what the message verified, and the acknowledgement names only the
+   verified entries (so the leader's match index never covers unverified ones).
+2. **nextIndex never below matchIndex.** The leader answers a ``reset`` by moving
+   ``nextIndex`` back; a late reset arriving after it had advanced moved it below what
+   the follower has acknowledged. It is clamped to ``matchIndex + 1``.
+3. **Pre-vote and leader stickiness (thesis §9.6, KIP-996).** A node whose election
+   timer runs out first asks the others whether they would vote for it at the next
+   term (``rl_pre_vote``; no term changes anywhere) and starts a real election only
+   with a majority of yeses. A node that heard from a live leader within the minimum
+   election timeout -- or is a leader a majority answered within it -- says no to
+   pre-votes and ignores RequestVote: a rejoining partitioned node cannot depose a
+   healthy leader, and (its term never rose while it was cut off) rejoins quietly.
+   The leader's own check-quorum is pysyncobj's ``leaderFallbackTimeout``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pysyncobj import SyncObj
+from pysyncobj.monotonic import monotonic
+from pysyncobj.syncobj import _RAFT_STATE
+
+PRE_VOTE = "rl_pre_vote"
+PRE_VOTE_RESPONSE = "rl_pre_vote_response"
+
+ORIGINALS: dict = {}
+_LEADER, _FOLLOWER, _CANDIDATE = _RAFT_STATE.LEADER, _RAFT_STATE.FOLLOWER, _RAFT_STATE.CANDIDATE
+
+
+def _get(obj, name: str):
+    return getattr(obj, "_SyncObj__" + name)
+
+
+def _put(obj, name: str, value) -> None:
+    setattr(obj, "_SyncObj__" + name, value)
+
+
+def _term_at(obj, idx: int):
+    entries = _get(obj, "getEntries")(idx, 1)
+    return entries[0][2] if entries else None
+
+
+# --------------------------------------------------------------------------- messages
+
+
+def on_message(self, node, message) -> None:
+    kind = message.get("type") if isinstance(message, dict) else None
+    if kind == "append_entries":
+        message = _held_entries_skipped(self, message)
+    elif kind == "request_vote":
+        if message.get("term", 0) > _get(self, "raftCurrentTerm") and _sticky(self):
+            return  # a live leader: neither grant nor take the term
+    elif kind == PRE_VOTE:
+        _answer_pre_vote(self, node, message)
+        return
+    elif kind == PRE_VOTE_RESPONSE:
+        _count_pre_vote(self, node, message)
+        return
+    try:
+        ORIGINALS["on_message"](self, node, message)
+    finally:
+        self._rl_ack_next = None
+    if kind == "next_node_idx" and _get(self, "raftState") == _LEADER:
+        _clamp_next_index(self, node)
+
+
+def _held_entries_skipped(self, message: dict) -> dict:
+    """The AppendEntries pysyncobj should handle (rule 1 of the module docstring)."""
+    if (message.get("term", -1) < _get(self, "raftCurrentTerm")
+            or "prevLogIdx" not in message or message.get("transmission") is not None):
+        return message
+    self._rl_leader_contact = monotonic()
+    prev_idx, prev_term = message["prevLogIdx"], message["prevLogTerm"]
+    if _term_at(self, prev_idx) != prev_term:
+        return message  # pysyncobj answers with a reset: nothing is truncated on that path
+    entries = message.get("entries") or []
+    held = 0
+    for entry in entries:
+        if _term_at(self, entry[1]) != entry[2]:
+            break
+        held += 1
+    verified = prev_idx + held  # the follower's log matches the leader's up to here
+    if held < len(entries):  # truncate (if at all) from the first conflict, append the rest
+        if not held:
+            return message
+        return dict(message, prevLogIdx=verified, prevLogTerm=entries[held - 1][2],
+                    entries=entries[held:])
+    last = _get(self, "getCurrentLogIndex")()
+    if last == verified:
+        return dict(message, prevLogIdx=verified, prevLogTerm=_term_at(self, verified),
+                    entries=[])
+    # Nothing new, and the log holds more than the message verifies (re-sent, reordered
+    # or stale): keep it all; commit and acknowledge only what was verified.
+    self._rl_ack_next = verified + 1
+    return dict(message, prevLogIdx=last, prevLogTerm=_term_at(self, last), entries=[],
+                commit_index=min(message.get("commit_index", 0), verified))
+
+
+def send_next_node_idx(self, node, reset=False, nextNodeIdx=None, success=False):  # noqa: N803
+    ack = getattr(self, "_rl_ack_next", None)
+    if ack is not None and success:
+        nextNodeIdx = ack
+    return ORIGINALS["send_next_node_idx"](self, node, reset=reset, nextNodeIdx=nextNodeIdx,
+                                           success=success)
+
+
+def _clamp_next_index(self, node) -> None:
+    next_index, match_index = _get(self, "raftNextIndex"), _get(self, "raftMatchIndex")
+    if node in next_index and next_index[node] <= match_index.get(node, 0):
+        next_index[node] = match_index[node] + 1
+
+
+# --------------------------------------------------------------------------- elections
+
+
+def _sticky(self) -> bool:
+    """Has this node heard from a live leader within the minimum election timeout (or,
+    as leader, from a majority)? Then it starts, grants and joins no election."""
+    now, window = monotonic(), _get(self, "conf").raftMinTimeout
+    if _get(self, "raftState") == _LEADER:
+        others = _get(self, "otherNodes")
+        heard = sum(1 for t in _get(self, "lastResponseTime").values() if now - t < window)
+        return heard + 1 > (len(others) + 1) / 2
+    return (_get(self, "raftLeader") is not None
+            and now - getattr(self, "_rl_leader_contact", -math.inf) < window)
+
+
+def _log_up_to_date(self, message: dict) -> bool:
+    my_term = _get(self, "getCurrentLogTerm")()
+    if message["last_log_term"] != my_term:
+        return message["last_log_term"] > my_term
+    return message["last_log_index"] >= _get(self, "getCurrentLogIndex")()
+
+
+def _answer_pre_vote(self, node, message: dict) -> None:
+    granted = (message.get("term", 0) > _get(self, "raftCurrentTerm")
+               and not _sticky(self) and _log_up_to_date(self, message))
+    _get(self, "transport").send(node, {"type": PRE_VOTE_RESPONSE, "term": message.get("term"),
+                                        "granted": granted})
+
+
+def _count_pre_vote(self, node, message: dict) -> None:
+    round_ = getattr(self, "_rl_pre_vote", None)
+    if (round_ is None or not message.get("granted") or message.get("term") != round_["term"]
+            or _get(self, "raftState") == _LEADER
+            or _get(self, "raftCurrentTerm") + 1 != round_["term"]):
+        return
+    round_["grants"].add(node.id)
+    if len(round_["grants"]) > (len(_get(self, "otherNodes")) + 1) / 2:
+        self._rl_pre_vote = None
+        self._rl_pre_vote_won = True
+        _put(self, "raftElectionDeadline", 0)  # the next tick starts the election
+
+
+def on_tick(self, timeToWait=0.0):  # noqa: N803
+    if (_get(self, "raftState") in (_FOLLOWER, _CANDIDATE)
+            and _get(self, "selfNode") is not None
+            and _get(self, "otherNodes")
+            and not _get(self, "transferInProgress")
+            and _get(self, "raftElectionDeadline") < monotonic()
+            and _get(self, "connectedToAnyone")()):
+        if getattr(self, "_rl_pre_vote_won", False):
+            self._rl_pre_vote_won = False  # this tick's election was won in a pre-vote
+        else:
+            _start_pre_vote(self)  # instead of an election: moves the deadline on
+    return ORIGINALS["on_tick"](self, timeToWait)
+
+
+def _start_pre_vote(self) -> None:
+    term = _get(self, "raftCurrentTerm") + 1
+    self._rl_pre_vote = {"term": term, "grants": {_get(self, "selfNode").id}}
+    _put(self, "raftElectionDeadline", monotonic() + _get(self, "generateRaftTimeout")())
+    ask = {"type": PRE_VOTE, "term": term,
+           "last_log_index": _get(self, "getCurrentLogIndex")(),
+           "last_log_term": _get(self, "getCurrentLogTerm")()}
+    transport = _get(self, "transport")
+    for node in _get(self, "otherNodes"):
+        transport.send(node, ask)
+
+
+def apply() -> None:
+    """Patch SyncObj (once; the caller holds the patch lock)."""
+    if ORIGINALS:
+        return
+    ORIGINALS["on_message"] = SyncObj._SyncObj__onMessageReceived
+    ORIGINALS["send_next_node_idx"] = SyncObj._SyncObj__sendNextNodeIdx
+    ORIGINALS["on_tick"] = SyncObj._onTick
+    SyncObj._SyncObj__onMessageReceived = on_message
+    SyncObj._SyncObj__sendNextNodeIdx = send_next_node_idx
+    SyncObj._onTick = on_tick

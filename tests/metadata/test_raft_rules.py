@@ -1,0 +1,158 @@
+"""Raft's rules patched into pysyncobj (metadata/raft_rules.py), driven in one process:
+messages are handed to a node's handler directly and its sends are recorded, so no
+sleep or socket decides an outcome."""
+
+from __future__ import annotations
+
+import pytest
+from pysyncobj import SyncObj, SyncObjConf
+from pysyncobj.transport import Transport
+
+from raftlog.metadata import quorum, raft_rules
+
+ME, LEADER, OTHER = "127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"
+
+
+class RecordingTransport(Transport):
+    def __init__(self, syncObj, selfNode, otherNodes):  # noqa: N803
+        super().__init__(syncObj, selfNode, otherNodes)
+        self.sent: list = []
+
+    def send(self, node, message):
+        self.sent.append((node.id, message))
+        return True
+
+
+class Node:
+    """One pysyncobj node (patched) with a recording transport and no tick thread."""
+
+    def __init__(self):
+        quorum.harden_pysyncobj()
+        conf = SyncObjConf(autoTick=False, raftMinTimeout=quorum.RAFT_MIN_TIMEOUT_S,
+                           raftMaxTimeout=quorum.RAFT_MAX_TIMEOUT_S,
+                           appendEntriesPeriod=quorum.HEARTBEAT_S)
+        self.obj = SyncObj(ME, [LEADER, OTHER], conf,
+                           transportClass=RecordingTransport)
+        self.peers = {n.id: n for n in self.obj._SyncObj__otherNodes}
+
+    @property
+    def sent(self) -> list:
+        return self.obj._SyncObj__transport.sent
+
+    def deliver(self, sender: str, message: dict) -> None:
+        self.obj._SyncObj__onMessageReceived(self.peers[sender], message)
+
+    def log(self) -> list:
+        return [(e[1], e[2]) for e in self.obj._SyncObj__raftLog]
+
+    def append(self, term, prev, prev_term, entries, commit=0, sender=LEADER):
+        self.deliver(sender, {"type": "append_entries", "term": term, "commit_index": commit,
+                              "prevLogIdx": prev, "prevLogTerm": prev_term,
+                              "entries": [(b"cmd%d" % i, i, t) for i, t in entries]})
+
+    def acks(self) -> list:
+        return [(m["next_node_idx"], m["success"]) for _, m in self.sent
+                if m["type"] == "next_node_idx"]
+
+
+@pytest.fixture
+def node():
+    n = Node()
+    yield n
+    n.obj.destroy()
+
+
+def _five(node):
+    """Entries 2..6 of term 1 (index 1 is pysyncobj's initial no-op, term 0)."""
+    node.append(1, 1, 0, [(i, 1) for i in range(2, 7)], commit=4)
+    assert node.log() == [(1, 0)] + [(i, 1) for i in range(2, 7)]
+    node.sent.clear()
+
+
+def test_a_resent_append_entries_changes_nothing(node):
+    _five(node)
+    node.obj._SyncObj__raftLastApplied = 4  # entries up to 4 are in the state machine
+    divergences = quorum._DivergenceCounter.count
+    node.append(1, 1, 0, [(i, 1) for i in range(2, 7)], commit=4)
+    assert node.log() == [(1, 0)] + [(i, 1) for i in range(2, 7)]
+    assert node.acks() == [(7, True)]
+    assert quorum._DivergenceCounter.count == divergences
+
+
+def test_a_reordered_older_append_entries_never_shortens_the_log(node):
+    _five(node)
+    commit = node.obj._SyncObj__raftCommitIndex
+    node.append(1, 1, 0, [(2, 1), (3, 1)], commit=3)  # sent before the one that got here
+    assert node.log() == [(1, 0)] + [(i, 1) for i in range(2, 7)]
+    assert node.acks() == [(4, True)], "only what the message verified is acknowledged"
+    assert node.obj._SyncObj__raftCommitIndex >= commit
+
+
+def test_a_stale_heartbeat_never_shortens_the_log_nor_commits_unverified_entries(node):
+    node.append(1, 1, 0, [(i, 1) for i in range(2, 7)], commit=1)
+    node.sent.clear()
+    node.append(1, 3, 1, [], commit=6)  # prev 3: verifies up to 3 only
+    assert node.log() == [(1, 0)] + [(i, 1) for i in range(2, 7)]
+    assert node.acks() == [(4, True)]
+    assert node.obj._SyncObj__raftCommitIndex == 3
+
+
+def test_a_conflict_truncates_from_the_first_conflicting_entry_only(node):
+    _five(node)
+    node.append(2, 3, 1, [(4, 1), (5, 2)], commit=0)  # 4 matches, 5 conflicts
+    assert node.log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 2)]
+    assert node.acks() == [(6, True)]
+
+
+def test_the_leader_never_moves_next_index_below_the_match_index(node):
+    node.obj._SyncObj__setCurrentTerm(5, None)
+    node.obj._SyncObj__onBecomeLeader()
+    peer = node.peers[LEADER]
+    node.obj._SyncObj__raftNextIndex[peer] = 10
+    node.obj._SyncObj__raftMatchIndex[peer] = 8
+    node.deliver(LEADER, {"type": "next_node_idx", "next_node_idx": 3, "reset": True,
+                          "success": False})  # a late reset
+    assert node.obj._SyncObj__raftNextIndex[peer] == 9
+
+
+def test_a_node_that_hears_a_live_leader_grants_no_vote_and_keeps_its_term(node, monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr(raft_rules, "monotonic", lambda: clock[0])
+    _five(node)
+    term = node.obj._SyncObj__raftCurrentTerm
+    # a voter back from a partition, with a higher term, asks for votes and pre-votes
+    node.deliver(OTHER, {"type": "request_vote", "term": term + 3, "last_log_index": 6,
+                         "last_log_term": 1})
+    node.deliver(OTHER, {"type": raft_rules.PRE_VOTE, "term": term + 4, "last_log_index": 6,
+                         "last_log_term": 1})
+    assert node.obj._SyncObj__raftCurrentTerm == term
+    assert [m for _, m in node.sent if m["type"] == "response_vote"] == []
+    assert [m["granted"] for _, m in node.sent if m["type"] == raft_rules.PRE_VOTE_RESPONSE] \
+        == [False]
+    # once the leader has been silent for the minimum election timeout, it may
+    clock[0] += quorum.RAFT_MIN_TIMEOUT_S + 0.01
+    node.sent.clear()
+    node.deliver(OTHER, {"type": raft_rules.PRE_VOTE, "term": term + 4, "last_log_index": 6,
+                         "last_log_term": 1})
+    node.deliver(OTHER, {"type": raft_rules.PRE_VOTE, "term": term + 4, "last_log_index": 2,
+                         "last_log_term": 1})  # a shorter log: never
+    assert [m["granted"] for _, m in node.sent] == [True, False]
+
+
+def test_an_election_starts_only_after_a_majority_of_pre_votes(node):
+    _five(node)
+    obj = node.obj
+    term = obj._SyncObj__raftCurrentTerm
+    obj._SyncObj__connectedNodes.update(node.peers.values())
+    obj._SyncObj__raftElectionDeadline = 0  # the timer ran out
+    node.sent.clear()
+    obj._onTick(0)
+    kinds = [m["type"] for _, m in node.sent]
+    assert kinds == [raft_rules.PRE_VOTE] * 2 and obj._SyncObj__raftCurrentTerm == term
+    node.sent.clear()
+    node.deliver(OTHER, {"type": raft_rules.PRE_VOTE_RESPONSE, "term": term + 1,
+                         "granted": True})
+    obj._onTick(0)
+    votes = [m for _, m in node.sent if m["type"] == "request_vote"]
+    assert len(votes) == 2 and votes[0]["term"] == term + 1
+    assert obj._SyncObj__raftCurrentTerm == term + 1
