@@ -1,11 +1,14 @@
 """Metadata quorum benchmark on a local 3-node cluster (real node processes).
 
-    python bench/metadata.py [--json] [--topics 200] [--failovers 5]
+    python bench/metadata.py [--json] [--topics 200] [--failovers 20] [--starts 0]
 
 * ``topic_creations_s``: CreateTopics requests per second, one at a time, through one node
   (each is a Raft commit: journal msync on a majority, then applied);
-* ``failover_s_median``: SIGKILL of the controller -> the next successful metadata write
-  (a topic creation through a survivor), median over ``--failovers`` runs.
+* ``failover_s_median``, ``failover_s_max``: SIGKILL of the controller -> the next
+  successful metadata write (a topic creation through a survivor) over ``--failovers``;
+* ``critical_lines``: CRITICAL lines (pysyncobj's "state machine may have diverged"
+  and any other) in every node log of the run; ``--starts N`` adds N fresh 3-node
+  clusters, each started, used for one RF3 topic and stopped.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ class Cluster:
             [sys.executable, "-m", "raftlog.node", "--node-id", str(i), "--port", str(self.ports[i]),
              "--data-dir", os.path.join(self.dir, f"node-{i}"),
              "--set", f"controller.quorum.voters={self.voters}", "--set", "raft.password=bench"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=self._log(i), stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             try:
@@ -58,16 +61,37 @@ class Cluster:
                 time.sleep(0.05)
         raise SystemExit(f"node {i} did not start")
 
+    def _log(self, i: int):
+        return open(os.path.join(self.dir, f"node-{i}.log"), "ab")
+
+    def critical_lines(self) -> list[str]:
+        out = []
+        for i in self.ports:
+            path = os.path.join(self.dir, f"node-{i}.log")
+            if os.path.exists(path):
+                with open(path, errors="replace") as f:
+                    out += [line.strip() for line in f if "CRITICAL" in line or "level=critical" in line]
+        return out
+
+    def wait_registered(self, timeout_s: float = 30.0) -> None:
+        def ok():
+            brokers = Admin(self.bootstrap(1)).describe_cluster().brokers
+            return (len(brokers) == len(self.ports) and not any(b.fenced for b in brokers)) or 1 / 0
+        _retry(ok, timeout_s)
+
     def bootstrap(self, i: int) -> str:
         return f"127.0.0.1:{self.ports[i]}"
 
-    def stop(self) -> None:
+    def stop(self) -> list[str]:
+        """Stop every node; the CRITICAL lines of their logs."""
         for p in self.procs.values():
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
         for p in self.procs.values():
             p.wait(30)
+        lines = self.critical_lines()
         shutil.rmtree(self.dir, ignore_errors=True)
+        return lines
 
 
 def _retry(fn, timeout_s: float = 30.0):
@@ -81,8 +105,22 @@ def _retry(fn, timeout_s: float = 30.0):
             time.sleep(0.01)
 
 
-def bench(topics: int, failovers: int) -> dict:
+def fresh_starts(n: int) -> list[str]:
+    """N fresh clusters: start, wait for every broker, one RF3 topic, stop."""
+    lines: list[str] = []
+    for _ in range(n):
+        c = Cluster()
+        try:
+            c.wait_registered()
+            _retry(lambda c=c: Admin(c.bootstrap(1)).create_topic("fresh", replication_factor=3))
+        finally:
+            lines += c.stop()
+    return lines
+
+
+def bench(topics: int, failovers: int, starts: int = 0) -> dict:
     c = Cluster()
+    lines: list[str] = []
     try:
         admin = Admin(c.bootstrap(1))
         _retry(lambda: admin.create_topic("warmup"))
@@ -102,19 +140,27 @@ def bench(topics: int, failovers: int) -> dict:
             times.append(time.perf_counter() - start)
             c.start(controller)
             _retry(lambda k=k, i=controller: f"after-failover-{k}" in Admin(c.bootstrap(i)).list_topics() or 1 / 0)
-        return {"nodes": 3, "topics": topics, "topic_creations_s": creations_s,
-                "failover_s": times, "failover_s_median": statistics.median(times)}
     finally:
-        c.stop()
+        lines += c.stop()
+    lines += fresh_starts(starts)
+    res = {"nodes": 3, "topics": topics, "topic_creations_s": creations_s,
+           "failover_s": [round(t, 3) for t in times],
+           "failover_s_median": statistics.median(times) if times else None,
+           "failover_s_max": max(times) if times else None,
+           "fresh_starts": starts, "critical_lines": len(lines)}
+    if lines:
+        res["critical_examples"] = lines[:5]
+    return res
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--topics", type=int, default=200)
-    ap.add_argument("--failovers", type=int, default=5)
+    ap.add_argument("--failovers", type=int, default=20)
+    ap.add_argument("--starts", type=int, default=0, help="fresh 3-node starts to check")
     args = ap.parse_args()
-    res = bench(args.topics, args.failovers)
+    res = bench(args.topics, args.failovers, args.starts)
     if args.json:
         print(json.dumps(res))
     else:

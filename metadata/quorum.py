@@ -66,6 +66,7 @@ import logging
 import os
 import pickle
 import threading
+import time
 import uuid
 
 import cbor2
@@ -91,6 +92,15 @@ RAFT_MAX_TIMEOUT_S = 0.4
 HEARTBEAT_S = 0.04
 #: pysyncobj's tick thread wakes at least this often (heartbeats go out on ticks).
 TICK_S = 0.02
+#: How often a voter retries a peer it is not connected to (pysyncobj: 5 s). A voter
+#: restarted just before the controller dies must be back in touch with the others
+#: well within an election timeout, or there is no majority to elect anyone.
+RECONNECT_S = 0.25
+#: A write waits in slices of this long, watching for a controller election.
+AWAIT_SLICE_S = 0.05
+#: After an election, how long a write in flight may still be answered before the
+#: caller hears that its outcome is unknown (and retries on the new controller).
+LEADER_CHANGE_GRACE_S = 0.3
 #: How long a single proposal waits for its commit by default (seconds).
 DEFAULT_PROPOSE_TIMEOUT_S = 5.0
 #: How long the quorum thread may take to create the SyncObj (bind its port).
@@ -436,8 +446,9 @@ class MetadataQuorum:
             outcome.append((result, error))
             done.set()
 
+        term = self.term
         request_id = self._submit(record, callback)
-        return self._await(record, request_id, done, outcome, timeout_s)
+        return self._await(record, request_id, done, outcome, timeout_s, term)
 
     def _submit(self, record, callback) -> str:
         """Hand one envelope to pysyncobj without waiting; returns its request id."""
@@ -446,15 +457,28 @@ class MetadataQuorum:
         self._obj.apply_envelope(envelope, callback=callback)
         return request_id
 
-    def _await(self, record, request_id, done, outcome, timeout_s: float) -> Result:
-        if not done.wait(timeout_s):
-            applied = self._obj.applied_result(request_id)
-            if applied is not None:  # committed, but its callback was lost
-                logger.warning("metadata write %s committed without a callback", request_id)
-                return applied
-            raise QuorumTimeoutError(
-                f"{type(record).__name__} (request {request_id}) not committed within {timeout_s}s"
-            )
+    def _await(self, record, request_id, done, outcome, timeout_s: float,
+               term: int | None = None) -> Result:
+        deadline = time.monotonic() + timeout_s
+        moved_at = None  # when a new term (election) was first seen while waiting
+        while not done.wait(min(AWAIT_SLICE_S, max(0.0, deadline - time.monotonic()))):
+            now = time.monotonic()
+            if moved_at is None and term is not None and self.term != term:
+                moved_at = now
+            # pysyncobj drops the callbacks of writes in flight when the leader dies: a
+            # write not answered soon after an election is reported now (the caller
+            # retries on the new controller) instead of after the whole timeout.
+            timed_out = now >= deadline
+            if timed_out or (moved_at is not None and now - moved_at >= LEADER_CHANGE_GRACE_S):
+                applied = self._obj.applied_result(request_id)
+                if applied is not None:  # committed, but its callback was lost
+                    logger.warning("metadata write %s committed without a callback", request_id)
+                    return applied
+                why = (f"not committed within {timeout_s}s" if timed_out else
+                       "not answered after a controller election")
+                raise QuorumTimeoutError(
+                    f"{type(record).__name__} (request {request_id}) {why}; "
+                    "it may or may not commit")
         result, error = outcome[0]
         if error == FAIL_REASON.SUCCESS:
             return result
@@ -498,6 +522,7 @@ def _conf(address, data_dir: str, password, leader_fallback_timeout_s: float) ->
         raftMaxTimeout=RAFT_MAX_TIMEOUT_S,
         appendEntriesPeriod=HEARTBEAT_S,
         autoTickPeriod=TICK_S,
+        connectionRetryTime=RECONNECT_S,
         journalFile=os.path.join(data_dir, "metadata.journal"),
         fullDumpFile=os.path.join(data_dir, "metadata.snapshot"),
         password=password,
