@@ -74,15 +74,27 @@ def cmd_up(args) -> int:
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
-    if all(_wait_listening(args.host, args.port + i, p) for i, p in enumerate(procs)):
-        servers = ",".join(f"{args.host}:{args.port + i}" for i in range(args.nodes))
-        print(
-            f"raftlog is up: bootstrap servers {servers}, data in {data_dir}\n"
-            f"  raftlog topics create demo --bootstrap-server {args.host}:{args.port}\n"
-            f'  Producer(bootstrap_servers="{servers}")\n'
-            "Ctrl-C stops it.",
-            flush=True,
-        )
+    servers = ",".join(f"{args.host}:{args.port + i}" for i in range(args.nodes))
+    deadline = time.monotonic() + args.wait_timeout
+    silent = [i + 1 for i, p in enumerate(procs)
+              if not _wait_listening(args.host, args.port + i, p,
+                                     max(0.0, deadline - time.monotonic()))]
+    problem = (f"node(s) {', '.join(map(str, silent))} did not start listening"
+               if silent else _wait_registered(servers, args.nodes, deadline))
+    if problem is not None:
+        print(f"raftlog up: not up after {args.wait_timeout:g} s: {problem} "
+              "(their output is above); stopping", file=sys.stderr, flush=True)
+        forward(signal.SIGTERM, None)
+        for p in procs:
+            p.wait()
+        return 1
+    print(
+        f"raftlog is up: bootstrap servers {servers}, data in {data_dir}\n"
+        f"  raftlog topics create demo --bootstrap-server {args.host}:{args.port}\n"
+        f'  Producer(bootstrap_servers="{servers}")\n'
+        "Ctrl-C stops it.",
+        flush=True,
+    )
     rcs = [p.wait() for p in procs]
     bad = [rc for rc in rcs if rc not in (0, -signal.SIGTERM, -signal.SIGINT)]
     return bad[0] if bad else 0
@@ -99,6 +111,40 @@ def _password(data_dir: str) -> str:
             f.write(secrets.token_hex(16))
     with open(path) as f:
         return f.read().strip()
+
+
+def unready_brokers(expected: int, brokers) -> list[str]:
+    """Why a local cluster of node ids 1..expected is not ready yet, one phrase per node
+    (empty: every node is registered and unfenced). ``brokers``: describe_cluster()'s."""
+    seen = {b.id: b for b in brokers}
+    out = []
+    for i in range(1, expected + 1):
+        b = seen.get(i)
+        if b is None:
+            out.append(f"node {i} is not registered")
+        elif b.fenced:
+            out.append(f"node {i} is fenced")
+    return out
+
+
+def _wait_registered(servers: str, expected: int, deadline: float) -> str | None:
+    """Wait until every node is registered and unfenced in the metadata (so a topic
+    with replication factor ``expected`` can be created at once); None when it is,
+    else what is missing at the deadline."""
+    from .admin import Admin
+
+    why = ["no node answered DescribeCluster"]
+    while True:
+        try:
+            with Admin(servers, request_timeout_ms=2000) as admin:
+                why = unready_brokers(expected, admin.describe_cluster().brokers)
+        except Exception as e:  # noqa: BLE001 -- still starting: say what the last try saw
+            why = [f"DescribeCluster failed: {e}"]
+        if not why:
+            return None
+        if time.monotonic() >= deadline:
+            return "; ".join(why)
+        time.sleep(0.1)
 
 
 def _wait_listening(host: str, port: int, proc, timeout_s: float = 30.0) -> bool:
@@ -649,6 +695,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--port", type=int, default=9092, help="client port of node 1 (default 9092)")
     up.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     up.add_argument("--nodes", type=int, default=1, help="number of nodes (default 1)")
+    up.add_argument("--wait-timeout", type=float, default=30.0,
+                    help="seconds to wait for every node to listen and register before "
+                         "giving up (default 30)")
     up.set_defaults(fn=cmd_up)
 
     node = sub.add_parser(

@@ -184,18 +184,25 @@ def _durable_replace(tmp_path, path):
 
 
 class _DivergenceCounter(logging.Filter):
-    """Counts pysyncobj's CRITICAL "truncating already-applied log entries" line (a
-    replica's applied state may have diverged: seen when voters restart without a
-    durable journal), and repeats it on our logger. Exported as
-    ``MetadataQuorum.divergences``."""
+    """Counts pysyncobj's CRITICAL lines: ``critical`` all of them, ``count`` the
+    "truncating already-applied log entries" one (a replica's applied state may have
+    diverged), which it also repeats on our logger. Exported as
+    ``MetadataQuorum.critical_log_lines`` and ``MetadataQuorum.divergences``."""
 
     count = 0
+    critical = 0
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.CRITICAL:
+            _DivergenceCounter.critical += 1
         if "truncating already-applied" in record.getMessage():
             _DivergenceCounter.count += 1
             logger.critical("pysyncobj: %s", record.getMessage())
         return True
+
+
+#: pysyncobj's module loggers (a filter sees only its own logger's records).
+PYSYNCOBJ_LOGGERS = ("pysyncobj.syncobj", "pysyncobj.serializer", "pysyncobj.dns_resolver")
 
 
 _PATCH_LOCK = threading.Lock()
@@ -214,7 +221,9 @@ def harden_pysyncobj() -> None:
         _journal.FileJournal.add = _durable_add
         _journal.MetaStorer.storeMeta = _durable_store_meta
         _serializer.atomicReplace = _durable_replace
-        logging.getLogger("pysyncobj.syncobj").addFilter(_DivergenceCounter())
+        counter = _DivergenceCounter()
+        for name in PYSYNCOBJ_LOGGERS:
+            logging.getLogger(name).addFilter(counter)
         raft_rules.apply()
         _PATCHED = True
 
@@ -370,6 +379,11 @@ class MetadataQuorum:
     def divergences(self) -> int:
         """How often pysyncobj truncated already-applied entries in this process."""
         return _DivergenceCounter.count
+
+    @property
+    def critical_log_lines(self) -> int:
+        """pysyncobj CRITICAL log lines in this process (0 in a healthy cluster)."""
+        return _DivergenceCounter.critical
 
     def read_linearizable(self, timeout_s: float = DEFAULT_PROPOSE_TIMEOUT_S) -> MetadataState:
         """Commit a NoOp, then return the state: it includes every write committed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import logging
 import sys
 
 from raftlog.errors import ApiError, ConfigError
@@ -70,6 +71,10 @@ def _tune_gc() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Library loggers (pysyncobj's, the quorum's) on stderr with their level, so a
+    # CRITICAL line is findable (tests fail on any: see tests/conftest.py).
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="level=%(levelname)s logger=%(name)s msg=%(message)s")
     try:
         config = NodeConfig.load(args.config, overrides_from_args(args))
     except ConfigError as e:

@@ -547,7 +547,9 @@ class Broker:
         if not 1 <= partitions <= 10_000:
             raise ApiError(ErrorCode.INVALID_PARTITIONS, f"partitions must be 1..10000, not {partitions}")
         brokers = len(self.brokers())
-        if not 1 <= replication_factor <= max(brokers, 1):
+        # configured nodes still registering count: the quorum store waits for them
+        expected = max(brokers, len(self.config.controller_quorum_voters or ()))
+        if not 1 <= replication_factor <= max(expected, 1):
             raise ApiError(
                 ErrorCode.INVALID_REPLICATION_FACTOR,
                 f"replication factor {replication_factor} must be between 1 and the "

@@ -28,6 +28,10 @@ from .topics import PartitionInfo, TopicInfo
 
 #: Pause between registration attempts (bounded by broker.registration.timeout.ms).
 REGISTER_BACKOFF_S = 0.5
+#: CreateTopics waits this long for configured nodes that are still registering
+#: (a cluster just started) before refusing a replication factor above the live brokers.
+BROKER_WAIT_S = 10.0
+BROKER_WAIT_POLL_S = 0.05
 PROPOSE_TIMEOUT_S = 5.0
 
 
@@ -118,10 +122,7 @@ class QuorumTopicStore:
     def create(self, name: str, partitions: int, config: dict, replication_factor: int = 1) -> TopicInfo:
         if name in self.topics:
             raise ApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
-        try:
-            assignments = place_replicas(self.quorum.state, partitions, replication_factor)
-        except PlacementError as e:
-            raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR, str(e)) from None
+        assignments = self._place(partitions, replication_factor)
         config = dict(config)
         if self.config.unclean_leader_election_enable:
             config.setdefault("unclean.leader.election.enable", "true")
@@ -198,6 +199,20 @@ class QuorumTopicStore:
             except ApiError as e:
                 out.append([topic, partition, int(e.code), e.message])
         return out
+
+    def _place(self, partitions: int, replication_factor: int):
+        """Replica assignments; while configured nodes are still registering (fewer
+        live brokers than the replication factor, but enough voters configured), wait
+        up to BROKER_WAIT_S for them before refusing (runs off the event loop)."""
+        deadline = time.monotonic() + BROKER_WAIT_S
+        while True:
+            try:
+                return place_replicas(self.quorum.state, partitions, replication_factor)
+            except PlacementError as e:
+                expected = len(self.config.controller_quorum_voters or ())
+                if replication_factor > expected or time.monotonic() >= deadline:
+                    raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR, str(e)) from None
+            time.sleep(BROKER_WAIT_POLL_S)
 
     def add_partitions(self, name: str, count: int) -> TopicInfo:
         info = self.topics.get(name)

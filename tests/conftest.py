@@ -62,6 +62,7 @@ class NodeProcess:
     node_id: int = 1
 
     def start(self, timeout_s: float = 20.0) -> NodeProcess:
+        STARTED.append(self)
         args = [sys.executable, "-m", "raftlog.node", "--node-id", str(self.node_id), "--host", self.host,
                 "--port", str(self.port), "--data-dir", self.data_dir]
         for k, v in self.extra.items():
@@ -97,6 +98,30 @@ class NodeProcess:
                 return f.read()
         except OSError:
             return ""
+
+
+#: Node processes started by the running test (checked by no_critical_log_lines).
+STARTED: list[NodeProcess] = []
+
+
+def critical_lines(text: str) -> list[str]:
+    """The lines of a node log at CRITICAL level (pysyncobj's, the quorum's, ours)."""
+    return [line for line in text.splitlines()
+            if "level=CRITICAL" in line or "level=critical" in line]
+
+
+@pytest.fixture(autouse=True)
+def no_critical_log_lines():
+    """Fails any test that started a node whose log has a CRITICAL line (for example
+    pysyncobj's "state machine may have diverged"): such a line is never expected."""
+    STARTED.clear()
+    yield
+    found = [(n.data_dir, line) for n in {id(n): n for n in STARTED}.values()
+             for line in critical_lines(n.log_text())]
+    STARTED.clear()
+    if found:
+        pytest.fail("CRITICAL lines in node logs:\n" + "\n".join(f"{d}: {line}"
+                                                                 for d, line in found[:20]))
 
 
 @pytest.fixture

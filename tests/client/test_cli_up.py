@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
+
+import pytest
 
 from raftlog.client import Admin, Producer
 
@@ -71,3 +74,55 @@ def test_up_rejects_a_bad_node_count(tmp_path):
         timeout=30,
     )
     assert r.returncode == 2 and b"--nodes" in r.stderr
+
+
+def _up_args(data_dir: str, port: int, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "raftlog.client.cli", "up", "--data-dir", data_dir,
+            "--port", str(port), *extra]
+
+
+def test_unready_brokers_names_every_node_not_registered_or_fenced():
+    from raftlog.client.admin import BrokerDescription
+    from raftlog.client.cli import unready_brokers
+
+    brokers = [BrokerDescription(1, "h", 1), BrokerDescription(3, "h", 3, fenced=True)]
+    assert unready_brokers(3, brokers) == ["node 2 is not registered", "node 3 is fenced"]
+    assert unready_brokers(1, brokers) == []
+
+
+def test_up_that_cannot_get_ready_in_time_says_why_and_stops(tmp_path):
+    r = subprocess.run(_up_args(str(tmp_path / "d"), free_port(), "--wait-timeout", "0"),
+                       capture_output=True, timeout=60)
+    assert r.returncode == 1
+    assert b"not up after 0 s" in r.stderr and b"did not start listening" in r.stderr
+    assert b"raftlog is up" not in r.stdout
+
+
+@pytest.mark.slow
+def test_up_with_three_nodes_is_up_only_when_a_replication_factor_3_topic_can_be_created(
+        tmp_path):
+    for _ in range(5):  # node i listens on PORT+i-1 and PORT+100+i-1: find a free block
+        port = random.randint(20000, 40000)
+        if all(_free(port + d) for d in (0, 1, 2, 100, 101, 102)):
+            break
+    proc = subprocess.Popen(_up_args(str(tmp_path / "d"), port, "--nodes", "3"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline().startswith(b"raftlog is up")
+        # at once, as the message suggests: every broker is registered already
+        Admin(f"127.0.0.1:{port}").create_topic("demo", replication_factor=3)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()[-2000:]
+
+
+def _free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False

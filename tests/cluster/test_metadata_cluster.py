@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -175,3 +176,29 @@ def test_unreachable_peers_stop_the_node_with_one_clear_line(tmp_path):
     last = n.log_text().strip().splitlines()[-1]
     assert last.startswith("raftlog node: cannot join the cluster: could not register")
     assert voters in last
+
+
+def test_create_topics_waits_for_configured_nodes_still_starting(tmp_path):
+    """A replication factor the configured voters can hold waits (bounded) for the nodes
+    still registering; one above the voters is refused at once."""
+    ports = free_ports(6)
+    voters = ",".join(f"{i}@127.0.0.1:{ports[2 + i]}" for i in (1, 2, 3))
+    nodes = [NodeProcess(str(tmp_path / f"node-{i}"), ports[i - 1], node_id=i,
+                         extra={"controller.quorum.voters": voters, "raft.password": "test-secret"})
+             for i in (1, 2, 3)]
+    try:
+        for n in nodes[:2]:
+            n.start()
+        _until(lambda: len(Admin(nodes[0].bootstrap).describe_cluster().brokers) == 2)
+        with pytest.raises(ApiError) as e:
+            Admin(nodes[0].bootstrap).create_topic("too-many", replication_factor=4)
+        assert e.value.code == ErrorCode.INVALID_REPLICATION_FACTOR
+        starter = threading.Timer(0.5, nodes[2].start)
+        starter.start()  # the third node comes up while the creation waits for it
+        Admin(nodes[0].bootstrap, request_timeout_ms=30_000).create_topic(
+            "three", replication_factor=3)
+        starter.join()
+        assert len(Admin(nodes[0].bootstrap).describe_topic("three").partitions[0].replicas) == 3
+    finally:
+        for n in nodes:
+            n.stop()
