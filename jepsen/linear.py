@@ -2,13 +2,17 @@
 
 The model is a set of topics; it is checked one topic at a time (a set is the product of
 independent per-key registers, so a history is linearizable iff every per-topic
-sub-history is). The per-topic state is ``False`` (absent) or ``True`` (present).
+sub-history is). The per-topic state is absent (``None``/``False``) or present with a
+partition count (``True`` when the count is not tracked).
 
 Operations (``f`` / completion):
 
-- ``create``: ok (absent -> present); fail with ``"error": "exists"`` (a read of present);
+- ``create``: ok (absent -> 1 partition); fail with ``"error": "exists"`` (a read of present);
 - ``delete``: ok (present -> absent); fail with ``"error": "unknown"`` (a read of absent);
-- ``describe``: ok with ``value`` ``{"topic": t, "exists": bool}`` (a read);
+- ``grow`` (CreatePartitions to ``count``): ok (present with fewer -> ``count``); a refusal
+  did not happen (the node checks the request against its own copy of the metadata);
+- ``describe``: ok with ``value`` ``{"topic": t, "exists": bool, "partitions": n}`` (a read
+  of absent, or of present with exactly n partitions);
 - any other fail: the operation did not happen (ignored); ``info`` or no completion:
   indeterminate -- it may take effect at any point after its invocation, or never.
 
@@ -34,16 +38,29 @@ class Op:
     optional: bool  # indeterminate: may never take effect
 
 
-def step(state: bool, f: str) -> tuple[bool, bool]:
-    """(legal, new state)."""
+def _present(state) -> bool:
+    return state is not None and state is not False
+
+
+def step(state, f) -> tuple[bool, object]:
+    """(legal, new state). ``f`` is a name, or a (name, partition count) pair."""
+    if isinstance(f, tuple):
+        name, n = f
+        if name == "grow":
+            return (_present(state) and (state is True or state < n), n)
+        if name == "describe-count":  # present with exactly n partitions
+            return (_present(state) and (state is True or state == n), state)
+        if name == "read-at-least":  # a refused grow to n: present with >= n partitions
+            return (_present(state) and (state is True or state >= n), state)
+        raise ValueError(f)
     if f == "create":
-        return (not state, True)
+        return (not _present(state), 1)
     if f == "delete":
-        return (state, False)
+        return (_present(state), None)
     if f in ("describe-present", "read-present"):
-        return (state, state)
+        return (_present(state), state)
     if f in ("describe-absent", "read-absent"):
-        return (not state, state)
+        return (not _present(state), state)
     raise ValueError(f)
 
 
@@ -53,7 +70,7 @@ def topic_ops(history: list[dict], include_describe: bool = True) -> dict[str, l
 
     out: dict[str, list] = {}
     for inv, comp in pairs(history):
-        if inv["f"] not in ("create", "delete", "describe"):
+        if inv["f"] not in ("create", "delete", "describe", "grow"):
             continue
         topic = inv["value"]["topic"] if isinstance(inv["value"], dict) else inv["value"]
         t = comp["type"] if comp is not None else "info"
@@ -63,7 +80,15 @@ def topic_ops(history: list[dict], include_describe: bool = True) -> dict[str, l
         if inv["f"] == "describe":
             if not include_describe or t != "ok":
                 continue
-            f = "describe-present" if comp["value"]["exists"] else "describe-absent"
+            v = comp["value"]
+            if not v["exists"]:
+                f = "describe-absent"
+            elif "partitions" in v:
+                f = ("describe-count", v["partitions"])
+            else:
+                f = "describe-present"
+        elif inv["f"] == "grow" and t in ("ok", "info"):
+            f = ("grow", inv["value"]["count"])
         elif t == "ok" or t == "info":
             f = inv["f"]
         elif t == "fail":
@@ -72,7 +97,7 @@ def topic_ops(history: list[dict], include_describe: bool = True) -> dict[str, l
                 f = "read-present"
             elif inv["f"] == "delete" and err == "unknown":
                 f = "read-absent"
-            else:
+            else:  # (a refused grow: the node checked its own copy, which may be stale)
                 continue  # definitely did not happen
         lst = out.setdefault(topic, [])
         lst.append((inv["time"], ret, f, idx, t == "info"))
@@ -83,7 +108,7 @@ def topic_ops(history: list[dict], include_describe: bool = True) -> dict[str, l
     }
 
 
-def linearizable(ops: list[Op], initial: bool = False, max_states: int = 2_000_000):
+def linearizable(ops: list[Op], initial=None, max_states: int = 2_000_000):
     """(True, order) if linearizable, else (False, info about the deepest point reached).
     Returns (None, info) when the search exceeded ``max_states`` cache entries."""
     n = len(ops)

@@ -46,6 +46,7 @@ from raftlog.client import (
     TopicPartition,
     UnknownTopicOrPartitionError,
 )
+from raftlog.errors import ErrorCode
 
 QUEUE_TOPIC = "jepsen-queue"
 SEND_TIMEOUT_S = 10.0
@@ -630,7 +631,14 @@ class GroupsWorkload(QueueWorkload):
 # ----------------------------------------------------------------------------- metadata
 
 
+#: The metadata workload grows topics to at most this many partitions.
+MAX_GROW_PARTITIONS = 4
+
+
 class MetadataWorkload(Workload):
+    """Several clients create, delete, grow (CreatePartitions) and describe a few topics;
+    linear.check_metadata checks the history is linearizable per topic."""
+
     name = "metadata"
 
     def setup(self) -> None:
@@ -656,10 +664,22 @@ class MetadataWorkload(Workload):
             if admin is None:
                 admin = Admin(self.cluster.bootstrap, request_timeout_ms=5000)
             topic = rnd.choice(self.topics)
-            f = rnd.choice(["create", "create", "delete", "describe", "describe"])
-            op = h.invoke(process, f, {"topic": topic})
+            f = rnd.choice(["create", "create", "delete", "grow", "describe", "describe"])
+            value = {"topic": topic}
+            if f == "grow":  # CreatePartitions to a count of at most MAX_GROW_PARTITIONS
+                value["count"] = rnd.randint(2, MAX_GROW_PARTITIONS)
+            op = h.invoke(process, f, value)
             try:
-                if f == "create":
+                if f == "grow":
+                    try:
+                        admin.create_partitions(topic, value["count"])
+                    except ApiError as e:
+                        if e.code != ErrorCode.INVALID_PARTITIONS:
+                            raise
+                        h.fail(op, error="partitions", message=str(e))  # has as many already
+                    else:
+                        h.ok(op)
+                elif f == "create":
                     admin.create_topic(topic, partitions=1,
                                        replication_factor=self.replication_factor)
                     h.ok(op)

@@ -45,6 +45,7 @@ PLANTED_BUGS = frozenset({
     "bug-ack-before-replication",  # acks=all answers before the ISR has the batch
     "bug-serve-beyond-hw",  # consumers may read records the ISR does not have yet
     "bug-skip-truncation",  # followers keep a divergent tail after a leader change
+    "bug-ack-before-commit",  # metadata writes answered before the quorum commits them
 })
 
 SERVED_APIS = {

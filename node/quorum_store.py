@@ -22,6 +22,7 @@ from raftlog.metadata.controller import (
 )
 from raftlog.metadata.errors import NotControllerError, QuorumTimeoutError
 from raftlog.metadata.quorum import MetadataQuorum
+from raftlog.metadata.state import OK
 
 from .config import NodeConfig
 from .topics import PartitionInfo, TopicInfo
@@ -48,6 +49,7 @@ class QuorumTopicStore:
             on_commit=on_commit,
         )
         self._cache_state = None
+        self._bug_ack_before_commit = "bug-ack-before-commit" in config.test_flags
         self._cache_topics: dict[str, TopicInfo] = {}
 
     # ------------------------------------------------------------------ reads
@@ -86,6 +88,14 @@ class QuorumTopicStore:
     # ------------------------------------------------------------------ writes (blocking)
 
     def _propose(self, record) -> R:
+        if self._bug_ack_before_commit and isinstance(
+                record, (R.CreateTopic, R.DeleteTopic, R.CreatePartitions)):
+            # planted bug (safety harness): answer as if committed after a short wait,
+            # whether or not the record ever commits
+            try:
+                return self.quorum.propose(record, 0.05)
+            except (NotControllerError, QuorumTimeoutError):
+                return OK
         try:
             result = self.quorum.propose(record, PROPOSE_TIMEOUT_S)
         except NotControllerError as e:
@@ -131,7 +141,7 @@ class QuorumTopicStore:
         if not result.ok:
             code = ErrorCode.TOPIC_ALREADY_EXISTS if "exists" in result.error else ErrorCode.INVALID_REQUEST
             raise ApiError(code, result.error)
-        return self.topics[name]
+        return self.topics.get(name)  # (None only under the planted bug-ack-before-commit)
 
     def delete(self, name: str) -> TopicInfo:
         info = self.topics.get(name)

@@ -106,3 +106,39 @@ def test_generated_linearizable_histories_pass(seed):
     ops.sort()
     objs = [Op(i, c, r, k, i, r == INF) for i, (c, r, k) in enumerate(ops)]
     assert linearizable(objs)[0] is True
+
+
+def test_partition_growth_is_part_of_the_model():
+    grow3, grow2 = ("grow", 3), ("grow", 2)
+    ops = [op(0, 0, 1, "create"), op(1, 2, 3, grow3), op(2, 4, 5, ("describe-count", 3))]
+    assert linearizable(ops)[0] is True
+    # a describe after the grow returned must see its partitions
+    ops = [op(0, 0, 1, "create"), op(1, 2, 3, grow3), op(2, 4, 5, ("describe-count", 1))]
+    assert linearizable(ops)[0] is False
+    # growing is only ever upwards, and only of a topic that exists
+    ops = [op(0, 0, 1, "create"), op(1, 2, 3, grow3), op(2, 4, 5, grow2)]
+    assert linearizable(ops)[0] is False
+    assert linearizable([op(0, 0, 1, grow2)])[0] is False
+    # a recreated topic starts again at one partition
+    ops = [op(0, 0, 1, "create"), op(1, 2, 3, grow3), op(2, 4, 5, "delete"),
+           op(3, 6, 7, "create"), op(4, 8, 9, ("describe-count", 1))]
+    assert linearizable(ops)[0] is True
+
+
+def test_check_metadata_reads_grows_and_partition_counts_from_a_history():
+    h = History()
+    for f, value, outcome in [("create", {"topic": "a"}, ("ok", None)),
+                              ("grow", {"topic": "a", "count": 3}, ("ok", None)),
+                              ("grow", {"topic": "a", "count": 2}, ("fail", "partitions")),
+                              ("describe", {"topic": "a"}, ("ok", 3))]:
+        i = h.invoke(0, f, value)
+        if f == "describe":
+            h.ok(i, {"topic": "a", "exists": True, "partitions": outcome[1]})
+        elif outcome[0] == "ok":
+            h.ok(i)
+        else:
+            h.complete(i, "fail", error=outcome[1])
+    assert check_metadata(h.ops) == {}
+    j = h.invoke(1, "describe", {"topic": "a"})
+    h.ok(j, {"topic": "a", "exists": True, "partitions": 1})  # lost the growth
+    assert set(check_metadata(h.ops)) == {"stale-describe"}
