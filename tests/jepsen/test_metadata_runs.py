@@ -9,15 +9,16 @@ import pytest
 
 from .runs import run_harness
 
-COMMON = ("--workload", "metadata", "--topics", "3", "--senders", "4", "--seed", "11",
-          "--hold", "1.5,3", "--quiet", "1,2")
+COMMON = ("--workload", "metadata", "--topics", "3", "--senders", "4")
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_metadata_run_with_kill_pause_and_partition_is_linearizable(tmp_path):
+    # the schedule of test_harness_run's queue run: every kind of fault, each injected
     rc, results, err = run_harness(tmp_path / "run", *COMMON, "--nemesis",
-                                   "kill,pause,partition", "--time", "25", "--rate", "40")
+                                   "kill,pause,partition", "--time", "40", "--rate", "40",
+                                   "--seed", "7", "--hold", "2,4", "--quiet", "1.5,3")
     assert rc == 0 and results["valid"] is True, (results.get("anomalies"), err)
     st = results["stats"]
     assert {e["kind"] for e in results["schedule"]} == {"kill", "pause", "partition"}
@@ -31,7 +32,8 @@ def test_metadata_run_with_kill_pause_and_partition_is_linearizable(tmp_path):
 def test_acknowledging_metadata_writes_before_commit_is_caught(tmp_path):
     rc, results, err = run_harness(tmp_path / "run", *COMMON, "--nemesis", "kill,partition",
                                    "--targets", "leader,isolate-leader", "--time", "20",
-                                   "--rate", "60", "--node-flag", "bug-ack-before-commit")
+                                   "--rate", "60", "--seed", "11", "--hold", "1.5,3",
+                                   "--quiet", "1,2", "--node-flag", "bug-ack-before-commit")
     counts = results["stats"]["anomaly_counts"]
     assert rc == 1 and results["valid"] is False, (counts, err)
     assert "nonlinearizable-metadata" in counts, counts
