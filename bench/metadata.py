@@ -4,6 +4,8 @@
 
 * ``topic_creations_s``: CreateTopics requests per second, one at a time, through one node
   (each is a Raft commit: journal msync on a majority, then applied);
+  ``topic_creations_s_concurrent``: the same with ``--clients`` clients at once, spread
+  over the nodes;
 * ``failover_s_median``, ``failover_s_max``: SIGKILL of the controller -> the next
   successful metadata write (a topic creation through a survivor) over ``--failovers``;
 * ``critical_lines``: CRITICAL lines (pysyncobj's "state machine may have diverged"
@@ -118,7 +120,33 @@ def fresh_starts(n: int) -> list[str]:
     return lines
 
 
-def bench(topics: int, failovers: int, starts: int = 0) -> dict:
+def _concurrent_creations(c: Cluster, topics: int, clients: int) -> float:
+    """Topic creations per second with ``clients`` threads, each its own Admin."""
+    import threading
+
+    per = max(1, topics // clients)
+    errors: list = []
+
+    def worker(k: int) -> None:
+        try:
+            with Admin(c.bootstrap(1 + k % len(c.ports))) as a:
+                for i in range(per):
+                    a.create_topic(f"c{k}-{i}")
+        except Exception as e:  # noqa: BLE001 -- reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(clients)]
+    t = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    if errors:
+        raise SystemExit(f"concurrent creations failed: {errors[0]!r}")
+    return per * clients / (time.perf_counter() - t)
+
+
+def bench(topics: int, failovers: int, starts: int = 0, clients: int = 8) -> dict:
     c = Cluster()
     lines: list[str] = []
     try:
@@ -128,6 +156,7 @@ def bench(topics: int, failovers: int, starts: int = 0) -> dict:
         for i in range(topics):
             admin.create_topic(f"t{i}")
         creations_s = topics / (time.perf_counter() - t)
+        concurrent_s = _concurrent_creations(c, topics, clients)
         times = []
         for k in range(failovers):
             controller = _retry(lambda: (cid := Admin(c.bootstrap(1)).describe_cluster().controller_id) > 0 and cid or 1 / 0)
@@ -144,6 +173,7 @@ def bench(topics: int, failovers: int, starts: int = 0) -> dict:
         lines += c.stop()
     lines += fresh_starts(starts)
     res = {"nodes": 3, "topics": topics, "topic_creations_s": creations_s,
+           "clients": clients, "topic_creations_s_concurrent": concurrent_s,
            "failover_s": [round(t, 3) for t in times],
            "failover_s_median": statistics.median(times) if times else None,
            "failover_s_max": max(times) if times else None,
@@ -159,8 +189,9 @@ def main() -> None:
     ap.add_argument("--topics", type=int, default=200)
     ap.add_argument("--failovers", type=int, default=20)
     ap.add_argument("--starts", type=int, default=0, help="fresh 3-node starts to check")
+    ap.add_argument("--clients", type=int, default=8, help="clients creating topics at once")
     args = ap.parse_args()
-    res = bench(args.topics, args.failovers, args.starts)
+    res = bench(args.topics, args.failovers, args.starts, args.clients)
     if args.json:
         print(json.dumps(res))
     else:
