@@ -308,6 +308,20 @@ def _check_workload(workload: str, history: list[dict], final: dict, final_reads
     return an
 
 
+def node_critical_lines(cluster) -> list[dict]:
+    """The CRITICAL lines of every node's log (level=CRITICAL from a library logger, or
+    level=critical from the node's event log)."""
+    out = []
+    for node in cluster.nodes:
+        try:
+            with open(node.log_path, encoding="utf-8", errors="replace") as f:
+                out += [{"node": node.id, "line": line.strip()[:500]} for line in f
+                        if "level=CRITICAL" in line or "level=critical" in line]
+        except OSError:
+            continue
+    return out
+
+
 def run(args) -> int:
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     out = args.out or os.path.join("jepsen-out", time.strftime("%Y%m%d-%H%M%S"))
@@ -443,6 +457,9 @@ def run(args) -> int:
         for ob in observations:
             f.write(json.dumps(ob) + "\n")
     an = check(args.workload, ops, final, reads, observations, replicas)
+    critical = node_critical_lines(cluster)
+    if critical:  # never expected (e.g. pysyncobj's "state machine may have diverged")
+        an["critical-log-line"] = critical
     valid, trimmed, counts = checkers.summarize(an, args.workload)
     st = report.stats(ops)
     st.update({"anomaly_counts": counts, "replication_factor": workload.replication_factor,
