@@ -15,12 +15,22 @@ from __future__ import annotations
 import argparse
 import bisect
 import os
+import sys
 import tempfile
 
 import trio
 
 from raftlog import records
-from raftlog.protocol import Api, FrameDecoder, encode_frame, encode_frame_head, parse_request
+from raftlog.errors import CorruptRecordError, RemoteProtocolError
+from raftlog.protocol import (
+    Api,
+    BadRequest,
+    FrameDecoder,
+    encode_frame,
+    encode_frame_head,
+    error_response,
+    parse_request,
+)
 
 RECV_BYTES = 1 << 16
 
@@ -64,14 +74,27 @@ class Relay:
         return {"parts": [[topic, partition, 0, self.next_offset, 0, len(body), ""]]}, body
 
     async def serve(self, stream: trio.SocketStream) -> None:
+        """One client; a malformed frame closes its connection, never the relay."""
+        try:
+            await self._serve(stream)
+        except (RemoteProtocolError, trio.BrokenResourceError, CorruptRecordError) as e:
+            print(f"relay: closing a connection: {e}", file=sys.stderr, flush=True)
+            await stream.aclose()
+
+    async def _serve(self, stream: trio.SocketStream) -> None:
         decoder = FrameDecoder()
         while True:
             data = await stream.receive_some(RECV_BYTES)
             if not data:
                 return
             decoder.receive_data(data)
-            while (frame := decoder.next_frame()) is not None:
-                req = parse_request(frame)
+            while (frame := decoder.next_frame()) is not None:  # garbage: RemoteProtocolError
+                try:
+                    req = parse_request(frame)
+                except BadRequest as e:
+                    await stream.send_all(encode_frame(error_response(e.request_id, e.code,
+                                                                      e.message)))
+                    continue
                 if req.api == Api.PRODUCE:
                     header = self.produce(req)
                     header.update(id=req.id, error=0)

@@ -331,16 +331,19 @@ class RecordAccumulator:
                 self._wake()
 
 
+def _one(key) -> int:
+    return 1
+
+
 def select_sendable(
-    pending, now: float, in_order: bool, in_flight: dict, max_in_flight: int = 1,
-    single: set | frozenset = frozenset(),
+    pending, now: float, in_order: bool, in_flight: dict,
+    window: Callable[[tuple[str, int]], int] = _one,
 ) -> tuple[list, deque, list]:
     """Split queued batches into (send now, keep queued, expired).
 
     Pure: no I/O, no locks. In-order mode (idempotence) sends batches by creation
-    order, and per partition only while fewer than ``max_in_flight`` of its batches
-    are in flight (``in_flight``: partition -> count; 1 for the partitions in
-    ``single``, see the producer's window rule); a batch waiting for its retry
+    order, and per partition only while fewer than ``window(partition)`` of its
+    batches are in flight (``in_flight``: partition -> count); a batch waiting for its retry
     backoff holds back the later batches of its partition, so a partition's batches
     always go out in sequence order. Otherwise a retry backoff holds back only the
     batch itself and the in-flight window is the connection's (see the sender).
@@ -365,7 +368,7 @@ def select_sendable(
             continue
         if in_order:
             n = in_flight.get(key, 0) + taken.get(key, 0)
-            if n >= (1 if key in single else max_in_flight):
+            if n >= window(key):
                 keep.append(b)
                 blocked.add(key)
                 continue

@@ -32,6 +32,10 @@ def cmd_up(args) -> int:
     if args.nodes < 1 or args.nodes > 9:
         print("raftlog up: --nodes must be between 1 and 9", file=sys.stderr)
         return 2
+    if not args.wait_timeout >= 0:  # (also NaN)
+        print(f"raftlog up: --wait-timeout must be 0 or more seconds, not {args.wait_timeout}",
+              file=sys.stderr)
+        return 2
     data_dir = os.path.abspath(args.data_dir)
     os.makedirs(data_dir, exist_ok=True)
     extra: list[str] = []
@@ -67,7 +71,10 @@ def cmd_up(args) -> int:
             f.write(f"{proc.pid}\n")
         procs.append(proc)
 
+    stopping = []
+
     def forward(signum, _frame):
+        stopping.append(signum)
         for proc in procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -80,21 +87,23 @@ def cmd_up(args) -> int:
               if not _wait_listening(args.host, args.port + i, p,
                                      max(0.0, deadline - time.monotonic()))]
     problem = (f"node(s) {', '.join(map(str, silent))} did not start listening"
-               if silent else _wait_registered(servers, args.nodes, deadline))
-    if problem is not None:
+               if silent else _wait_registered(servers, args.nodes, deadline,
+                                               lambda: bool(stopping)))
+    if problem is not None and not stopping:
         print(f"raftlog up: not up after {args.wait_timeout:g} s: {problem} "
               "(their output is above); stopping", file=sys.stderr, flush=True)
         forward(signal.SIGTERM, None)
         for p in procs:
             p.wait()
         return 1
-    print(
-        f"raftlog is up: bootstrap servers {servers}, data in {data_dir}\n"
-        f"  raftlog topics create demo --bootstrap-server {args.host}:{args.port}\n"
-        f'  Producer(bootstrap_servers="{servers}")\n'
-        "Ctrl-C stops it.",
-        flush=True,
-    )
+    if not stopping:  # (Ctrl-C during the start-up wait: just stop)
+        print(
+            f"raftlog is up: bootstrap servers {servers}, data in {data_dir}\n"
+            f"  raftlog topics create demo --bootstrap-server {args.host}:{args.port}\n"
+            f'  Producer(bootstrap_servers="{servers}")\n'
+            "Ctrl-C stops it.",
+            flush=True,
+        )
     rcs = [p.wait() for p in procs]
     bad = [rc for rc in rcs if rc not in (0, -signal.SIGTERM, -signal.SIGINT)]
     return bad[0] if bad else 0
@@ -127,10 +136,11 @@ def unready_brokers(expected: int, brokers) -> list[str]:
     return out
 
 
-def _wait_registered(servers: str, expected: int, deadline: float) -> str | None:
+def _wait_registered(servers: str, expected: int, deadline: float,
+                     stopped=lambda: False) -> str | None:
     """Wait until every node is registered and unfenced in the metadata (so a topic
     with replication factor ``expected`` can be created at once); None when it is,
-    else what is missing at the deadline."""
+    else what is missing at the deadline (or when ``stopped()``)."""
     from .admin import Admin
 
     why = ["no node answered DescribeCluster"]
@@ -142,7 +152,7 @@ def _wait_registered(servers: str, expected: int, deadline: float) -> str | None
             why = [f"DescribeCluster failed: {e}"]
         if not why:
             return None
-        if time.monotonic() >= deadline:
+        if time.monotonic() >= deadline or stopped():
             return "; ".join(why)
         time.sleep(0.1)
 

@@ -448,11 +448,8 @@ class _ProducerIO:
 
     def _send_pending(self) -> None:
         now = time.monotonic()
-        single = {k for k in self.in_flight_parts if k not in self.acked}
-        single.update((b.topic, b.partition) for b in self.pending
-                      if (b.topic, b.partition) not in self.acked)
         sendable, keep, expired = select_sendable(
-            self.pending, now, self.in_order, self.in_flight_parts, self.p.max_in_flight, single
+            self.pending, now, self.in_order, self.in_flight_parts, self._window
         )
         self.pending = keep
         for b in expired:

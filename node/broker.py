@@ -287,8 +287,8 @@ class Broker:
         """acks=all, first half (synchronous): append every batch now, in request order.
 
         Returns (per-partition results, waits, deadline in trio time): the request is
-        answered with :meth:`acks_all_answer` once the HW passes every wait
-        (:meth:`check_high_watermarks`; the server parks the request meanwhile).
+        answered once the HW passes every wait or it fails (:meth:`check_high_watermarks`,
+        :meth:`mark_failed`; the server parks the request meanwhile).
         The server appends pipelined requests of one connection while earlier ones
         wait, so a producer with several requests in flight pays one replication
         round for all of them, not one each."""
@@ -302,15 +302,14 @@ class Broker:
         timeout_ms = min(req.fields["timeout_ms"], self.config.request_timeout_ms)
         return results, waits, trio.current_time() + timeout_ms / 1000
 
-    def acks_all_answer(self, results: list, failed: dict) -> Response:
-        """acks=all, second half: the answer once every wait is replicated or ``failed``
-        ({(topic, partition): ApiError}) -- see :meth:`check_high_watermarks`."""
-        if failed:
-            for i, r in enumerate(results):
-                err = failed.get((r[0], r[1]))
-                if err is not None and r[2] == 0:
-                    results[i] = [r[0], r[1], int(err.code), -1, -1, err.message]
-        return {"parts": results}, []
+    @staticmethod
+    def mark_failed(results: list, failed: dict) -> None:
+        """acks=all: turn the results of the partitions in ``failed`` ({(topic,
+        partition): ApiError}, from :meth:`check_high_watermarks`) into their errors."""
+        for i, r in enumerate(results):
+            err = failed.get((r[0], r[1]))
+            if err is not None and r[2] == 0:
+                results[i] = [r[0], r[1], int(err.code), -1, -1, err.message]
 
     @staticmethod
     def check_high_watermarks(waits: list, expired: bool) -> tuple[list, dict]:

@@ -52,8 +52,9 @@ MAX_REQUESTS_PER_TURN = 256
 #: Admin APIs that write through the metadata quorum in cluster mode.
 QUORUM_WRITE_APIS = frozenset({Api.CREATE_TOPICS, Api.DELETE_TOPICS, Api.ALTER_CONFIGS,
                                Api.CREATE_PARTITIONS, Api.ELECT_LEADERS})
-#: acks=all produce requests of one connection waiting for replication at once; the
-#: reader stops reading that connection while this many wait (Kafka's clients keep <= 5).
+#: Parked requests of one connection (acks=all produces waiting for replication,
+#: long-poll fetches) at once; the reader stops reading that connection while this
+#: many wait (Kafka's clients keep <= 5 requests in flight).
 MAX_DEFERRED_PER_CONNECTION = 64
 #: File slices smaller than this are read and coalesced instead of sendfile'd.
 SENDFILE_MIN_BYTES = 64 * 1024
@@ -146,7 +147,7 @@ class ParkedProduce(_Parked):
         broker = self.server.broker
         self.waits, failed = broker.check_high_watermarks(self.waits, expired)
         if failed:
-            broker.acks_all_answer(self.results, failed)  # marks those partitions failed
+            broker.mark_failed(self.results, failed)
         if self.waits:
             self.unwatch()
             self.watch([w[0] for w in self.waits])  # a full partition: the deadline answers

@@ -80,3 +80,35 @@ def test_growth_compares_the_first_and_last_window():
     assert g["first10_p99_ms"] < 11 < 50 < g["last10_p99_ms"]
     assert g["last10_over_first10_p99"] > 4
     assert throughput.growth(steady[:800], 8)["window_s"] == 2  # short runs: quarters
+
+
+def test_the_relay_answers_a_bad_request_and_survives_garbage():
+    import struct
+
+    import cbor2
+
+    relay = subprocess.Popen([sys.executable, os.path.join(BENCH, "relay.py")],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        port = int(relay.stdout.readline())
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        header = cbor2.dumps({"id": 7, "api": 9999})  # an api nobody serves
+        s.sendall(struct.pack("<II", 4 + len(header), len(header)) + header)
+        proto = ClientConnection()
+        proto._in_flight.append(7)
+        while (frame := proto.next_response()) is None:
+            proto.receive_data(s.recv(1 << 16))
+        assert frame.header["id"] == 7 and frame.header["error"] != 0
+        s.sendall(b"\xff" * 64)  # not a frame: this connection is closed...
+        assert s.recv(1 << 16) == b""
+        s.close()
+        # ...and the relay still serves others
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        batch = records.encode_batch([b"x"], timestamp=0)
+        f = _call(s, ClientConnection(), Api.PRODUCE,
+                  {"acks": 1, "parts": [["t", 0, len(batch)]]}, batch)
+        assert f.header["parts"][0][2] == 0
+        s.close()
+    finally:
+        relay.terminate()
+        relay.wait(10)

@@ -158,14 +158,15 @@ def test_select_sendable_in_order_sends_one_batch_per_idle_partition():
 def test_select_sendable_in_order_fills_each_partitions_window_in_sequence_order():
     a = [_batch("a", 0, i) for i in range(7)]
     b0 = _batch("b", 0, 7)
-    send, keep, _ = select_sendable(deque([*reversed(a), b0]), 1.0, True, {("a", 0): 2}, 5)
+    send, keep, _ = select_sendable(deque([*reversed(a), b0]), 1.0, True, {("a", 0): 2},
+                                  lambda key: 5)
     assert send == [a[0], a[1], a[2], b0]  # 2 already in flight + 3 = the window of 5
     assert list(keep) == a[3:]
 
 
 def test_select_sendable_backoff_holds_back_later_batches_of_the_partition():
     retried, later, other = _batch(seq=0, retry_at=5.0), _batch(seq=1), _batch("o", 0, 2)
-    send, keep, _ = select_sendable(deque([later, retried, other]), 1.0, True, {}, 5)
+    send, keep, _ = select_sendable(deque([later, retried, other]), 1.0, True, {}, lambda key: 5)
     assert send == [other] and list(keep) == [retried, later]
     # without in-order delivery only the batch in backoff waits
     send, keep, _ = select_sendable(deque([later, retried, other]), 1.0, False, {})

@@ -90,6 +90,12 @@ def test_unready_brokers_names_every_node_not_registered_or_fenced():
     assert unready_brokers(1, brokers) == []
 
 
+def test_up_rejects_a_negative_wait_timeout(tmp_path):
+    r = subprocess.run(_up_args(str(tmp_path / "d"), free_port(), "--wait-timeout", "-1"),
+                       capture_output=True, timeout=60)
+    assert r.returncode == 2 and b"--wait-timeout must be 0 or more" in r.stderr
+
+
 def test_up_that_cannot_get_ready_in_time_says_why_and_stops(tmp_path):
     r = subprocess.run(_up_args(str(tmp_path / "d"), free_port(), "--wait-timeout", "0"),
                        capture_output=True, timeout=60)
