@@ -231,6 +231,21 @@ def harden_pysyncobj() -> None:
 # --------------------------------------------------------------------------- the replicated object
 
 
+class _SnapshotOnDump:
+    """The state as pysyncobj's full dump stores it: pickled as the CBOR bytes of
+    :func:`~raftlog.metadata.state.snapshot`, encoded only when a dump is written
+    (not after every applied record, which would cost O(state) per write). A dump
+    loads back as plain bytes (``bytes`` is among :data:`SAFE_GLOBALS`)."""
+
+    __slots__ = ("state",)
+
+    def __init__(self, state: MetadataState):
+        self.state = state
+
+    def __reduce__(self):
+        return (bytes, (snapshot(self.state),))
+
+
 class _MetadataLog(SyncObj):
     def __init__(self, self_addr: str, partners: list[str], conf: SyncObjConf, publish):
         # Attributes set before SyncObj.__init__ are not part of pysyncobj's snapshot;
@@ -240,11 +255,11 @@ class _MetadataLog(SyncObj):
         self._publish = publish
         self._applied: collections.OrderedDict[str, Result] = collections.OrderedDict()
         super().__init__(self_addr, partners, conf)
-        self._snapshot_bytes = snapshot(self._state)
+        self._snapshot_bytes = self._state_from = _SnapshotOnDump(self._state)
 
     def current_state(self) -> MetadataState:
         snap = self._snapshot_bytes
-        if self._state_from is not snap:  # restored from a pysyncobj dump
+        if self._state_from is not snap:  # restored from a pysyncobj dump: CBOR bytes
             self._state = restore(snap)
             self._state_from = snap
         return self._state
@@ -269,7 +284,7 @@ class _MetadataLog(SyncObj):
             logger.critical("metadata apply failed on %r", record, exc_info=True)
             state, result = self.current_state(), Result(False, f"internal error: {e!r}")
         self._state = state
-        self._snapshot_bytes = self._state_from = snapshot(state)
+        self._snapshot_bytes = self._state_from = _SnapshotOnDump(state)
         self._remember(str(request_id), result)
         self._publish(state, record, result)
         return result

@@ -87,6 +87,10 @@ class Broker:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.log_configs: dict[str, LogConfig] = {}
         self._applied_configs: dict[str, dict] = {}
+        #: {topic: TopicInfo} as the last reconcile saw them, and the registration
+        #: state it ran under (None: never ran) -- see reconcile
+        self._reconciled: dict = {}
+        self._reconciled_as: bool | None = None
         #: Cluster mode: called with (broker_id, incarnation_id) for each BrokerHeartbeat.
         self.on_heartbeat = None
         #: Cluster mode: False until this incarnation's registration has committed.
@@ -126,28 +130,79 @@ class Broker:
     def reconcile(self) -> None:
         """Make hosted partitions follow the topic metadata: open logs of new replicas,
         set leadership and epochs, apply configs, delete logs of deleted topics.
-        Runs on the trio thread only."""
-        wanted = {}
-        for info in self.store.topics.values():
-            for p in info.partitions:
-                if self.config.node_id in p.replicas:
-                    wanted[(info.name, p.partition)] = (info, p)
-        for key in [k for k in self.partitions if k not in wanted]:
+        Runs on the trio thread only.
+
+        Work is proportional to what changed: a topic whose ``TopicInfo`` is the
+        object seen by the last reconcile is skipped (both stores keep the object
+        while the topic is unchanged). The first call, and the one after this node's
+        registration commits, go over every topic."""
+        topics = self.store.topics
+        full = self._reconciled_as != self.registered
+        seen = {} if full else self._reconciled
+        if full:
+            # seen is filled topic by topic: a topic whose turn raised is redone next time
+            self._reconciled, self._reconciled_as = seen, self.registered
+            for key in [k for k in self.partitions if k[0] not in topics]:
+                self.partitions.pop(key).delete()
+            for name in [n for n in self.log_configs if n not in topics]:
+                del self.log_configs[name]
+            changed = list(topics)
+        else:
+            changed = [n for n, info in topics.items() if seen.get(n) is not info]
+        gone = [n for n in seen if n not in topics]
+        if not changed and not gone:
+            return
+        touched: set = set()  # followed-or-hosted keys of the topics looked at
+        follow: dict = {}
+        for name in gone:
+            touched.update(self._drop_topic(name, seen.pop(name)))
+        for name in changed:
+            info = topics[name]
+            old = seen.get(name)
+            if old is not None and old.topic_id != info.topic_id:  # deleted and re-created
+                touched.update(self._drop_topic(name, old))
+            touched.update(self._reconcile_topic(info, follow))
+            seen[name] = info
+        if self.fetchers is not None:
+            self.fetchers.update(follow, only=None if full else touched)
+        if self.isr_changed is not None:
+            self.isr_changed()
+        if self.groups is not None:
+            self.groups.on_reconcile()
+
+    def _drop_topic(self, name: str, info) -> list:
+        """Delete this node's logs of a topic gone (or re-created under a new id)."""
+        keys = [(name, p.partition) for p in info.partitions if (name, p.partition) in self.partitions]
+        for key in keys:
             self.partitions.pop(key).delete()
-        for name in [n for n in self.log_configs if n not in self.store.topics]:
-            del self.log_configs[name]
-        for (name, partition), (info, p) in wanted.items():
-            cfg = self.log_configs.get(name)
-            if cfg is None or info.config != self._applied_configs.get(name):
-                cfg = validate_topic_config(info.config, self.config.log_defaults)
-                self.log_configs[name] = cfg
-                self._applied_configs[name] = dict(info.config)
-            part = self.partitions.get((name, partition))
+        self.log_configs.pop(name, None)
+        self._applied_configs.pop(name, None)
+        return keys
+
+    def _reconcile_topic(self, info, follow: dict) -> list:
+        """Open, update (and drop) this node's replicas of one topic; adds the ones it
+        follows to ``follow``. Returns every key looked at."""
+        name, me = info.name, self.config.node_id
+        cfg = self.log_configs.get(name)
+        if cfg is None or info.config != self._applied_configs.get(name):
+            cfg = validate_topic_config(info.config, self.config.log_defaults)
+            self.log_configs[name] = cfg
+            self._applied_configs[name] = dict(info.config)
+        keys = []
+        for p in info.partitions:
+            key = (name, p.partition)
+            part = self.partitions.get(key)
+            if me not in p.replicas:
+                if part is not None:  # reassigned away from this node
+                    self.partitions.pop(key).delete()
+                    keys.append(key)
+                continue
+            keys.append(key)
             if part is None:
-                path = partition_dir(self.config.data_dir, name, partition)
-                part = Partition(name, partition, PartitionLog.open(path, cfg), p.leader_epoch,
-                                 node_id=self.config.node_id)
-                self.partitions[(name, partition)] = part
+                path = partition_dir(self.config.data_dir, name, p.partition)
+                part = Partition(name, p.partition, PartitionLog.open(path, cfg), p.leader_epoch,
+                                 node_id=me)
+                self.partitions[key] = part
             part.log.config = cfg
             # Until this node's registration commits, its copy of the metadata may be
             # stale (a restart replays its own journal first): take no role from it.
@@ -158,16 +213,9 @@ class Broker:
                 self.events.info("partition_role", partition=part, role=role,
                                  leader=p.leader, leader_epoch=p.leader_epoch,
                                  leo=part.log.log_end_offset, hw=part.high_watermark)
-        if self.fetchers is not None:
-            self.fetchers.update({
-                key: (part.leader_id, part.leader_epoch)
-                for key, part in self.partitions.items()
-                if not part.is_leader and part.leader_id >= 0
-            })
-        if self.isr_changed is not None:
-            self.isr_changed()
-        if self.groups is not None:
-            self.groups.on_reconcile()
+            if not part.is_leader and part.leader_id >= 0:
+                follow[key] = (part.leader_id, part.leader_epoch)
+        return keys
 
     def close(self) -> None:
         """Flush and checkpoint every log: durable when it returns."""

@@ -65,25 +65,42 @@ class FetcherManager:
         self.nursery = nursery
         self.fetchers: dict[int, LeaderFetcher] = {}
         self.follows: dict[tuple, FollowState] = {}
+        #: follows grouped by leader (kept in step with follows)
+        self._by_leader: dict[int, dict[tuple, FollowState]] = {}
 
-    def update(self, wanted: dict) -> None:
-        """``wanted``: {(topic, partition): (leader_id, leader_epoch)}. Trio thread."""
-        for key in [k for k in self.follows if k not in wanted]:
-            del self.follows[key]
+    def update(self, wanted: dict, only=None) -> None:
+        """``wanted``: {(topic, partition): (leader_id, leader_epoch)} of every partition
+        to follow; with ``only`` (keys), just of those keys -- partitions outside them
+        keep what they follow. Only the fetchers of leaders concerned are re-assigned.
+        Trio thread."""
+        drop = [k for k in (self.follows if only is None else only)
+                if k not in wanted and k in self.follows]
+        affected = set()
+        for key in drop:
+            st = self.follows.pop(key)
+            self._by_leader[st.leader_id].pop(key, None)
+            affected.add(st.leader_id)
         for key, (leader, epoch) in wanted.items():
             st = self.follows.get(key)
-            if st is None or (st.leader_id, st.leader_epoch) != (leader, epoch):
-                self.follows[key] = FollowState(leader, epoch)  # truncate again first
-        by_leader: dict[int, dict] = {}
-        for key, st in self.follows.items():
-            by_leader.setdefault(st.leader_id, {})[key] = st
-        for leader, fetcher in list(self.fetchers.items()):
-            fetcher.assign(by_leader.get(leader, {}))
-            if not fetcher.partitions:
-                fetcher.cancel()
-                del self.fetchers[leader]
-        for leader, parts in by_leader.items():
-            if leader not in self.fetchers:
+            if st is not None and (st.leader_id, st.leader_epoch) == (leader, epoch):
+                continue
+            if st is not None:
+                self._by_leader[st.leader_id].pop(key, None)
+                affected.add(st.leader_id)
+            st = self.follows[key] = FollowState(leader, epoch)  # truncate again first
+            self._by_leader.setdefault(leader, {})[key] = st
+            affected.add(leader)
+        for leader in affected:
+            parts = self._by_leader.get(leader) or {}
+            if not parts:
+                self._by_leader.pop(leader, None)
+            fetcher = self.fetchers.get(leader)
+            if fetcher is not None:
+                fetcher.assign(parts)
+                if not fetcher.partitions:
+                    fetcher.cancel()
+                    del self.fetchers[leader]
+            elif parts:
                 fetcher = LeaderFetcher(self.broker, leader, self.events)
                 fetcher.assign(parts)
                 self.fetchers[leader] = fetcher

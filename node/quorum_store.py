@@ -36,6 +36,16 @@ BROKER_WAIT_POLL_S = 0.05
 PROPOSE_TIMEOUT_S = 5.0
 
 
+def _topic_info(t, down: frozenset, brokers: dict) -> TopicInfo:
+    return TopicInfo(
+        t.name, t.topic_id, dict(t.configs),
+        tuple(PartitionInfo(p.partition, p.leader, p.leader_epoch, p.replicas, p.isr,
+                            p.partition_epoch,
+                            tuple(r for r in p.replicas if r in down or r not in brokers))
+              for p in t.partitions),
+    )
+
+
 class QuorumTopicStore:
     def __init__(self, config: NodeConfig, on_commit):
         self.config = config
@@ -48,30 +58,30 @@ class QuorumTopicStore:
             password=config.raft_password,
             on_commit=on_commit,
         )
-        self._cache_state = None
+        #: (state, (fenced ids, registered ids), {name: TopicInfo}) -- see topics
+        self._cache: tuple = (None, None, {})
         self._bug_ack_before_commit = "bug-ack-before-commit" in config.test_flags
-        self._cache_topics: dict[str, TopicInfo] = {}
 
     # ------------------------------------------------------------------ reads
 
     @property
     def topics(self) -> dict[str, TopicInfo]:
+        """{name: TopicInfo} of the applied state. Rebuilt per topic that changed
+        (by identity), so a TopicInfo object stays the same while its topic does --
+        what lets ``Broker.reconcile`` touch only changed topics."""
         state = self.quorum.state
-        if state is not self._cache_state:
-            down = {b.broker_id for b in state.brokers.values() if b.fenced}
-            self._cache_topics = {
-                name: TopicInfo(
-                    name, t.topic_id, dict(t.configs),
-                    tuple(PartitionInfo(p.partition, p.leader, p.leader_epoch, p.replicas, p.isr,
-                                        p.partition_epoch,
-                                        tuple(r for r in p.replicas if r in down or
-                                              r not in state.brokers))
-                          for p in t.partitions),
-                )
-                for name, t in state.topics.items()
-            }
-            self._cache_state = state
-        return self._cache_topics
+        before, before_brokers, cache = self._cache  # one tuple: read and replaced whole
+        if state is before:
+            return cache
+        down = frozenset(b.broker_id for b in state.brokers.values() if b.fenced)
+        brokers = (down, frozenset(state.brokers))
+        old_topics = before.topics if before is not None and brokers == before_brokers else {}
+        out = {}
+        for name, t in state.topics.items():
+            info = cache.get(name) if old_topics.get(name) is t else None
+            out[name] = info if info is not None else _topic_info(t, down, state.brokers)
+        self._cache = (state, brokers, out)
+        return out
 
     def brokers(self) -> list:
         rows = []
