@@ -19,6 +19,7 @@ import os
 from raftlog.checkpoint import PartitionCheckpoint
 from raftlog.config import LogConfig
 from raftlog.log import CHECKPOINT_FILE, PartitionLog
+from raftlog.segment import parse_segment_name
 
 
 def lose_unsynced_writes(data_dir: str) -> dict[str, int]:
@@ -31,9 +32,11 @@ def lose_unsynced_writes(data_dir: str) -> dict[str, int]:
     for name in sorted(os.listdir(data_dir)):
         path = os.path.join(data_dir, name)
         cp_path = os.path.join(path, CHECKPOINT_FILE)
-        if not os.path.isfile(cp_path):
+        if not os.path.isdir(path) or not (os.path.isfile(cp_path) or any(
+                parse_segment_name(f) is not None for f in os.listdir(path))):
             continue
-        # read before opening: opening recovers the log and moves the recovery point
+        # read before opening: opening recovers the log and moves the recovery point;
+        # a log never flushed has no checkpoint: nothing of it was synced
         cp = PartitionCheckpoint.read(cp_path)
         synced = cp.recovery_point if cp is not None else 0
         log = PartitionLog.open(path, LogConfig())

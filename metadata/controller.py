@@ -22,12 +22,19 @@ def live_brokers(state: MetadataState) -> list[int]:
     return sorted(b.broker_id for b in state.brokers.values() if not b.fenced)
 
 
-def place_replicas(state: MetadataState, partitions: int, replication_factor: int) -> tuple:
+def leader_counts(state: MetadataState) -> Counter:
+    """{broker id: partitions it leads} (-1: offline partitions)."""
+    return Counter(p.leader for t in state.topics.values() for p in t.partitions)
+
+
+def place_replicas(state: MetadataState, partitions: int, replication_factor: int,
+                   leads: Counter | None = None) -> tuple:
     """Round-robin replica assignment over live brokers, leaders spread evenly.
 
     Partition i's replicas are ``replication_factor`` consecutive live brokers
     starting at offset (start + i); ``start`` is the broker that leads the fewest
     partitions now, so successive topics do not pile leadership on broker 0.
+    ``leads`` is :func:`leader_counts` of ``state`` when the caller keeps it.
     """
     brokers = live_brokers(state)
     if partitions < 1:
@@ -37,7 +44,8 @@ def place_replicas(state: MetadataState, partitions: int, replication_factor: in
             f"replication factor {replication_factor} needs that many live brokers; "
             f"{len(brokers)} are live ({brokers})"
         )
-    leads = Counter(p.leader for t in state.topics.values() for p in t.partitions)
+    if leads is None:
+        leads = leader_counts(state)
     start = min(range(len(brokers)), key=lambda i: (leads[brokers[i]], i))
     n = len(brokers)
     return tuple(

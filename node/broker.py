@@ -91,6 +91,8 @@ class Broker:
         #: state it ran under (None: never ran) -- see reconcile
         self._reconciled: dict = {}
         self._reconciled_as: bool | None = None
+        #: the partitions this node leads that have other replicas (the ISR duty's)
+        self.led: dict[tuple[str, int], Partition] = {}
         #: Cluster mode: called with (broker_id, incarnation_id) for each BrokerHeartbeat.
         self.on_heartbeat = None
         #: Cluster mode: False until this incarnation's registration has committed.
@@ -143,7 +145,7 @@ class Broker:
             # seen is filled topic by topic: a topic whose turn raised is redone next time
             self._reconciled, self._reconciled_as = seen, self.registered
             for key in [k for k in self.partitions if k[0] not in topics]:
-                self.partitions.pop(key).delete()
+                self._remove_partition(key)
             for name in [n for n in self.log_configs if n not in topics]:
                 del self.log_configs[name]
             changed = list(topics)
@@ -170,11 +172,15 @@ class Broker:
         if self.groups is not None:
             self.groups.on_reconcile()
 
+    def _remove_partition(self, key) -> None:
+        self.led.pop(key, None)
+        self.partitions.pop(key).delete()
+
     def _drop_topic(self, name: str, info) -> list:
         """Delete this node's logs of a topic gone (or re-created under a new id)."""
         keys = [(name, p.partition) for p in info.partitions if (name, p.partition) in self.partitions]
         for key in keys:
-            self.partitions.pop(key).delete()
+            self._remove_partition(key)
         self.log_configs.pop(name, None)
         self._applied_configs.pop(name, None)
         return keys
@@ -194,7 +200,7 @@ class Broker:
             part = self.partitions.get(key)
             if me not in p.replicas:
                 if part is not None:  # reassigned away from this node
-                    self.partitions.pop(key).delete()
+                    self._remove_partition(key)
                     keys.append(key)
                 continue
             keys.append(key)
@@ -213,8 +219,12 @@ class Broker:
                 self.events.info("partition_role", partition=part, role=role,
                                  leader=p.leader, leader_epoch=p.leader_epoch,
                                  leo=part.log.log_end_offset, hw=part.high_watermark)
-            if not part.is_leader and part.leader_id >= 0:
-                follow[key] = (part.leader_id, part.leader_epoch)
+            if part.is_leader and len(part.replicas) > 1:
+                self.led[key] = part
+            else:
+                self.led.pop(key, None)
+                if not part.is_leader and part.leader_id >= 0:
+                    follow[key] = (part.leader_id, part.leader_epoch)
         return keys
 
     def close(self) -> None:
@@ -225,6 +235,7 @@ class Broker:
             except Exception as e:  # keep closing the others
                 self.events.error("log_close_failed", partition=part, error=e)
         self.partitions.clear()
+        self.led.clear()
 
     def flush_all(self) -> None:
         """fsync every log with unflushed data. Runs in a worker thread (see node.py)."""

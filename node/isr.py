@@ -43,7 +43,7 @@ class IsrManager:
 
     def changes(self, now_ms: int) -> list:
         out = []
-        for part in list(self.broker.partitions.values()):
+        for part in list(self.broker.led.values()):
             st = part.leader_state
             if not part.is_leader or st is None or part.pending_isr is not None:
                 continue

@@ -11,12 +11,14 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from collections import Counter
 
 from raftlog.errors import ApiError, ErrorCode
 from raftlog.metadata import records as R
 from raftlog.metadata.controller import (
     PlacementError,
     alter_partition,
+    leader_counts,
     place_replicas,
     preferred_leader_changes,
 )
@@ -59,7 +61,7 @@ class QuorumTopicStore:
             on_commit=on_commit,
         )
         #: (state, (fenced ids, registered ids), {name: TopicInfo}) -- see topics
-        self._cache: tuple = (None, None, {})
+        self._cache: tuple = (None, None, {}, None)
         self._bug_ack_before_commit = "bug-ack-before-commit" in config.test_flags
 
     # ------------------------------------------------------------------ reads
@@ -69,19 +71,35 @@ class QuorumTopicStore:
         """{name: TopicInfo} of the applied state. Rebuilt per topic that changed
         (by identity), so a TopicInfo object stays the same while its topic does --
         what lets ``Broker.reconcile`` touch only changed topics."""
-        state = self.quorum.state
-        before, before_brokers, cache = self._cache  # one tuple: read and replaced whole
+        return self._cached(self.quorum.state)[2]
+
+    def _cached(self, state) -> tuple:
+        """(state, brokers key, {name: TopicInfo}, leader counts) of ``state``, derived
+        from the previous one for the topics whose object changed."""
+        cached = self._cache  # one tuple: read and replaced whole (several threads read)
+        before, before_brokers, cache, leads = cached
         if state is before:
-            return cache
+            return cached
         down = frozenset(b.broker_id for b in state.brokers.values() if b.fenced)
         brokers = (down, frozenset(state.brokers))
-        old_topics = before.topics if before is not None and brokers == before_brokers else {}
+        incremental = before is not None and brokers == before_brokers
+        if not incremental:
+            old_topics, leads = {}, leader_counts(state)
+        else:
+            old_topics, leads = before.topics, Counter(leads)
+            for name, t in old_topics.items():
+                if state.topics.get(name) is not t:
+                    leads.subtract(p.leader for p in t.partitions)
         out = {}
         for name, t in state.topics.items():
             info = cache.get(name) if old_topics.get(name) is t else None
-            out[name] = info if info is not None else _topic_info(t, down, state.brokers)
-        self._cache = (state, brokers, out)
-        return out
+            if info is None:
+                info = _topic_info(t, down, state.brokers)
+                if incremental:
+                    leads.update(p.leader for p in t.partitions)
+            out[name] = info
+        cached = self._cache = (state, brokers, out, leads)
+        return cached
 
     def brokers(self) -> list:
         rows = []
@@ -227,7 +245,9 @@ class QuorumTopicStore:
         deadline = time.monotonic() + BROKER_WAIT_S
         while True:
             try:
-                return place_replicas(self.quorum.state, partitions, replication_factor)
+                state = self.quorum.state
+                return place_replicas(state, partitions, replication_factor,
+                                      self._cached(state)[3])
             except PlacementError as e:
                 expected = len(self.config.controller_quorum_voters or ())
                 if replication_factor > expected or time.monotonic() >= deadline:

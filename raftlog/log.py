@@ -111,6 +111,7 @@ class PartitionLog:
             if name.endswith((".tmp", ".cleaned")):
                 os.unlink(os.path.join(self.path, name))  # leftovers of a crash mid-write
         bases = sorted(b for b in map(parse_segment_name, os.listdir(self.path)) if b is not None)
+        fresh = cp is None and not bases  # a new partition: nothing to remember yet
         self.segments = [LogSegment(self.path, b, self.config.index_interval_bytes) for b in bases]
         if cp is not None:
             self.log_start_offset, self._high_watermark = cp.log_start_offset, cp.high_watermark
@@ -133,7 +134,8 @@ class PartitionLog:
         if os.path.exists(clean_marker):
             os.unlink(clean_marker)
             fsync_dir(self.path)
-        self.checkpoint()
+        if not fresh:  # (a new log's first flush writes it: no fsync to create a partition)
+            self.checkpoint()
 
     def _recover(self, clean: bool) -> list[LogSegment]:
         """Trust validated indexes of segments wholly below the recovery point (or of
@@ -423,9 +425,15 @@ class PartitionLog:
         """Record that ``epoch`` starts at ``start_offset`` (durable when it returns)."""
         if epoch <= self.latest_epoch:
             return
+        # The first epoch of a log without records is not fsynced here: losing it loses
+        # nothing (recovery rebuilds the epochs of a log without a checkpoint from its
+        # batches, and a leader assigns its epoch again); the next flush writes it. So
+        # creating a partition costs no fsync on the event loop.
+        first_of_empty = not self.epochs and self.log_end_offset == self.log_start_offset
         self.epochs = [(e, o) for e, o in self.epochs if o < start_offset]
         self.epochs.append((epoch, start_offset))
-        self.checkpoint()
+        if not first_of_empty:
+            self.checkpoint()
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """OffsetsForLeaderEpoch (KIP-101/279): (largest epoch <= ``epoch``, its end offset).

@@ -28,3 +28,19 @@ def test_unsynced_appends_are_dropped_and_synced_ones_kept(tmp_path):
         after.close()
     # nothing unsynced left: a second power loss drops nothing
     assert lose_unsynced_writes(str(d)) == {}
+
+
+def test_a_log_never_flushed_loses_everything(tmp_path):
+    # a new partition writes no checkpoint until its first flush: all of it is unsynced
+    d = tmp_path / "node"
+    path = str(d / "t-0")
+    log = PartitionLog.open(path, LogConfig())
+    log.assign_epoch(3, 0)
+    for i in range(4):
+        log.append(encode_batch([b"lost-%d" % i]), leader_epoch=3)
+    assert lose_unsynced_writes(str(d)) == {"t-0": 4}
+    after = PartitionLog.open(path, LogConfig())
+    try:
+        assert after.log_end_offset == 0 and after.epochs == []
+    finally:
+        after.close()

@@ -79,3 +79,35 @@ def test_alter_partition_validation():
         alter_partition(s, "t", 5, 1, (1,), 0, 1)
     with pytest.raises(ValueError, match="stay in the ISR"):
         alter_partition(s, "t", 0, 1, (2, 3), 0, 1)
+
+
+def test_leader_counts_kept_by_the_quorum_store_match_a_recount():
+    # QuorumTopicStore derives leader counts from the previous state's, topic by topic
+    import random
+
+    from raftlog.metadata import records as R
+    from raftlog.metadata.controller import leader_counts
+    from raftlog.metadata.state import MetadataState, apply
+    from raftlog.node.quorum_store import QuorumTopicStore
+
+    store = QuorumTopicStore.__new__(QuorumTopicStore)
+    store._cache = (None, None, {}, None)
+    rng = random.Random(5)
+    s = MetadataState()
+    for b in (1, 2, 3):
+        s, _ = apply(s, R.RegisterBroker(b, "i", (("h", b),)), term=1)
+        s, _ = apply(s, R.UnfenceBroker(b, "i"), term=1)
+    for step in range(300):
+        name = f"t{rng.randrange(20)}"
+        kind = rng.random()
+        if kind < 0.5:
+            rec = R.CreateTopic(name, f"id{step}", tuple((rng.choice((1, 2, 3)),) for _ in range(2)))
+        elif kind < 0.7:
+            rec = R.DeleteTopic(name)
+        elif kind < 0.85:
+            rec = R.FenceBroker(rng.choice((1, 2, 3)))
+        else:
+            rec = R.UnfenceBroker(rng.choice((1, 2, 3)), "i")
+        s, _ = apply(s, rec, term=1)
+        if rng.random() < 0.7:  # not every state is looked at
+            assert +store._cached(s)[3] == +leader_counts(s), step

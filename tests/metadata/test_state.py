@@ -243,3 +243,18 @@ def test_producer_id_block_compare_and_set():
     assert a.ok and a.value == 0
     s2, b = apply(s, R.AllocateProducerIds(2, 10, first_id=0), term=1)
     assert not b.ok and "stale" in b.error and s2.next_producer_id == 10
+
+
+def test_invariants_checked_on_what_changed():
+    from dataclasses import replace
+
+    s, _ = _replay([(R.RegisterBroker(1, "i", (("h", 1),)), 1), (R.UnfenceBroker(1, "i"), 1),
+                    (R.CreateTopic("a", "id", ((1,),)), 1)], through_bytes=False)
+    t = s.topics["a"]
+    bad = replace(t, partitions=(replace(t.partitions[0], isr=(2,)),))  # ISR outside replicas
+    worse = replace(s, topics={**s.topics, "a": bad})
+    with pytest.raises(AssertionError):
+        check_invariants(worse, s)  # "a" changed: checked
+    check_invariants(replace(worse, next_producer_id=7), worse)  # "a" unchanged: skipped
+    with pytest.raises(AssertionError):  # brokers changed: every topic is checked again
+        check_invariants(replace(worse, brokers=dict(worse.brokers)), worse)

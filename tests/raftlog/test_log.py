@@ -375,3 +375,19 @@ def test_flush_in_a_thread_while_appending(tmp_path):
     del log
     log = PartitionLog.open(str(tmp_path / "p"), LogConfig(segment_bytes=4096))
     assert [r.offset for r in _all(log)] == list(range(log.log_end_offset))
+
+
+def test_a_new_log_writes_its_checkpoint_at_its_first_flush(tmp_path):
+    # creating a partition costs no fsync; what the checkpoint would hold is rebuilt
+    path = str(tmp_path / "p")
+    cp_path = os.path.join(path, CHECKPOINT_FILE)
+    log = PartitionLog.open(path)
+    log.assign_epoch(4, 0)
+    assert not os.path.exists(cp_path)
+    log.append(encode_batch([b"a", b"b"]), leader_epoch=4)
+    # a crash now (no close): the epoch comes back from the batches
+    again = PartitionLog.open(path)
+    assert again.epochs == [(4, 0)] and again.log_end_offset == 2
+    again.assign_epoch(5, 2)  # a later epoch of a log with records: durable at once
+    assert PartitionCheckpoint.read(cp_path).epochs == [(4, 0), (5, 2)]
+    again.close()

@@ -1,0 +1,38 @@
+"""Broker.reconcile: partitions follow the topic metadata, touching only what changed."""
+
+from __future__ import annotations
+
+import io
+
+from raftlog.node.broker import Broker
+from raftlog.node.config import NodeConfig
+from raftlog.node.logfmt import EventLog
+from raftlog.records import encode_batch
+
+
+def _broker(tmp_path) -> Broker:
+    config = NodeConfig.from_properties({"data.dir": str(tmp_path / "data")})
+    broker = Broker(config, EventLog(1, stream=io.StringIO()))
+    broker.open()
+    return broker
+
+
+def test_unchanged_topics_are_left_alone_and_a_recreated_topic_starts_empty(tmp_path):
+    broker = _broker(tmp_path)
+    try:
+        broker.create_topic("keep", 2, 1, {})
+        broker.create_topic("again", 1, 1, {})
+        kept = {k: v for k, v in broker.partitions.items() if k[0] == "keep"}
+        broker.partitions[("again", 0)].log.append(encode_batch([b"old"] * 3))
+        # deleted and re-created between two reconciles (one coalesced metadata change)
+        broker.store.delete("again")
+        broker.store.create("again", 1, {})
+        broker.reconcile()
+        assert broker.partitions[("again", 0)].log.log_end_offset == 0
+        assert {k: v for k, v in broker.partitions.items() if k[0] == "keep"} == kept
+        assert all(broker.partitions[k] is v for k, v in kept.items())
+        broker.store.delete("keep")
+        broker.reconcile()
+        assert sorted(broker.partitions) == [("again", 0)]
+    finally:
+        broker.close()
