@@ -78,7 +78,7 @@ def consumer(bootstrap: str, topic: str, n: int, ready: str) -> dict:
             "replica_id": -1, "max_wait_ms": 500, "min_bytes": 1, "max_bytes": 1 << 20,
             "parts": [[topic, 0, offset, 1 << 20, -1]]})
         now = time.monotonic_ns()
-        if frame.header["parts"][0][5]:
+        if frame.header["parts"][0].length:
             for r in records.decode_batches(bytes(frame.body), start_offset=offset):
                 lat.append((now - int.from_bytes(r.value[:8], "little")) / 1e6)
                 offset = r.offset + 1

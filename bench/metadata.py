@@ -1,6 +1,6 @@
 """Metadata quorum benchmark on a local 3-node cluster (real node processes).
 
-    python bench/metadata.py [--json] [--topics 200] [--failovers 20] [--starts 0]
+    python bench/metadata.py [--json] [--topics 200] [--failovers 20] [--starts 0] [--rejoins 5]
 
 * ``topic_creations_s``: CreateTopics requests per second, one at a time, through one node
   (each is a Raft commit: journal msync on a majority, then applied);
@@ -8,6 +8,9 @@
   over the nodes;
 * ``failover_s_median``, ``failover_s_max``: SIGKILL of the controller -> the next
   successful metadata write (a topic creation through a survivor) over ``--failovers``;
+* ``rejoin_elections``: controller elections caused by ``--rejoins`` follower voters
+  cut off from the others' Raft traffic for 1.5 s and healed (``rejoin_epoch_growth``:
+  the controller epoch's growth per rejoin);
 * ``critical_lines``: CRITICAL lines (pysyncobj's "state machine may have diverged"
   and any other) in every node log of the run; ``--starts N`` adds N fresh 3-node
   clusters, each started, used for one RF3 topic and stopped.
@@ -146,6 +149,40 @@ def _concurrent_creations(c: Cluster, topics: int, clients: int) -> float:
     return per * clients / (time.perf_counter() - t)
 
 
+def rejoin_elections(rejoins: int, cut_s: float = 1.5) -> list[int]:
+    """Controller elections caused by a voter that rejoins after a Raft partition.
+
+    A 3-node cluster whose Raft links run through the harness's proxies
+    (``raftlog.jepsen.proxy``); ``rejoins`` times a follower voter is cut off from
+    both others for ``cut_s`` (several election timeouts), healed, and given as long
+    again. Returns, per rejoin, how much the controller epoch (the Raft term) grew:
+    0 when pre-vote and leader stickiness keep the healthy controller."""
+    from raftlog.jepsen.cluster import Cluster as ProxiedCluster
+
+    out: list[int] = []
+    base = tempfile.mkdtemp(prefix="raftlog-bench-rejoin-")
+    c = ProxiedCluster(3, base, net="proxy", log=lambda *a: None)
+    try:
+        c.start()
+        admin = Admin(c.bootstrap, request_timeout_ms=5000)
+        _retry(lambda: admin.create_topic("warmup"))
+        for _ in range(rejoins):
+            before = _retry(lambda: (d := admin.describe_cluster()).controller_id > 0 and d or 1 / 0)
+            cut = next(n.id for n in c.nodes if n.id != before.controller_id)
+            c.net.partition([[cut], [n.id for n in c.nodes if n.id != cut]])
+            time.sleep(cut_s)
+            c.heal()
+            time.sleep(cut_s)
+            _retry(lambda: admin.create_topic(f"after-rejoin-{len(out)}"))
+            after = admin.describe_cluster()
+            out.append(after.controller_epoch - before.controller_epoch)
+        admin.close()
+    finally:
+        c.close()
+        shutil.rmtree(base, ignore_errors=True)
+    return out
+
+
 def bench(topics: int, failovers: int, starts: int = 0, clients: int = 8) -> dict:
     c = Cluster()
     lines: list[str] = []
@@ -190,8 +227,13 @@ def main() -> None:
     ap.add_argument("--failovers", type=int, default=20)
     ap.add_argument("--starts", type=int, default=0, help="fresh 3-node starts to check")
     ap.add_argument("--clients", type=int, default=8, help="clients creating topics at once")
+    ap.add_argument("--rejoins", type=int, default=5,
+                    help="Raft partitions of a follower voter, healed: elections they cause")
     args = ap.parse_args()
     res = bench(args.topics, args.failovers, args.starts, args.clients)
+    if args.rejoins:
+        grew = rejoin_elections(args.rejoins)
+        res.update(rejoins=len(grew), rejoin_elections=sum(grew), rejoin_epoch_growth=grew)
     if args.json:
         print(json.dumps(res))
     else:

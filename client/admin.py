@@ -85,6 +85,9 @@ class ClusterDescription:
     cluster_id: str
     controller_id: int
     brokers: tuple
+    #: the metadata quorum's Raft term (KRaft's controller epoch): it grows with every
+    #: controller election; 0 for a single node without a quorum, -1 if not reported
+    controller_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +238,9 @@ def group_description_from_wire(entry: dict) -> GroupDescription:
     into sets of TopicPartition; an undecodable one counts as empty."""
     ptype = entry.get("protocol_type") or ""
     members = []
-    for member_id, instance_id, client_id, client_host, _metadata, assignment in entry["members"]:
+    for m in entry["members"]:
+        member_id, instance_id, client_id, client_host, assignment = (
+            m.member_id, m.group_instance_id, m.client_id, m.client_host, m.assignment)
         tps: set = set()
         if ptype == "consumer" and assignment is not None:
             try:
@@ -311,41 +316,42 @@ class Admin:
                 "timeout_ms": int(self.timeout_s * 1000),
             },
         )
-        _, code, message = h["results"][0]
-        if code:
-            raise api_error(code, message)
+        r = h["results"][0]
+        if r.error:
+            raise api_error(r.error, r.message)
 
     def delete_topic(self, name: str) -> None:
         h = self._call(
             Api.DELETE_TOPICS, {"names": [name], "timeout_ms": int(self.timeout_s * 1000)}
         )
-        _, code, message = h["results"][0]
-        if code:
-            raise api_error(code, message)
+        r = h["results"][0]
+        if r.error:
+            raise api_error(r.error, r.message)
 
     def list_topics(self, include_internal: bool = False) -> list[str]:
         """Topic names; internal ones (``__consumer_offsets``) only when asked."""
         h = self._call(Api.METADATA, {"topics": None})
-        return sorted(t["name"] for t in h["topics"] if not t["error"]
-                      and (include_internal or not t["name"].startswith("__")))
+        return sorted(t.name for t in h["topics"] if not t.error
+                      and (include_internal or not t.name.startswith("__")))
 
     def describe_topic(self, name: str) -> TopicDescription:
         h = self._call(Api.METADATA, {"topics": [name], "include_configs": True})
         t = h["topics"][0]
-        if t["error"]:
-            raise api_error(t["error"], t.get("message", ""))
+        if t.error:
+            raise api_error(t.error, t.message)
         parts = tuple(
-            PartitionDescription(p[0], p[2], tuple(p[4]), tuple(p[5]), p[3], tuple(p[6]))
-            for p in sorted(t["partitions"])
+            PartitionDescription(p.partition, p.leader, tuple(p.replicas), tuple(p.isr),
+                                 p.leader_epoch, tuple(p.offline_replicas))
+            for p in sorted(t.partitions)
         )
-        return TopicDescription(
-            t["name"], dict(t.get("config") or {}), parts, t.get("topic_id", "")
-        )
+        return TopicDescription(t.name, dict(t.config or {}), parts, t.topic_id)
 
     def describe_cluster(self) -> ClusterDescription:
         h = self._call(Api.DESCRIBE_CLUSTER, {})
-        brokers = tuple(BrokerDescription(b[0], b[1], b[2], b[3], bool(b[4])) for b in h["brokers"])
-        return ClusterDescription(h["cluster_id"], h["controller_id"], brokers)
+        brokers = tuple(BrokerDescription(b.node_id, b.host, b.port, b.rack, bool(b.fenced))
+                        for b in h["brokers"])
+        return ClusterDescription(h["cluster_id"], h["controller_id"], brokers,
+                                  h.get("controller_epoch", -1))
 
     def alter_config(self, topic: str, config: dict) -> None:
         """Set (value) or remove (None) topic config keys."""
@@ -439,7 +445,8 @@ class Admin:
         committed (empty for an unknown group)."""
         h = self._group_request(group_id, Api.OFFSET_FETCH, {"group": group_id, "parts": None})
         return {
-            TopicPartition(t, p): off for t, p, off, _meta in h["parts"] if off is not None and off >= 0
+            TopicPartition(r.topic, r.partition): r.offset for r in h["parts"]
+            if r.offset is not None and r.offset >= 0
         }
 
     def alter_group_offsets(self, group_id: str, offsets: Mapping) -> None:
@@ -455,8 +462,8 @@ class Admin:
             return
 
         def part_error(h):
-            bad = [p for p in h["parts"] if p[2]]
-            return (bad[0][2], bad[0][3]) if bad else None
+            bad = [r for r in h["parts"] if r.error]
+            return (bad[0].error, bad[0].message) if bad else None
 
         try:
             h = self._group_request(
@@ -475,9 +482,10 @@ class Admin:
                     f"while it is Empty (stop its consumers first) [{e}]"
                 ) from None
             raise
-        for topic, partition, code, message in h["parts"]:
-            if code:
-                raise api_error(code, f"offset of {topic}-{partition} not committed: {message}")
+        for r in h["parts"]:
+            if r.error:
+                raise api_error(r.error, f"offset of {r.topic}-{r.partition} not committed: "
+                                         f"{r.message}")
 
     def reset_group_offsets(
         self,
@@ -549,12 +557,12 @@ class Admin:
             group_id,
             Api.DELETE_GROUPS,
             {"groups": [group_id]},
-            entry_error=lambda h: (h["results"][0][1], h["results"][0][2]),
+            entry_error=lambda h: (h["results"][0].error, h["results"][0].message),
             retry_lost=False,
         )
-        _, code, message = h["results"][0]
-        if code:
-            raise api_error(code, message or f"group {group_id!r}")
+        r = h["results"][0]
+        if r.error:
+            raise api_error(r.error, r.message or f"group {group_id!r}")
 
     # ------------------------------------------------------------------ group plumbing
 
@@ -665,11 +673,11 @@ class Admin:
                     (retry if e.retriable else results).update(dict.fromkeys(tps, e))
                     continue
                 for tp, part in zip(tps, frame.header["parts"]):
-                    if part[2]:
-                        e = api_error(part[2], f"list offsets of {tp.topic}-{tp.partition}")
+                    if part.error:
+                        e = api_error(part.error, f"list offsets of {tp.topic}-{tp.partition}")
                         (retry if e.retriable else results)[tp] = e
                     else:
-                        results[tp] = (part[3], part[4])
+                        results[tp] = (part.offset, part.timestamp)
             if not retry:
                 break
             if attempt + 1 == LIST_OFFSETS_ATTEMPTS:

@@ -262,6 +262,7 @@ def cmd_cluster(args) -> int:
                 {
                     "cluster_id": c.cluster_id,
                     "controller_id": c.controller_id,
+                    "controller_epoch": c.controller_epoch,
                     "brokers": [
                         {"id": b.id, "host": b.host, "port": b.port, "fenced": b.fenced}
                         for b in c.brokers

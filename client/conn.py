@@ -228,16 +228,17 @@ class Cluster:
         raise BrokerNotAvailableError(f"metadata refresh failed: {last}")
 
     def _update(self, h: dict) -> None:
-        self.brokers = {b[0]: (b[1], b[2]) for b in h["brokers"]}
+        self.brokers = {b.node_id: (b.host, b.port) for b in h["brokers"]}
         self.controller_id = h.get("controller_id", -1)
         self.cluster_id = h.get("cluster_id", "")
         for t in h["topics"]:
-            if t["error"]:
-                self.topics.pop(t["name"], None)
+            if t.error:
+                self.topics.pop(t.name, None)
                 continue
-            self.topics[t["name"]] = {
-                p[0]: PartitionMeta(p[0], p[2], p[3], tuple(p[4]), tuple(p[5]), p[1])
-                for p in t["partitions"]
+            self.topics[t.name] = {
+                p.partition: PartitionMeta(p.partition, p.leader, p.leader_epoch,
+                                           tuple(p.replicas), tuple(p.isr), p.error)
+                for p in t.partitions
             }
 
     def partitions_for(
@@ -256,11 +257,11 @@ class Cluster:
             parts = self.topics.get(topic)
             if parts is not None:
                 break
-            t = next((t for t in h["topics"] if t["name"] == topic), None)
-            code = t["error"] if t else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            t = next((t for t in h["topics"] if t.name == topic), None)
+            code = t.error if t else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             final = len(self.brokers) <= 1 or time.monotonic() >= deadline
             if code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION or final:
-                raise api_error(code, (t or {}).get("message") or f"unknown topic {topic!r}")
+                raise api_error(code, (t.message if t else "") or f"unknown topic {topic!r}")
             time.sleep(METADATA_BACKOFF_S)
         return parts
 

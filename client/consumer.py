@@ -361,9 +361,9 @@ class Consumer:
                 timeout_s=self.request_timeout_s,
             )
             for tp, part in zip(tps, frame.header["parts"]):
-                if part[2]:
-                    raise api_error(part[2], f"list offsets of {tp.topic}-{tp.partition}")
-                out[tp] = (part[3], part[4])
+                if part.error:
+                    raise api_error(part.error, f"list offsets of {tp.topic}-{tp.partition}")
+                out[tp] = (part.offset, part.timestamp)
         return out
 
     def beginning_offsets(self, partitions) -> dict[TopicPartition, int]:
@@ -783,7 +783,7 @@ def _decode_fetch(frame, tps: list, positions: dict) -> tuple[list, list, list]:
     body, pos = memoryview(frame.body), 0
     batches, resets, errors = [], [], []
     for tp, part in zip(tps, frame.header["parts"]):
-        code, n = part[2], part[5]
+        code, n = part.error, part.length
         data = body[pos : pos + n]
         pos += n
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
@@ -792,7 +792,7 @@ def _decode_fetch(frame, tps: list, positions: dict) -> tuple[list, list, list]:
             errors.append(
                 api_error(
                     code,
-                    part[6] if len(part) > 6 and part[6] else f"fetch {tp.topic}-{tp.partition}",
+                    part.message or f"fetch {tp.topic}-{tp.partition}",
                 )
             )
         elif n:

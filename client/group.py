@@ -34,7 +34,7 @@ import time
 from collections.abc import Iterable
 
 from raftlog.errors import ApiError, ErrorCode
-from raftlog.protocol import Api
+from raftlog.protocol import Api, PartitionResult
 
 from .assignors import Subscription, assignment_from_wire, assignment_to_wire, get_assignor
 from .conn import BrokerConnection, Cluster
@@ -161,18 +161,18 @@ class GroupMember:
                 try:
                     h = self._request(Api.OFFSET_COMMIT, fields)
                 except ApiError as e:
-                    h = {"parts": [[None, None, int(e.code), e.message]]}
-                failed = [p for p in h["parts"] if p[2]]
+                    h = {"parts": [PartitionResult("", -1, int(e.code), e.message)]}
+                failed = [p for p in h["parts"] if p.error]
                 if not failed:
                     return
-                code = ErrorCode(failed[0][2])
+                code, message = ErrorCode(failed[0].error), failed[0].message
                 if code in _COORDINATOR_MOVED:
-                    raise _CoordinatorGone(failed[0][3])
+                    raise _CoordinatorGone(message)
                 if code in _MEMBERSHIP_LOST or code is ErrorCode.REBALANCE_IN_PROGRESS:
                     raise CommitFailedError(
-                        f"commit of group {self.group_id!r} refused: {code.name}: {failed[0][3]} "
+                        f"commit of group {self.group_id!r} refused: {code.name}: {message} "
                         "(the group rebalanced; the partitions may belong to another member now)")
-                raise api_error(code, failed[0][3])
+                raise api_error(code, message)
             except _CoordinatorGone:
                 if time.monotonic() >= deadline:
                     raise BrokerNotAvailableError(
@@ -187,7 +187,7 @@ class GroupMember:
             try:
                 h = self._request(Api.OFFSET_FETCH, {
                     "group": self.group_id, "parts": [[tp.topic, tp.partition] for tp in tps]})
-                return {tp: (p[2] if p[2] >= 0 else None) for tp, p in zip(tps, h["parts"])}
+                return {tp: (p.offset if p.offset >= 0 else None) for tp, p in zip(tps, h["parts"])}
             except _CoordinatorGone:
                 if time.monotonic() >= deadline:
                     raise BrokerNotAvailableError(
@@ -365,9 +365,9 @@ class GroupMember:
         try:
             if self.pattern is not None:
                 h = cluster.refresh(None)
-                topics = tuple(sorted(t["name"] for t in h["topics"] if not t["error"]
-                                      and self.pattern.fullmatch(t["name"])
-                                      and not t["name"].startswith("__")))
+                topics = tuple(sorted(t.name for t in h["topics"] if not t.error
+                                      and self.pattern.fullmatch(t.name)
+                                      and not t.name.startswith("__")))
             else:
                 topics = self.topics
                 if topics:
@@ -472,11 +472,11 @@ class GroupMember:
 
     def _assign(self, members: list) -> list:
         subs = {}
-        for member_id, _instance, metadata in members:
+        for m in members:
             try:
-                subs[member_id] = Subscription.from_wire(metadata)
+                subs[m.member_id] = Subscription.from_wire(m.metadata)
             except ValueError:
-                subs[member_id] = Subscription(())
+                subs[m.member_id] = Subscription(())
         topics = sorted({t for s in subs.values() for t in s.topics})
         cluster = self._cluster
         counts = {}

@@ -608,18 +608,18 @@ class _ProducerIO:
                 self._retry_or_fail(b, err)
             return
         for b, part in zip(chunk, h.get("parts", [])):
-            code = part[2]
+            code = part.error
             if code == 0:
                 if b.producer_id == self.producer_id and b.producer_id >= 0:
                     self.acked.add((b.topic, b.partition))
-                self.p._complete(b, part[3])
+                self.p._complete(b, part.base_offset)
             elif code == ErrorCode.OUT_OF_ORDER_SEQUENCE and self._earlier_unsettled(b):
                 # an earlier batch of its partition failed and is being retried: this
                 # one goes again after it, in sequence order (not a failure of its own)
                 b.retry_at = 0.0
                 self.pending.append(b)
             else:
-                self._retry_or_fail(b, api_error(code, part[5] if len(part) > 5 else ""))
+                self._retry_or_fail(b, api_error(code, part.message))
 
     def _earlier_unsettled(self, b: ProducerBatch) -> bool:
         """Is a batch created before ``b``, of its partition and producer id, queued for

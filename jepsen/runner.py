@@ -164,16 +164,16 @@ class LeaderObserver:
         if h.get("controller_id") is not None and h["controller_id"] >= 0:
             self.controller = h["controller_id"]
         for t in h.get("topics") or []:
-            if t.get("error") or (self.topic and t["name"] != self.topic):
+            if t.error or (self.topic and t.name != self.topic):
                 continue
-            tid = str(t.get("topic_id", ""))
-            for p in t["partitions"]:
-                key = f"{t['name']}-{p[0]}"
-                self.observations.append({"key": key, "epoch": p[3], "leader": p[2],
+            tid = str(t.topic_id)
+            for p in t.partitions:
+                key = f"{t.name}-{p.partition}"
+                self.observations.append({"key": key, "epoch": p.leader_epoch, "leader": p.leader,
                                           "topic_id": tid, "node": node_id, "time": now})
                 seen = self.leaders.get(key)
-                if p[2] >= 0 and (seen is None or seen[0] != tid or p[3] >= seen[1]):
-                    self.leaders[key] = (tid, p[3], p[2])
+                if p.leader >= 0 and (seen is None or seen[0] != tid or p.leader_epoch >= seen[1]):
+                    self.leaders[key] = (tid, p.leader_epoch, p.leader)
 
 
 # ----------------------------------------------------------------------------- final read

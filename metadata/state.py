@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, replace
 
 import cbor2
 
+from raftlog.errors import ErrorCode
+
 from . import records as R
 
 SNAPSHOT_VERSION = 1
@@ -71,16 +73,20 @@ class MetadataState:
 
 @dataclass(frozen=True, slots=True)
 class Result:
+    """What applying a record did. A rejected record says why (``error``) and which
+    error code a request that proposed it answers with (``code``, an ErrorCode)."""
+
     ok: bool
     error: str = ""
     value: object = None
+    code: int = 0
 
 
 OK = Result(True)
 
 
-def _fail(msg: str) -> Result:
-    return Result(False, msg)
+def _fail(msg: str, code: ErrorCode = ErrorCode.INVALID_REQUEST) -> Result:
+    return Result(False, msg, None, int(code))
 
 
 def apply(state: MetadataState, record, *, term: int) -> tuple[MetadataState, Result]:
@@ -90,8 +96,8 @@ def apply(state: MetadataState, record, *, term: int) -> tuple[MetadataState, Re
         return state, _fail(f"unknown record {type(record).__name__}")
     if isinstance(record, R.PartitionChange) and term < state.last_term:
         return state, _fail(
-            f"proposed in term {term} after term {state.last_term} wrote: stale controller"
-        )
+            f"proposed in term {term} after term {state.last_term} wrote: stale controller",
+            ErrorCode.NOT_CONTROLLER)
     if term > state.last_term:
         state = replace(state, last_term=term)
     new, result = handler(state, record, term)
@@ -229,9 +235,9 @@ def _changed(p: Partition, leader: int, isr: tuple) -> Partition:
 
 def _create_topic(s: MetadataState, r: R.CreateTopic, term: int):
     if r.name in s.topics:
-        return s, _fail(f"topic {r.name!r} already exists")
+        return s, _fail(f"topic {r.name!r} already exists", ErrorCode.TOPIC_ALREADY_EXISTS)
     if not r.assignments:
-        return s, _fail("a topic needs at least one partition")
+        return s, _fail("a topic needs at least one partition", ErrorCode.INVALID_PARTITIONS)
     parts = []
     for i, replicas in enumerate(r.assignments):
         replicas = tuple(replicas)
@@ -249,12 +255,12 @@ def _create_topic(s: MetadataState, r: R.CreateTopic, term: int):
 def _create_partitions(s: MetadataState, r: R.CreatePartitions, term: int):
     t = s.topics.get(r.topic)
     if t is None:
-        return s, _fail(f"topic {r.topic!r} does not exist")
+        return s, _fail(f"topic {r.topic!r} does not exist", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     if len(t.partitions) != r.expected_count:
         return s, _fail(f"topic {r.topic!r} has {len(t.partitions)} partitions, "
-                        f"not the expected {r.expected_count}")
+                        f"not the expected {r.expected_count}", ErrorCode.INVALID_PARTITIONS)
     if not r.assignments:
-        return s, _fail("no partitions to add")
+        return s, _fail("no partitions to add", ErrorCode.INVALID_PARTITIONS)
     parts = list(t.partitions)
     for replicas in r.assignments:
         replicas = tuple(replicas)
@@ -272,7 +278,7 @@ def _create_partitions(s: MetadataState, r: R.CreatePartitions, term: int):
 
 def _delete_topic(s: MetadataState, r: R.DeleteTopic, term: int):
     if r.name not in s.topics:
-        return s, _fail(f"topic {r.name!r} does not exist")
+        return s, _fail(f"topic {r.name!r} does not exist", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     topics = dict(s.topics)
     del topics[r.name]
     return replace(s, topics=topics), OK
@@ -281,7 +287,7 @@ def _delete_topic(s: MetadataState, r: R.DeleteTopic, term: int):
 def _config_change(s: MetadataState, r: R.ConfigChange, term: int):
     t = s.topics.get(r.topic)
     if t is None:
-        return s, _fail(f"topic {r.topic!r} does not exist")
+        return s, _fail(f"topic {r.topic!r} does not exist", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     cfg = dict(t.configs)
     if r.value is None:
         cfg.pop(r.key, None)
@@ -299,7 +305,8 @@ def _partition_change(s: MetadataState, r: R.PartitionChange, term: int):
         )
     t = s.topics.get(r.topic)
     if t is None or not 0 <= r.partition < len(t.partitions):
-        return s, _fail(f"unknown partition {r.topic}-{r.partition}")
+        return s, _fail(f"unknown partition {r.topic}-{r.partition}",
+                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     p = t.partitions[r.partition]
     if p.partition_epoch != r.expected_partition_epoch:
         return s, _fail(

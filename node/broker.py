@@ -9,7 +9,6 @@ client sends yields an error response, never an exception out of here.
 from __future__ import annotations
 
 import os
-import time
 
 import trio
 
@@ -28,10 +27,21 @@ from raftlog.protocol import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     Api,
+    ApiVersionRange,
+    BrokerRow,
+    EpochEndOffset,
+    FetchPartHeader,
+    ListOffsetsPartResult,
+    NamedResult,
+    PartitionMetadata,
+    PartitionResult,
+    ProducePartResult,
     Request,
+    TopicMetadata,
     split_body,
 )
 
+from .clock import wall_ms
 from .config import NodeConfig
 from .group_handlers import GROUP_APIS
 from .logfmt import EventLog
@@ -70,8 +80,6 @@ SERVED_APIS = {
 }
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class Broker:
@@ -262,7 +270,7 @@ class Broker:
         deleted = 0
         for part in list(self.partitions.values()):
             try:
-                deleted += part.log.apply_retention(_now_ms())
+                deleted += part.log.apply_retention(wall_ms())
             except StorageError as e:
                 self.events.error("retention_failed", partition=part, error=e)
         return deleted
@@ -332,9 +340,9 @@ class Broker:
             base, last = part.append_as_leader(data, cfg.max_message_bytes)  # copied once, by the log
             if waits is not None and part.high_watermark <= last and not self._bug_early_ack:
                 waits.append((part, part.leader_epoch, last, topic, partition))
-            return [topic, partition, 0, base, -1, ""]
+            return ProducePartResult(topic, partition, 0, base, -1, "")
         except ApiError as e:
-            return [topic, partition, int(e.code), -1, -1, e.message]
+            return ProducePartResult(topic, partition, int(e.code), -1, -1, e.message)
 
     def min_insync_replicas(self, topic: str) -> int:
         info = self.store.topics.get(topic)
@@ -366,9 +374,10 @@ class Broker:
         """acks=all: turn the results of the partitions in ``failed`` ({(topic,
         partition): ApiError}, from :meth:`check_high_watermarks`) into their errors."""
         for i, r in enumerate(results):
-            err = failed.get((r[0], r[1]))
-            if err is not None and r[2] == 0:
-                results[i] = [r[0], r[1], int(err.code), -1, -1, err.message]
+            err = failed.get((r.topic, r.partition))
+            if err is not None and r.error == 0:
+                results[i] = ProducePartResult(r.topic, r.partition, int(err.code), -1, -1,
+                                               err.message)
 
     @staticmethod
     def check_high_watermarks(waits: list, expired: bool) -> tuple[list, dict]:
@@ -444,24 +453,22 @@ class Broker:
                     if n:
                         pieces.append(sl)
                 total += n
-                headers.append(
-                    [topic, partition, 0, part.high_watermark, log.log_start_offset, n, ""]
-                )
+                headers.append(FetchPartHeader(topic, partition, 0, part.high_watermark,
+                                               log.log_start_offset, n, ""))
             except ApiError as e:
                 error = True
-                headers.append([topic, partition, int(e.code), -1, -1, 0, e.message])
+                headers.append(FetchPartHeader(topic, partition, int(e.code), -1, -1, 0, e.message))
             except OffsetOutOfRangeError as e:
                 error = True
-                headers.append(
-                    [topic, partition, int(ErrorCode.OFFSET_OUT_OF_RANGE), -1,
-                     e.log_start_offset, 0, str(e)]
-                )
+                headers.append(FetchPartHeader(topic, partition, int(ErrorCode.OFFSET_OUT_OF_RANGE),
+                                               -1, e.log_start_offset, 0, str(e)))
             except CorruptRecordError as e:
                 # Never served. Tell this client, keep its other partitions, and let the
                 # node hand leadership to an intact replica (see on_corrupt_log).
                 error = True
-                headers.append([topic, partition, int(ErrorCode.KAFKA_STORAGE_ERROR), -1, -1, 0,
-                                f"{topic}-{partition}: data on disk failed its check: {e}"])
+                headers.append(FetchPartHeader(
+                    topic, partition, int(ErrorCode.KAFKA_STORAGE_ERROR), -1, -1, 0,
+                    f"{topic}-{partition}: data on disk failed its check: {e}"))
                 if self.on_corrupt_log is not None:
                     self.on_corrupt_log(self.partitions.get((topic, partition)), offset, e)
         return headers, pieces, total, error
@@ -488,9 +495,9 @@ class Broker:
             try:
                 part = self.leader_partition(topic, partition)
                 found, end = part.log.end_offset_for_epoch(epoch)
-                out.append([topic, partition, 0, found, end])
+                out.append(EpochEndOffset(topic, partition, 0, found, end))
             except ApiError as e:
-                out.append([topic, partition, int(e.code), -1, -1])
+                out.append(EpochEndOffset(topic, partition, int(e.code), -1, -1))
         return {"parts": out}, []
 
     # ------------------------------------------------------------------ offsets
@@ -513,9 +520,9 @@ class Broker:
                         off, t = found
                     else:
                         off, t = -1, -1
-                out.append([topic, partition, 0, off, t])
+                out.append(ListOffsetsPartResult(topic, partition, 0, off, t))
             except ApiError as e:
-                out.append([topic, partition, int(e.code), -1, -1])
+                out.append(ListOffsetsPartResult(topic, partition, int(e.code), -1, -1))
         return {"parts": out}, []
 
     # ------------------------------------------------------------------ metadata
@@ -524,7 +531,7 @@ class Broker:
         if self.cluster_mode:
             return self.store.brokers()
         host, port = self.config.advertised
-        return [[self.config.node_id, host, port, None, False]]
+        return [BrokerRow(self.config.node_id, host, port, None, False)]
 
     @property
     def controller_id(self) -> int:
@@ -540,12 +547,10 @@ class Broker:
             if info is None and self.config.auto_create_topics_enable and _legal(name):
                 info = self.create_topic(name, self.config.num_partitions, 1, {})
             if info is None:
-                topics.append(
-                    {"name": name, "error": int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-                     "message": f"unknown topic {name!r}", "partitions": []}
-                )
+                topics.append(TopicMetadata(name, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                                            f"unknown topic {name!r}").to_wire())
                 continue
-            topics.append(self._describe(info, req.fields["include_configs"]))
+            topics.append(self._describe(info, req.fields["include_configs"]).to_wire())
         return {
             "cluster_id": self.config.cluster_id,
             "controller_id": self.controller_id,
@@ -554,27 +559,23 @@ class Broker:
             "topics": topics,
         }, []
 
-    def _describe(self, info: TopicInfo, include_configs: bool) -> dict:
-        d = {
-            "name": info.name,
-            "error": 0,
-            "message": "",
-            "topic_id": info.topic_id,
-            "partitions": [
-                [p.partition, 0, p.leader, p.leader_epoch, list(p.replicas), list(p.isr),
-                 list(p.offline_replicas)]
-                for p in info.partitions
-            ],
-        }
+    def _describe(self, info: TopicInfo, include_configs: bool) -> TopicMetadata:
+        config = None
         if include_configs:
             cfg = self.log_configs.get(info.name) or validate_topic_config(info.config, self.config.log_defaults)
-            d["config"] = cfg.to_dict()
-        return d
+            config = cfg.to_dict()
+        return TopicMetadata(
+            info.name, 0, "", info.topic_id,
+            [PartitionMetadata(p.partition, 0, p.leader, p.leader_epoch, list(p.replicas),
+                               list(p.isr), list(p.offline_replicas))
+             for p in info.partitions],
+            config)
 
     def describe_cluster(self, req: Request) -> Response:
         return {
             "cluster_id": self.config.cluster_id,
             "controller_id": self.controller_id,
+            "controller_epoch": self.store.quorum.term if self.cluster_mode else 0,
             "brokers": self.brokers(),
         }, []
 
@@ -590,12 +591,12 @@ class Broker:
         replica where it is alive and in the ISR. Blocking (a quorum write)."""
         wanted = req.fields["parts"]
         if not self.cluster_mode:
-            return {"results": [[t, p, 0, ""] for t, p in (wanted or [])]}, []
+            return {"results": [PartitionResult(t, p, 0, "") for t, p in (wanted or [])]}, []
         return {"results": self.store.elect_preferred(wanted)}, []
 
     def api_versions(self, req: Request) -> Response:
         return {
-            "apis": [[int(a), lo, hi] for a, (lo, hi) in sorted(SERVED_APIS.items())],
+            "apis": [ApiVersionRange(int(a), lo, hi) for a, (lo, hi) in sorted(SERVED_APIS.items())],
             "node_id": self.config.node_id,
         }, []
 
@@ -635,9 +636,9 @@ class Broker:
                     validate_topic_config(t["config"], self.config.log_defaults)
                 else:
                     self.create_topic(t["name"], t["partitions"], t["replication_factor"], t["config"])
-                results.append([t["name"], 0, ""])
+                results.append(NamedResult(t["name"], 0, ""))
             except ApiError as e:
-                results.append([t["name"], int(e.code), e.message])
+                results.append(NamedResult(t["name"], int(e.code), e.message))
         return {"results": results}, []
 
     def delete_topics(self, req: Request) -> Response:
@@ -647,9 +648,9 @@ class Broker:
                 self.store.delete(name)
                 self._after_local_change()
                 self.events.info("topic_deleted", topic=name)
-                results.append([name, 0, ""])
+                results.append(NamedResult(name, 0, ""))
             except ApiError as e:
-                results.append([name, int(e.code), e.message])
+                results.append(NamedResult(name, int(e.code), e.message))
         return {"results": results}, []
 
     def alter_configs(self, req: Request) -> Response:

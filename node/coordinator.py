@@ -76,7 +76,7 @@ class GroupHost:
 
     async def _create_topic(self) -> None:
         try:
-            live = [b for b in self.broker.brokers() if not (len(b) > 4 and b[4])]
+            live = [b for b in self.broker.brokers() if not b.fenced]
             rf = max(1, min(self.topic_replication_factor, len(live)))
             config = {"cleanup.policy": "compact"}
             if self.broker.cluster_mode:
@@ -106,8 +106,8 @@ class GroupHost:
                            f"{OFFSETS_TOPIC} has {len(info.partitions)} partitions, not {partition + 1}")
         leader = info.partitions[partition].leader
         for b in self.broker.brokers():
-            if b[0] == leader and not (len(b) > 4 and b[4]):
-                return b[0], b[1], b[2]
+            if b.node_id == leader and not b.fenced:
+                return b.node_id, b.host, b.port
         raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
                        f"{OFFSETS_TOPIC}-{partition} has no live leader")
 
@@ -115,8 +115,8 @@ class GroupHost:
         waits: list = []
         for data in encode_offsets_batches(recs):
             r = self.broker._produce_one(OFFSETS_TOPIC, partition, data, -1, waits)
-            if r[2]:
-                raise ApiError(ErrorCode(r[2]), r[5])
+            if r.error:
+                raise ApiError(ErrorCode(r.error), r.message)
         if waits:
             deadline = trio.current_time() + self.broker.config.request_timeout_ms / 1000
             failed = await self.broker._await_high_watermarks(waits, deadline)

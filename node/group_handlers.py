@@ -46,7 +46,7 @@ import trio
 
 from raftlog import records as batch_format
 from raftlog.errors import ApiError, ErrorCode
-from raftlog.protocol import Api
+from raftlog.protocol import Api, NamedResult
 
 from .groups import GroupCoordinator, Outcome, Persist, Reply
 
@@ -219,8 +219,8 @@ class GroupService:
         if failure is None:
             return out.response
         # nothing was committed: every partition that passed validation gets the error
-        return {"parts": [[t, p, code, msg] if code else [t, p, int(failure.code), failure.message]
-                          for t, p, code, msg in out.response["parts"]]}
+        return {"parts": [r if r.error else r._replace(error=int(failure.code), message=failure.message)
+                          for r in out.response["parts"]]}
 
     async def offset_fetch(self, fields: dict) -> dict:
         return {"parts": self.coordinator.fetch_offsets(fields["group"], fields["parts"])}
@@ -247,9 +247,9 @@ class GroupService:
                 failure = await self.run_effects(out.effects)
                 if failure is not None:
                     raise failure
-                results.append([gid, 0, ""])
+                results.append(NamedResult(gid, 0, ""))
             except ApiError as e:
-                results.append([gid, int(e.code), e.message])
+                results.append(NamedResult(gid, int(e.code), e.message))
         return {"results": results}
 
     async def handle(self, api: Api, fields: dict) -> dict:

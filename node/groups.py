@@ -61,6 +61,13 @@ from typing import Any
 import cbor2
 
 from raftlog.errors import ApiError, ErrorCode, RaftlogError
+from raftlog.protocol import (
+    CommittedOffsetRow,
+    GroupListing,
+    GroupMemberRow,
+    JoinMember,
+    PartitionResult,
+)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 OFFSET_KEY_TYPE = 1
@@ -533,7 +540,7 @@ class GroupCoordinator:
     def _join_response(self, g: Group, m: Member, with_members: bool = True) -> dict:
         members = []
         if with_members and m.member_id == g.leader:
-            members = [[x.member_id, x.group_instance_id, x.metadata_for(g.protocol)]
+            members = [JoinMember(x.member_id, x.group_instance_id, x.metadata_for(g.protocol))
                        for x in g.members.values()]
         return {"member_id": m.member_id, "generation": g.generation,
                 "protocol_type": g.protocol_type, "protocol": g.protocol,
@@ -718,12 +725,13 @@ class GroupCoordinator:
         limit = self.config.offset_metadata_max_bytes
         for topic, partition, offset, metadata in offsets:
             if metadata is not None and len(metadata.encode()) > limit:
-                parts.append([topic, partition, int(ErrorCode.OFFSET_METADATA_TOO_LARGE),
-                              f"offset metadata is larger than {limit} bytes"])
+                parts.append(PartitionResult(topic, partition,
+                                             int(ErrorCode.OFFSET_METADATA_TOO_LARGE),
+                                             f"offset metadata is larger than {limit} bytes"))
                 continue
             records.append((offset_key(group_id, topic, partition),
                             offset_value(CommittedOffset(offset, metadata, now_ms))))
-            parts.append([topic, partition, 0, ""])
+            parts.append(PartitionResult(topic, partition, 0, ""))
         effects = (Persist(self.partition_for(group_id), tuple(records)),) if records else ()
         return Outcome({"parts": parts}, effects)
 
@@ -753,7 +761,8 @@ class GroupCoordinator:
         out = []
         for t, p in parts:
             c = offsets.get((t, p))
-            out.append([t, p, c.offset, c.metadata] if c else [t, p, -1, None])
+            out.append(CommittedOffsetRow(t, p, c.offset, c.metadata) if c
+                       else CommittedOffsetRow(t, p, -1, None))
         return out
 
     def expire_offsets(self, now_ms: int) -> list:
@@ -771,7 +780,7 @@ class GroupCoordinator:
     def list_groups(self) -> list:
         """``[[group, protocol_type, state], ...]`` of loaded partitions."""
         return [
-            [gid, g.protocol_type or "", g.state.value]
+            GroupListing(gid, g.protocol_type or "", g.state.value)
             for gid, g in sorted(self.groups.items())
             if self.partitions.get(self.partition_for(gid))
         ]
@@ -788,8 +797,8 @@ class GroupCoordinator:
             "generation": g.generation,
             "leader": g.leader,
             "members": [
-                [m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                 m.metadata_for(g.protocol), m.assignment]
+                GroupMemberRow(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                  m.metadata_for(g.protocol), m.assignment)
                 for m in g.members.values()
             ],
         }

@@ -10,8 +10,6 @@ Decisions are proposed with ``require_leader``; the state machine checks them ag
 
 from __future__ import annotations
 
-import time
-
 import trio
 
 from raftlog.errors import ApiError, ErrorCode, RemoteProtocolError
@@ -20,13 +18,11 @@ from raftlog.metadata.controller import BrokerLiveness, preferred_leader_changes
 from raftlog.metadata.errors import QuorumError
 from raftlog.protocol import Api, ClientConnection
 
+from .clock import node_ms
+
 #: Bound on one heartbeat round trip.
 HEARTBEAT_TIMEOUT_S = 2.0
 CONTROLLER_TICK_S = 0.2
-
-
-def _now_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 class Heartbeats:
@@ -38,7 +34,7 @@ class Heartbeats:
         self.liveness: BrokerLiveness | None = None
         self._stream = None
         self._stream_target = None
-        self._last_balance_ms = _now_ms()
+        self._last_balance_ms = node_ms()
 
     # ------------------------------------------------------------------ controller side
 
@@ -50,7 +46,7 @@ class Heartbeats:
             return True  # becoming controller: the duty loop starts the clocks
         broker = self.store.quorum.state.brokers.get(broker_id)
         if broker is not None and broker.incarnation_id == incarnation_id:
-            self.liveness.heartbeat(broker_id, _now_ms())
+            self.liveness.heartbeat(broker_id, node_ms())
         return True
 
     async def controller_duty(self) -> None:
@@ -60,7 +56,7 @@ class Heartbeats:
                 self.liveness = None
                 continue
             state = self.store.quorum.state
-            now = _now_ms()
+            now = node_ms()
             if self.liveness is None:
                 self.liveness = BrokerLiveness.on_become_controller(
                     state, now, self.config.broker_session_timeout_ms)

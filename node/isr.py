@@ -16,7 +16,7 @@ import trio
 
 from raftlog.errors import ApiError
 
-from .partition import _now_ms
+from .clock import node_ms
 from .replica import proposed_isr
 
 ISR_CHECK_S = 0.25
@@ -38,7 +38,7 @@ class IsrManager:
             with trio.move_on_after(ISR_CHECK_S):
                 await self._poke.wait()
             self._poke = trio.Event()
-            for part, isr in self.changes(_now_ms()):
+            for part, isr in self.changes(node_ms()):
                 await self._propose(part, isr)
 
     def changes(self, now_ms: int) -> list:

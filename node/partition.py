@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 
 import trio
 
@@ -32,6 +31,7 @@ from raftlog.errors import (
 from raftlog.log import PartitionLog
 from raftlog.producer_state import ProducerStateManager, Verdict
 
+from .clock import node_ms, wall_ms
 from .replica import UNKNOWN, LeaderState
 
 #: Waiters one partition may hold before new long-polls answer at once.
@@ -46,8 +46,6 @@ def partition_dir(data_dir: str, topic: str, partition: int) -> str:
     return os.path.join(data_dir, f"{topic}-{partition}")
 
 
-def _now_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 class Partition:
@@ -100,12 +98,12 @@ class Partition:
             if new_epoch or not was_leader or self.leader_state is None:
                 # Epoch E starts at the current LEO: OffsetsForLeaderEpoch answers from it.
                 self.log.assign_epoch(leader_epoch, self.log.log_end_offset)
-                self.leader_state = LeaderState(self.node_id, self.replicas, _now_ms())
+                self.leader_state = LeaderState(self.node_id, self.replicas, node_ms())
                 self.wake_waiters()
                 self.wake_leo_waiters()
                 self.maybe_advance_hw()
                 return "leader"
-            self.leader_state.set_replicas(self.replicas, _now_ms())
+            self.leader_state.set_replicas(self.replicas, node_ms())
             self.maybe_advance_hw()
             return None
         self.leader_state = None
@@ -148,7 +146,7 @@ class Partition:
         """
         if not self.is_leader or self.leader_state is None:
             raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"not the leader of {self}")
-        if not self.leader_state.on_fetch(replica, fetch_offset, self.log.log_end_offset, _now_ms()):
+        if not self.leader_state.on_fetch(replica, fetch_offset, self.log.log_end_offset, node_ms()):
             raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                            f"broker {replica} is not a replica of {self}")
         self.maybe_advance_hw()
@@ -196,7 +194,7 @@ class Partition:
         if h is not None:
             self._producers.update(h.producer_id, h.producer_epoch, h.base_sequence,
                                    last - base + 1, base, h.max_timestamp)
-        self.log.maybe_flush(int(time.time() * 1000))
+        self.log.maybe_flush(wall_ms())
         self.wake_leo_waiters()
         self.maybe_advance_hw()
         return base, last

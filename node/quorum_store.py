@@ -25,6 +25,7 @@ from raftlog.metadata.controller import (
 from raftlog.metadata.errors import NotControllerError, QuorumTimeoutError
 from raftlog.metadata.quorum import MetadataQuorum
 from raftlog.metadata.state import OK
+from raftlog.protocol import BrokerRow, PartitionResult
 
 from .config import NodeConfig
 from .topics import PartitionInfo, TopicInfo
@@ -105,7 +106,7 @@ class QuorumTopicStore:
         rows = []
         for b in sorted(self.quorum.state.brokers.values(), key=lambda b: b.broker_id):
             host, port = b.listeners[0] if b.listeners else ("", 0)
-            rows.append([b.broker_id, host, port, b.rack, b.fenced])
+            rows.append(BrokerRow(b.broker_id, host, port, b.rack, b.fenced))
         return rows
 
     @property
@@ -167,8 +168,7 @@ class QuorumTopicStore:
         record = R.CreateTopic(name, uuid.uuid4().hex, assignments, tuple(sorted(config.items())))
         result = self._propose(record)
         if not result.ok:
-            code = ErrorCode.TOPIC_ALREADY_EXISTS if "exists" in result.error else ErrorCode.INVALID_REQUEST
-            raise ApiError(code, result.error)
+            raise ApiError(ErrorCode(result.code), result.error)
         return self.topics.get(name)  # (None only under the planted bug-ack-before-commit)
 
     def delete(self, name: str) -> TopicInfo:
@@ -177,14 +177,14 @@ class QuorumTopicStore:
             raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         result = self._propose(R.DeleteTopic(name))
         if not result.ok:
-            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, result.error)
+            raise ApiError(ErrorCode(result.code), result.error)
         return info
 
     def set_config(self, name: str, config: dict) -> TopicInfo:
         for key, value in sorted(config.items()):
             result = self._propose(R.ConfigChange(name, key, value))
             if not result.ok:
-                raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, result.error)
+                raise ApiError(ErrorCode(result.code), result.error)
         return self.topics[name]
 
     def allocate_producer_ids(self, count: int) -> int:
@@ -220,22 +220,23 @@ class QuorumTopicStore:
         for topic, partition in wanted:
             t = state.topics.get(topic)
             if t is None or not 0 <= partition < len(t.partitions):
-                out.append([topic, partition, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-                            f"unknown partition {topic}-{partition}"])
+                out.append(PartitionResult(topic, partition, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                                           f"unknown partition {topic}-{partition}"))
                 continue
             change = changes.get((topic, partition))
             if change is None:
                 p = t.partitions[partition]
                 why = ("already led by its preferred replica" if p.leader == p.replicas[0]
                        else f"preferred replica {p.replicas[0]} is not alive and in the ISR")
-                out.append([topic, partition, 0, why])
+                out.append(PartitionResult(topic, partition, 0, why))
                 continue
             try:
                 result = self._propose(change)
-                out.append([topic, partition, 0 if result.ok else int(ErrorCode.POLICY_VIOLATION),
-                            "" if result.ok else result.error])
+                out.append(PartitionResult(
+                    topic, partition, 0 if result.ok else int(ErrorCode.POLICY_VIOLATION),
+                    "" if result.ok else result.error))
             except ApiError as e:
-                out.append([topic, partition, int(e.code), e.message])
+                out.append(PartitionResult(topic, partition, int(e.code), e.message))
         return out
 
     def _place(self, partitions: int, replication_factor: int):
@@ -266,7 +267,7 @@ class QuorumTopicStore:
             raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR, str(e)) from None
         result = self._propose(R.CreatePartitions(name, have, assignments))
         if not result.ok:
-            raise ApiError(ErrorCode.INVALID_PARTITIONS, result.error)
+            raise ApiError(ErrorCode(result.code), result.error)
         return self.topics[name]
 
     def close(self) -> None:

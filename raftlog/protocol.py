@@ -18,11 +18,12 @@ closed, since there is no way to find the next frame.
 
 from __future__ import annotations
 
+import collections
 import enum
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import cbor2
 
@@ -394,6 +395,236 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
 API_VERSIONS: dict[Api, tuple[int, int]] = {api: (0, 0) for api in REQUEST_SCHEMAS}
 
 
+# --------------------------------------------------------------------------- response parts
+# The other direction. A response header is {"id", "error", "message", ...fields}; its
+# repeated parts are positional arrays on the wire (as the request parts above). Each
+# has one type here, built by the node and read by every peer by name: a NamedTuple is
+# frozen, named and *is* its wire form (cbor2 writes it as an array), so building a
+# response costs no conversion. ``ClientConnection`` turns the arrays of every
+# response back into these types (:func:`parse_response`), checking their shape.
+
+
+class ProducePartResult(NamedTuple):
+    """PRODUCE ``parts``: one per partition of the request, in request order."""
+
+    topic: str
+    partition: int
+    error: int
+    base_offset: int  # -1 on error
+    log_append_time_ms: int  # -1: the records keep their CreateTime
+    message: str = ""
+
+
+class FetchPartHeader(NamedTuple):
+    """FETCH ``parts``: ``length`` bytes of record batches of this partition follow in
+    the body, after the preceding parts' bytes."""
+
+    topic: str
+    partition: int
+    error: int
+    high_watermark: int  # -1 on error
+    log_start_offset: int
+    length: int
+    message: str = ""
+
+
+class ListOffsetsPartResult(NamedTuple):
+    """LIST_OFFSETS ``parts``."""
+
+    topic: str
+    partition: int
+    error: int
+    offset: int
+    timestamp: int
+
+
+class EpochEndOffset(NamedTuple):
+    """OFFSETS_FOR_LEADER_EPOCH ``parts``: the largest epoch <= the one asked and where
+    it ends; (-1, -1) when no such epoch is known."""
+
+    topic: str
+    partition: int
+    error: int
+    leader_epoch: int
+    end_offset: int
+
+
+class BrokerRow(NamedTuple):
+    """METADATA and DESCRIBE_CLUSTER ``brokers``."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+    fenced: bool = False
+
+
+class PartitionMetadata(NamedTuple):
+    """A METADATA topic's ``partitions``."""
+
+    partition: int
+    error: int
+    leader: int  # -1: offline
+    leader_epoch: int
+    replicas: list
+    isr: list
+    offline_replicas: list
+
+
+class TopicMetadata(NamedTuple):
+    """METADATA ``topics`` (a map on the wire; ``config`` only when asked for)."""
+
+    name: str
+    error: int
+    message: str = ""
+    topic_id: str = ""
+    partitions: list = []
+    config: dict | None = None
+
+    def to_wire(self) -> dict:
+        d = {"name": self.name, "error": self.error, "message": self.message,
+             "topic_id": self.topic_id, "partitions": list(self.partitions)}
+        if self.config is not None:
+            d["config"] = self.config
+        return d
+
+    @classmethod
+    def from_wire(cls, v) -> TopicMetadata:
+        if type(v) is not dict or type(v.get("name")) is not str:
+            raise RemoteProtocolError(f"METADATA topic entry {v!r:.100} is not a topic map")
+        return cls(v["name"], v.get("error", 0), v.get("message", ""), v.get("topic_id", ""),
+                   _parts(PartitionMetadata, v.get("partitions") or []), v.get("config"))
+
+
+class NamedResult(NamedTuple):
+    """CREATE_TOPICS and DELETE_TOPICS ``results`` (topics), DELETE_GROUPS (groups)."""
+
+    name: str
+    error: int
+    message: str = ""
+
+
+class PartitionResult(NamedTuple):
+    """ELECT_LEADERS ``results`` and OFFSET_COMMIT ``parts``."""
+
+    topic: str
+    partition: int
+    error: int
+    message: str = ""
+
+
+class CommittedOffsetRow(NamedTuple):
+    """OFFSET_FETCH ``parts``: ``offset`` -1 when the group committed none."""
+
+    topic: str
+    partition: int
+    offset: int
+    metadata: str | None = None
+
+
+class GroupListing(NamedTuple):
+    """LIST_GROUPS ``groups``."""
+
+    group: str
+    protocol_type: str
+    state: str
+
+
+class JoinMember(NamedTuple):
+    """JOIN_GROUP ``members`` (sent to the group leader only)."""
+
+    member_id: str
+    group_instance_id: str | None
+    metadata: Any
+
+
+class GroupMemberRow(NamedTuple):
+    """A DESCRIBE_GROUPS group's ``members``."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: Any
+    assignment: Any
+
+
+class ApiVersionRange(NamedTuple):
+    """API_VERSIONS ``apis``."""
+
+    api: int
+    min_version: int
+    max_version: int
+
+
+def _parts(cls, rows) -> list:
+    """Rows of a positional part type, shape-checked. A row may carry more fields than
+    this codec knows (a newer peer appends at the end): the extra ones are ignored."""
+    if type(rows) is not list:
+        raise RemoteProtocolError(f"{cls.__name__} rows are a {type(rows).__name__}, not a list")
+    n, need = len(cls._fields), len(cls._fields) - len(cls._field_defaults)
+    make = cls._make
+    out = []
+    for row in rows:
+        if type(row) is not list or len(row) < need:
+            raise RemoteProtocolError(f"{cls.__name__} row {row!r:.100} does not have "
+                                      f"the fields {', '.join(cls._fields[:need])}")
+        out.append(make(row) if len(row) == n else cls(*row[:n]))
+    return out
+
+
+def _group_descriptions(rows) -> list:
+    if type(rows) is not list or any(type(g) is not dict for g in rows):
+        raise RemoteProtocolError("DESCRIBE_GROUPS groups are not a list of maps")
+    return [{**g, "members": _parts(GroupMemberRow, g.get("members") or [])} for g in rows]
+
+
+def _topic_rows(rows) -> list:
+    if type(rows) is not list:
+        raise RemoteProtocolError("METADATA topics are not a list")
+    return [TopicMetadata.from_wire(t) for t in rows]
+
+
+def _rows_of(cls):
+    return lambda rows: _parts(cls, rows)
+
+
+#: {api: {response field: reader}}: how :func:`parse_response` types a response.
+RESPONSE_PARTS: dict[Api, dict[str, Callable[[Any], Any]]] = {
+    Api.API_VERSIONS: {"apis": _rows_of(ApiVersionRange)},
+    Api.PRODUCE: {"parts": _rows_of(ProducePartResult)},
+    Api.FETCH: {"parts": _rows_of(FetchPartHeader)},
+    Api.LIST_OFFSETS: {"parts": _rows_of(ListOffsetsPartResult)},
+    Api.METADATA: {"brokers": _rows_of(BrokerRow), "topics": _topic_rows},
+    Api.DESCRIBE_CLUSTER: {"brokers": _rows_of(BrokerRow)},
+    Api.CREATE_TOPICS: {"results": _rows_of(NamedResult)},
+    Api.DELETE_TOPICS: {"results": _rows_of(NamedResult)},
+    Api.OFFSETS_FOR_LEADER_EPOCH: {"parts": _rows_of(EpochEndOffset)},
+    Api.ELECT_LEADERS: {"results": _rows_of(PartitionResult)},
+    Api.JOIN_GROUP: {"members": _rows_of(JoinMember)},
+    Api.OFFSET_COMMIT: {"parts": _rows_of(PartitionResult)},
+    Api.OFFSET_FETCH: {"parts": _rows_of(CommittedOffsetRow)},
+    Api.LIST_GROUPS: {"groups": _rows_of(GroupListing)},
+    Api.DESCRIBE_GROUPS: {"groups": _group_descriptions},
+    Api.DELETE_GROUPS: {"results": _rows_of(NamedResult)},
+}
+
+
+def parse_response(api: Api, header: dict) -> dict:
+    """The response header of ``api`` with its parts typed (in place; returned).
+
+    Raises:
+        RemoteProtocolError: a part does not have its type's shape.
+    """
+    if header.get("error"):
+        return header  # a whole-request error carries no parts
+    for name, read in RESPONSE_PARTS.get(api, {}).items():
+        rows = header.get(name)
+        if rows is not None:
+            header[name] = read(rows)
+    return header
+
+
 def encode_request(api: Api, request_id: int, fields: dict, body: bytes = b"", version: int = 0) -> bytes:
     """Encode a request frame. Raises LocalProtocolError for a bad field (our bug)."""
     try:
@@ -473,7 +704,7 @@ class ClientConnection:
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, max_in_flight: int = 1024):
         self._decoder = FrameDecoder(max_frame_bytes)
         self._next_id = 1
-        self._in_flight: list[int] = []
+        self._in_flight: collections.deque[tuple[int, Api]] = collections.deque()
         self.max_in_flight = max_in_flight
 
     @property
@@ -489,21 +720,23 @@ class ClientConnection:
         self._next_id = (rid + 1) & 0x7FFFFFFF or 1
         data = encode_request(api, rid, fields, body)
         if expect_response:
-            self._in_flight.append(rid)
+            self._in_flight.append((rid, api))
         return rid, data
 
     def receive_data(self, data: bytes) -> None:
         self._decoder.receive_data(data)
 
     def next_response(self) -> Frame | None:
+        """The next response, its parts typed (:func:`parse_response`), or None."""
         frame = self._decoder.next_frame()
         if frame is None:
             return None
         rid = frame.header.get("id")
-        if not self._in_flight or rid != self._in_flight[0]:
+        if not self._in_flight or rid != self._in_flight[0][0]:
             raise RemoteProtocolError(
                 f"response id {rid!r} does not match the oldest request in flight "
-                f"{self._in_flight[0] if self._in_flight else None}"
+                f"{self._in_flight[0][0] if self._in_flight else None}"
             )
-        self._in_flight.pop(0)
+        _, api = self._in_flight.popleft()
+        parse_response(api, frame.header)
         return frame

@@ -21,7 +21,7 @@ from raftlog.client.accumulator import (
 )
 from raftlog.client.consumer import TopicPartition, _decode_fetch
 from raftlog.errors import ErrorCode, OffsetOutOfRangeError
-from raftlog.protocol import Frame
+from raftlog.protocol import Api, Frame, parse_response
 
 
 def _acc(**kw) -> RecordAccumulator:
@@ -211,7 +211,7 @@ def test_decode_fetch_splits_parts_and_drops_records_before_the_position():
             ["t", 3, int(ErrorCode.NOT_LEADER_OR_FOLLOWER), -1, -1, 0, ""],
         ]
     }
-    frame = Frame(header, bytes(b0) + b1)
+    frame = Frame(parse_response(Api.FETCH, header), bytes(b0) + b1)
     batches, resets, errors = _decode_fetch(
         frame, [tp0, tp1, tp2, tp3], {tp0: 11, tp1: 0, tp2: 5, tp3: 0}
     )

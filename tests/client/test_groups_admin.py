@@ -36,7 +36,7 @@ from raftlog.client.errors import (
     UnknownTopicOrPartitionError,
 )
 from raftlog.errors import ApiError, ErrorCode
-from raftlog.protocol import Api
+from raftlog.protocol import Api, parse_response
 
 from ..conftest import free_port
 from .fake_node import ScriptedNode
@@ -138,10 +138,11 @@ def test_merge_group_listings_sorts_and_dedupes():
 
 
 def _entry(**kw):
+    """A DESCRIBE_GROUPS entry as the client reads it off the wire (parts typed)."""
     e = {"group": "g", "error": 0, "message": "", "state": "Stable", "protocol_type": "consumer",
          "protocol": "range", "generation": 3, "leader": "m1", "members": []}
     e.update(kw)
-    return e
+    return parse_response(Api.DESCRIBE_GROUPS, {"groups": [e]})["groups"][0]
 
 
 def test_group_description_decodes_consumer_assignments():

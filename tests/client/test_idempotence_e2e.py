@@ -160,40 +160,40 @@ def test_duplicates_out_of_order_and_fenced_epochs_on_the_wire(node):
         return records.encode_batch([b"x"] * n, producer_id=producer, producer_epoch=epoch,
                                     base_sequence=seq)
 
-    assert _produce_raw(conn, batch(0))[2:4] == [0, 0]
-    assert _produce_raw(conn, batch(2))[2:4] == [0, 2]
+    assert _produce_raw(conn, batch(0))[2:4] == (0, 0)
+    assert _produce_raw(conn, batch(2))[2:4] == (0, 2)
     # a retry of either batch: its original offset, nothing appended
-    assert _produce_raw(conn, batch(0))[2:4] == [0, 0]
-    assert _produce_raw(conn, batch(2))[2:4] == [0, 2]
+    assert _produce_raw(conn, batch(0))[2:4] == (0, 0)
+    assert _produce_raw(conn, batch(2))[2:4] == (0, 2)
     # a gap in the sequence
     r = _produce_raw(conn, batch(7))
     assert r[2] == ErrorCode.OUT_OF_ORDER_SEQUENCE and "expected 4" in r[5]
     # a new epoch fences the old one
-    assert _produce_raw(conn, batch(0, epoch=1))[2:4] == [0, 4]
+    assert _produce_raw(conn, batch(0, epoch=1))[2:4] == (0, 4)
     r = _produce_raw(conn, batch(4, epoch=0))
     assert r[2] == ErrorCode.INVALID_PRODUCER_EPOCH
     # another producer has its own sequence
-    assert _produce_raw(conn, batch(0, producer=other))[2:4] == [0, 6]
+    assert _produce_raw(conn, batch(0, producer=other))[2:4] == (0, 6)
     # the state survives a restart (rebuilt from the log)
     conn.close()
     node.restart()
     conn = BrokerConnection(node.host, node.port)
-    assert _produce_raw(conn, batch(0, epoch=1))[2:4] == [0, 4]
-    assert _produce_raw(conn, batch(2, epoch=1))[2:4] == [0, 8]
+    assert _produce_raw(conn, batch(0, epoch=1))[2:4] == (0, 4)
+    assert _produce_raw(conn, batch(2, epoch=1))[2:4] == (0, 8)
     # producer ids are never handed out twice, also after a restart
     assert conn.request(Api.INIT_PRODUCER_ID, {}).header["producer_id"] > other
     conn.close()
     node.restart()  # clean: the state is snapshotted, then the snapshot is used
     assert os.path.exists(os.path.join(node.data_dir, "raw-0", "producer.snapshot"))
     conn = BrokerConnection(node.host, node.port)
-    assert _produce_raw(conn, batch(2, epoch=1))[2:4] == [0, 8]
-    assert _produce_raw(conn, batch(4, epoch=1))[2:4] == [0, 10]
+    assert _produce_raw(conn, batch(2, epoch=1))[2:4] == (0, 8)
+    assert _produce_raw(conn, batch(4, epoch=1))[2:4] == (0, 10)
     conn.close()
     node.kill()  # a crash: rebuilt from the snapshot plus the log after it
     node.start()
     conn = BrokerConnection(node.host, node.port)
-    assert _produce_raw(conn, batch(4, epoch=1))[2:4] == [0, 10]
-    assert _produce_raw(conn, batch(0, producer=other))[2:4] == [0, 6]
+    assert _produce_raw(conn, batch(4, epoch=1))[2:4] == (0, 10)
+    assert _produce_raw(conn, batch(0, producer=other))[2:4] == (0, 6)
     r = _produce_raw(conn, batch(9, epoch=1))
     assert r[2] == ErrorCode.OUT_OF_ORDER_SEQUENCE and "expected 6" in r[5]
     conn.close()

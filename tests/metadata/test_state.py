@@ -258,3 +258,18 @@ def test_invariants_checked_on_what_changed():
     check_invariants(replace(worse, next_producer_id=7), worse)  # "a" unchanged: skipped
     with pytest.raises(AssertionError):  # brokers changed: every topic is checked again
         check_invariants(replace(worse, brokers=dict(worse.brokers)), worse)
+
+
+def test_rejections_carry_the_error_code_a_request_answers_with():
+    from raftlog.errors import ErrorCode
+
+    s, _ = _replay([(R.RegisterBroker(1, "i", (("h", 1),)), 1), (R.UnfenceBroker(1, "i"), 1),
+                    (R.CreateTopic("a", "id", ((1,),)), 1)], through_bytes=False)
+    cases = [(R.CreateTopic("a", "id2", ((1,),)), ErrorCode.TOPIC_ALREADY_EXISTS),
+             (R.DeleteTopic("b"), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+             (R.CreatePartitions("a", 5, ((1,),)), ErrorCode.INVALID_PARTITIONS),
+             (R.CreateTopic("c", "id3", ((7,),)), ErrorCode.INVALID_REQUEST)]
+    for record, code in cases:
+        _, result = apply(s, record, term=1)
+        assert not result.ok and result.code == code, (record, result)
+    assert apply(s, R.NoOp(), term=1)[1].code == 0

@@ -65,7 +65,7 @@ class Raw:
 def _create(bootstrap, name="t", partitions=2):
     r = Raw(bootstrap)
     f = r.call(Api.CREATE_TOPICS, {"topics": [{"name": name, "partitions": partitions}]})
-    assert f.header["results"] == [[name, 0, ""]]
+    assert f.header["results"] == [(name, 0, "")]
     r.close()
 
 
@@ -117,7 +117,7 @@ def test_unknown_topic_and_partition(node):
     f = r.call(Api.FETCH, {"max_wait_ms": 0, "parts": [["nope", 0, 0, 1000, -1]]})
     assert f.header["parts"][0][2] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     f = r.call(Api.METADATA, {"topics": ["nope"]})
-    assert f.header["topics"][0]["error"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert f.header["topics"][0].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 def test_out_of_range_and_negative_offsets(node):

@@ -104,7 +104,7 @@ async def test_three_consumers_share_six_partitions_commit_and_describe(autojump
             offsets=[[t, p, 42, None] for t, p in assigned["a"]]))
         assert all(code == 0 for _, _, code, _ in resp["parts"])
         fetched = await svc.handle(Api.OFFSET_FETCH, parsed(Api.OFFSET_FETCH, group="g"))
-        assert fetched["parts"] == [[t, p, 42, None] for t, p in sorted(assigned["a"])]
+        assert fetched["parts"] == [(t, p, 42, None) for t, p in sorted(assigned["a"])]
         assert any(v is not None for _, _, v in topic.log)
 
         desc = await svc.handle(Api.DESCRIBE_GROUPS, parsed(Api.DESCRIBE_GROUPS, groups=["g", "x"]))
@@ -112,7 +112,7 @@ async def test_three_consumers_share_six_partitions_commit_and_describe(autojump
         assert g["state"] == "Stable" and len(g["members"]) == 3 and g["error"] == 0
         assert x["state"] == "Dead"
         listed = await svc.handle(Api.LIST_GROUPS, parsed(Api.LIST_GROUPS))
-        assert listed["groups"] == [["g", "consumer", "Stable"]]
+        assert listed["groups"] == [("g", "consumer", "Stable")]
 
         # heartbeats keep everyone in; stopping them expires the members
         for _ in range(3):
@@ -163,17 +163,17 @@ async def test_failed_append_fails_the_commit_and_hides_the_offsets(autojump_clo
     topic.fail = ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "moved")
     resp = await svc.handle(Api.OFFSET_COMMIT, parsed(
         Api.OFFSET_COMMIT, group="solo", offsets=[["t", 0, 5, None]]))
-    assert resp["parts"] == [["t", 0, int(ErrorCode.NOT_COORDINATOR), "moved"]]
+    assert resp["parts"] == [("t", 0, int(ErrorCode.NOT_COORDINATOR), "moved")]
     fetched = await svc.handle(Api.OFFSET_FETCH, parsed(Api.OFFSET_FETCH, group="solo",
                                                         parts=[["t", 0]]))
-    assert fetched["parts"] == [["t", 0, -1, None]]
+    assert fetched["parts"] == [("t", 0, -1, None)]
     topic.fail = None
     resp = await svc.handle(Api.OFFSET_COMMIT, parsed(
         Api.OFFSET_COMMIT, group="solo", offsets=[["t", 0, 5, None]]))
-    assert resp["parts"] == [["t", 0, 0, ""]]
+    assert resp["parts"] == [("t", 0, 0, "")]
     res = await svc.handle(Api.DELETE_GROUPS, parsed(Api.DELETE_GROUPS, groups=["solo", "none"]))
-    assert res["results"] == [["solo", 0, ""], ["none", int(ErrorCode.GROUP_ID_NOT_FOUND),
-                                                "no group 'none'"]]
+    assert res["results"] == [("solo", 0, ""), ("none", int(ErrorCode.GROUP_ID_NOT_FOUND),
+                                                "no group 'none'")]
 
 
 async def test_find_coordinator_and_errors(autojump_clock):

@@ -164,9 +164,9 @@ def test_commit_during_completing_rebalance_is_rejected_then_accepted_when_stabl
         is ErrorCode.REBALANCE_IN_PROGRESS
     d.sync(mid, gen, assignments={mid: []})
     resp = d.do(d.c.commit_offsets("g", mid, gen, [("t", 0, 7, "m"), ("t", 1, 3, None)], now_ms=5))
-    assert resp == {"parts": [["t", 0, 0, ""], ["t", 1, 0, ""]]}
-    assert d.c.fetch_offsets("g") == [["t", 0, 7, "m"], ["t", 1, 3, None]]
-    assert d.c.fetch_offsets("g", [("t", 2)]) == [["t", 2, -1, None]]
+    assert resp == {"parts": [("t", 0, 0, ""), ("t", 1, 0, "")]}
+    assert d.c.fetch_offsets("g") == [("t", 0, 7, "m"), ("t", 1, 3, None)]
+    assert d.c.fetch_offsets("g", [("t", 2)]) == [("t", 2, -1, None)]
 
 
 def test_offsets_visible_only_after_persisted():
@@ -175,7 +175,7 @@ def test_offsets_visible_only_after_persisted():
     assert d.c.fetch_offsets("solo") == []
     (p,) = out.effects
     d.c.persisted(p)
-    assert d.c.fetch_offsets("solo") == [["t", 0, 10, None]]
+    assert d.c.fetch_offsets("solo") == [("t", 0, 10, None)]
 
 
 def test_simple_commit_rejected_when_group_has_members_and_metadata_limit():
@@ -402,7 +402,7 @@ def test_new_coordinator_loads_offsets_and_members(compact):
     d.do(d.c.commit_offsets("gone", "", -1, [("t", 0, 1, None)], now_ms=4))
     d.do(d.c.delete_group("gone", 5))
     c2 = failover(d, 100, compact)
-    assert c2.fetch_offsets("g") == [["t", 0, 13, None], ["t", 1, 12, None]]
+    assert c2.fetch_offsets("g") == [("t", 0, 13, None), ("t", 1, 12, None)]
     assert "gone" not in c2.groups
     g = c2.groups["g"]
     assert g.state is GroupState.STABLE and g.generation == gen and set(g.members) == set(ids)

@@ -173,3 +173,43 @@ def test_fuzz_well_framed_garbage_fields_give_bad_request(api, fields):
         assert e.request_id == 5 and isinstance(e.code, ErrorCode)
     else:
         assert req.id == 5
+
+
+def test_responses_come_back_typed_and_shape_checked():
+    from raftlog.protocol import (
+        FetchPartHeader,
+        PartitionMetadata,
+        ProducePartResult,
+        TopicMetadata,
+        encode_frame,
+    )
+
+    c = ClientConnection()
+    produce_id, _ = c.send_request(Api.PRODUCE, {"parts": [["t", 0, 0]]})
+    meta_id, _ = c.send_request(Api.METADATA, {})
+    fetch_id, _ = c.send_request(Api.FETCH, {"parts": [["t", 0, 0, 100, -1]]})
+    # the node builds parts as these types; on the wire they are plain arrays
+    c.receive_data(encode_frame({"id": produce_id, "error": 0,
+                                 "parts": [ProducePartResult("t", 0, 0, 41, -1, "")]}))
+    c.receive_data(encode_frame({"id": meta_id, "error": 0, "brokers": [[1, "h", 9, None, False]],
+                                 "topics": [TopicMetadata("t", 0, "", "id", [
+                                     PartitionMetadata(0, 0, 1, 4, [1], [1], [])]).to_wire()]}))
+    # a newer peer may append fields: ignored
+    c.receive_data(encode_frame({"id": fetch_id, "error": 0,
+                                 "parts": [["t", 0, 0, 7, 0, 3, "", "future"]]}, b"abc"))
+    part = c.next_response().header["parts"][0]
+    assert (part.topic, part.error, part.base_offset) == ("t", 0, 41)
+    h = c.next_response().header
+    assert h["brokers"][0].port == 9 and not h["brokers"][0].fenced
+    assert h["topics"][0].partitions[0].leader_epoch == 4
+    assert c.next_response().header["parts"] == [FetchPartHeader("t", 0, 0, 7, 0, 3, "")]
+    # a row missing fields, or not a row, is the peer's protocol error
+    for bad in ([["t", 0, 0]], [5], "x"):
+        rid, _ = c.send_request(Api.PRODUCE, {"parts": [["t", 0, 0]]})
+        c.receive_data(encode_frame({"id": rid, "error": 0, "parts": bad}))
+        with pytest.raises(RemoteProtocolError, match="ProducePartResult"):
+            c.next_response()
+    # a whole-request error carries no parts: nothing to type
+    rid, _ = c.send_request(Api.PRODUCE, {"parts": [["t", 0, 0]]})
+    c.receive_data(encode_frame({"id": rid, "error": 42, "message": "no"}))
+    assert c.next_response().header == {"id": rid, "error": 42, "message": "no"}

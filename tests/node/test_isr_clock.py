@@ -1,0 +1,59 @@
+"""The leader's ISR duty on trio's clock: a MockClock drives lag and rejoin, no sleeps."""
+
+from __future__ import annotations
+
+import io
+from types import SimpleNamespace
+
+import trio
+
+from raftlog.log import PartitionLog
+from raftlog.metadata.state import OK
+from raftlog.node.isr import ISR_CHECK_S, IsrManager
+from raftlog.node.logfmt import EventLog
+from raftlog.node.partition import Partition
+from raftlog.records import encode_batch
+
+LAG_MS = 10_000
+
+
+class _Store:
+    """Commits every AlterPartition at once and, as the node's commit callback does,
+    applies it on the trio thread; reports (ISR, trio time) of each proposal."""
+
+    def __init__(self, part: Partition):
+        self.part = part
+        self.send, self.proposals = trio.open_memory_channel(10)
+
+    def alter_isr(self, topic, partition, isr, expected_partition_epoch):  # a worker thread
+        p = self.part
+        trio.from_thread.run_sync(p.update_metadata, p.leader_id, p.leader_epoch, p.replicas,
+                                  tuple(isr), p.partition_epoch + 1)
+        trio.from_thread.run_sync(lambda: self.send.send_nowait((tuple(isr), trio.current_time())))
+        return OK
+
+
+async def test_a_silent_follower_leaves_the_isr_after_the_lag_and_rejoins(tmp_path, autojump_clock):
+    part = Partition("t", 0, PartitionLog.open(str(tmp_path / "t-0")), node_id=1)
+    part.update_metadata(1, 1, (1, 2), (1, 2), 0)
+    part.log.append(encode_batch([b"a", b"b"]), leader_epoch=1)
+    store = _Store(part)
+    broker = SimpleNamespace(led={("t", 0): part},
+                             config=SimpleNamespace(replica_lag_time_max_ms=LAG_MS))
+    isr = IsrManager(broker, store, EventLog(1, stream=io.StringIO()))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(isr.run)
+        part.on_follower_fetch(2, 2)  # caught up: in sync
+        start = trio.current_time()
+        await trio.sleep(LAG_MS / 1000 - 1)
+        with trio.move_on_after(0):  # within replica.lag.time.max.ms: it stays
+            assert await store.proposals.receive() is None
+        isr_, at = await store.proposals.receive()
+        assert isr_ == (1,) and part.isr == (1,)
+        assert LAG_MS / 1000 <= at - start <= LAG_MS / 1000 + 2 * ISR_CHECK_S
+        part.on_follower_fetch(2, 2)  # fetching again, at the HW: back in
+        back = trio.current_time()
+        assert (await store.proposals.receive())[0] == (1, 2) and part.isr == (1, 2)
+        assert trio.current_time() - back <= 2 * ISR_CHECK_S
+        nursery.cancel_scope.cancel()
+    part.log.close()
