@@ -14,7 +14,7 @@ import socket
 import time
 from dataclasses import dataclass
 
-from raftlog.errors import ErrorCode, RemoteProtocolError
+from raftlog.errors import ApiError, ErrorCode, RemoteProtocolError
 from raftlog.protocol import Api, ClientConnection, Frame
 
 from .errors import BrokerNotAvailableError, api_error
@@ -170,15 +170,22 @@ class Cluster:
 
     # ------------------------------------------------------------------ connections
 
-    def any_connection(self) -> BrokerConnection:
-        """A live connection to some node: a known broker first, else a bootstrap server."""
+    def any_connection(self, avoid=()) -> BrokerConnection:
+        """A live connection to some node: a known broker first, else a bootstrap server.
+        Nodes at the (host, port) addresses in ``avoid`` (just found not ready) are
+        taken only when no other node is reachable."""
         for conn in self._conns.values():
-            if not conn.closed:
+            if not conn.closed and (conn.host, conn.port) not in avoid:
                 return conn
-        if self._bootstrap_conn is not None and not self._bootstrap_conn.closed:
-            return self._bootstrap_conn
+        boot = self._bootstrap_conn
+        if boot is not None and not boot.closed:
+            if (boot.host, boot.port) not in avoid:
+                return boot
+            boot.close()
         errors = []
-        for host, port in list(self.brokers.values()) + self.bootstrap:
+        addresses = list(self.brokers.values()) + self.bootstrap
+        for host, port in ([a for a in addresses if a not in avoid]
+                           + [a for a in addresses if a in avoid]):
             try:
                 self._bootstrap_conn = BrokerConnection(host, port, self.timeout_s)
                 return self._bootstrap_conn
@@ -214,17 +221,25 @@ class Cluster:
     def refresh(self, topics: list[str] | None = None) -> dict:
         """Fetch metadata (all topics when ``topics`` is None); returns the raw header."""
         last: Exception | None = None
+        avoid: set = set()
         for attempt in range(self.metadata_attempts):
             try:
-                frame = self.any_connection().request(
-                    Api.METADATA, {"topics": topics}, timeout_s=self.timeout_s
-                )
+                conn = self.any_connection(avoid)
+                frame = conn.request(Api.METADATA, {"topics": topics}, timeout_s=self.timeout_s)
                 self._update(frame.header)
                 return frame.header
             except BrokerNotAvailableError as e:
                 last = e
-                if attempt + 1 < self.metadata_attempts:
-                    time.sleep(METADATA_BACKOFF_S * (attempt + 1))
+            except ApiError as e:
+                if e.code is not ErrorCode.BROKER_NOT_AVAILABLE:
+                    raise
+                last = e  # a node still catching up with the metadata: ask another
+                avoid.add((conn.host, conn.port))
+                if any(a not in avoid for a in list(self.brokers.values()) + self.bootstrap):
+                    continue
+                avoid.clear()  # every node is starting: wait, then ask them again
+            if attempt + 1 < self.metadata_attempts:
+                time.sleep(METADATA_BACKOFF_S * (attempt + 1))
         raise BrokerNotAvailableError(f"metadata refresh failed: {last}")
 
     def _update(self, h: dict) -> None:

@@ -23,10 +23,8 @@ from raftlog.errors import (
 )
 from raftlog.log import PartitionLog
 from raftlog.protocol import (
-    API_VERSIONS,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
-    Api,
     ApiVersionRange,
     BrokerRow,
     EpochEndOffset,
@@ -43,9 +41,9 @@ from raftlog.protocol import (
 
 from .clock import wall_ms
 from .config import NodeConfig
-from .group_handlers import GROUP_APIS
 from .logfmt import EventLog
 from .partition import Partition, partition_dir
+from .routes import SERVED_APIS
 from .topics import LocalTopicStore, TopicInfo, validate_topic_config, validate_topic_name
 
 Response = tuple[dict, list]
@@ -58,26 +56,6 @@ PLANTED_BUGS = frozenset({
     "bug-ack-before-commit",  # metadata writes answered before the quorum commits them
 })
 
-SERVED_APIS = {
-    api: API_VERSIONS[api]
-    for api in (
-        Api.API_VERSIONS,
-        Api.PRODUCE,
-        Api.FETCH,
-        Api.LIST_OFFSETS,
-        Api.METADATA,
-        Api.CREATE_TOPICS,
-        Api.DELETE_TOPICS,
-        Api.DESCRIBE_CLUSTER,
-        Api.CREATE_PARTITIONS,
-        Api.ALTER_CONFIGS,
-        Api.BROKER_HEARTBEAT,
-        Api.OFFSETS_FOR_LEADER_EPOCH,
-        Api.ELECT_LEADERS,
-        Api.INIT_PRODUCER_ID,
-        *sorted(GROUP_APIS),
-    )
-}
 
 
 
@@ -299,13 +277,6 @@ class Broker:
             raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                            f"node {self.config.node_id} is not the leader of {topic}-{partition}")
         return part
-
-    def handle_sync(self, req: Request) -> Response:
-        """Every API but FETCH. Raises ApiError for a whole-request failure."""
-        handler = _SYNC_HANDLERS.get(req.api)
-        if handler is None:
-            raise ApiError(ErrorCode.UNKNOWN_API, f"api {req.api.name} is not served by this node")
-        return handler(self, req)
 
     # ------------------------------------------------------------------ produce
 
@@ -538,6 +509,13 @@ class Broker:
         return self.store.controller_id if self.cluster_mode else self.config.node_id
 
     def metadata(self, req: Request) -> Response:
+        if not self.registered:
+            # A restarted node replays the metadata log before its registration
+            # commits; until then its topics and brokers may be missing or stale:
+            # clients ask another node (Kafka's brokers serve only once caught up).
+            raise ApiError(ErrorCode.BROKER_NOT_AVAILABLE,
+                           f"node {self.config.node_id} is starting: its metadata is not "
+                           "caught up yet; ask another node")
         names = req.fields["topics"]
         if names is None:
             names = sorted(self.store.topics)
@@ -695,17 +673,3 @@ def _legal(name: str) -> bool:
         return False
 
 
-_SYNC_HANDLERS = {
-    Api.API_VERSIONS: Broker.api_versions,
-    Api.PRODUCE: Broker.produce,
-    Api.LIST_OFFSETS: Broker.list_offsets,
-    Api.METADATA: Broker.metadata,
-    Api.CREATE_TOPICS: Broker.create_topics,
-    Api.DELETE_TOPICS: Broker.delete_topics,
-    Api.DESCRIBE_CLUSTER: Broker.describe_cluster,
-    Api.CREATE_PARTITIONS: Broker.create_partitions,
-    Api.ALTER_CONFIGS: Broker.alter_configs,
-    Api.BROKER_HEARTBEAT: Broker.broker_heartbeat,
-    Api.OFFSETS_FOR_LEADER_EPOCH: Broker.offsets_for_leader_epoch,
-    Api.ELECT_LEADERS: Broker.elect_leaders,
-}

@@ -282,5 +282,5 @@ _HANDLERS = {
     Api.DELETE_GROUPS: GroupService.delete_groups,
 }
 
-#: The APIs this module serves (add them to broker.SERVED_APIS when hooking in).
+#: The APIs this module serves (routed to it by node/routes.py).
 GROUP_APIS = frozenset(_HANDLERS)

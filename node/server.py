@@ -25,7 +25,6 @@ import trio
 
 from raftlog.errors import ApiError, ErrorCode, RemoteProtocolError
 from raftlog.protocol import (
-    Api,
     BadRequest,
     FrameDecoder,
     encode_frame,
@@ -34,12 +33,12 @@ from raftlog.protocol import (
     parse_request,
 )
 
-from .broker import SERVED_APIS, Broker
+from .broker import Broker
 from .config import NodeConfig
-from .group_handlers import GROUP_APIS
 from .logfmt import EventLog
 from .outbox import Deferred, Outbox
 from .purgatory import Delayed, Purgatory
+from .routes import ROUTES, SERVED_APIS, Mode
 from .sockio import recv_into as _recv
 
 RECV_BYTES = 256 * 1024
@@ -49,9 +48,6 @@ MAX_PENDING_SEND_BYTES = 4 * 1024 * 1024
 MAX_CONNECTIONS = 4096
 #: Requests handled from one connection before yielding to others (fairness).
 MAX_REQUESTS_PER_TURN = 256
-#: Admin APIs that write through the metadata quorum in cluster mode.
-QUORUM_WRITE_APIS = frozenset({Api.CREATE_TOPICS, Api.DELETE_TOPICS, Api.ALTER_CONFIGS,
-                               Api.CREATE_PARTITIONS, Api.ELECT_LEADERS})
 #: Parked requests of one connection (acks=all produces waiting for replication,
 #: long-poll fetches) at once; the reader stops reading that connection while this
 #: many wait (Kafka's clients keep <= 5 requests in flight).
@@ -184,6 +180,10 @@ class Server:
         self.listeners: list = []
         self.purgatory = Purgatory()
         self.purgatory.on_error = self._parked_failed
+        #: {api: (mode, bound handler)} from the one table in routes.py
+        self._routes = {api: (r.mode, getattr(self if r.mode in (Mode.PARKS, Mode.AWAITS)
+                                                else broker, r.handler))
+                        for api, r in ROUTES.items()}
 
     def _parked_failed(self, op, e: Exception) -> None:
         self.events.error("handler_failed", api=op.req.api.name, error=repr(e))
@@ -317,36 +317,21 @@ class Server:
         except BadRequest as e:
             out.add(encode_frame(error_response(e.request_id, e.code, e.message)))
             return
+        mode, handler = self._routes[req.api]
         try:
-            if req.api == Api.FETCH:
-                header, pieces = self._fetch(req, conn)
-                if header is None:
-                    return  # parked: answered when its partitions move or it expires
-            elif req.api == Api.PRODUCE and req.fields["acks"] == -1:
-                results, waits, deadline = self.broker.produce_acks_all_append(req)
-                if waits:  # parked until replicated; later requests go on
-                    op = ParkedProduce(self, conn, req, deadline, results, waits)
-                    op.watch([w[0] for w in waits])  # a full partition: the deadline answers
-                    op.park()
-                    return
-                header, pieces = {"parts": results}, []
-            elif req.api == Api.INIT_PRODUCER_ID:
-                if out.pieces:
+            if mode is Mode.PARKS:
+                answer = handler(req, conn)
+                if answer is None:
+                    return  # parked (answered later) or acks=0 (never answered)
+                header, pieces = answer
+            elif mode is Mode.INLINE or (mode is Mode.QUORUM and not self.broker.cluster_mode):
+                header, pieces = handler(req)
+            elif mode is Mode.AWAITS:
+                if out.pieces:  # it may wait: send earlier answers first
                     await out.flush(conn.sock)
-                header, pieces = await self.broker.producer_ids.init_producer_id(req.fields), []
-            elif req.api in GROUP_APIS:
-                if self.broker.groups is None:
-                    raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the node is starting")
-                if out.pieces:  # a join or a commit may wait: send earlier answers first
-                    await out.flush(conn.sock)
-                header, pieces = await self.broker.groups.service.handle(req.api, req.fields), []
-            elif self.broker.cluster_mode and req.api in QUORUM_WRITE_APIS:
-                # a Raft commit takes milliseconds (seconds without a quorum): not on the loop
-                header, pieces = await trio.to_thread.run_sync(self.broker.handle_sync, req)
-            else:
-                header, pieces = self.broker.handle_sync(req)
-                if req.api == Api.PRODUCE and req.fields["acks"] == 0:
-                    return
+                header, pieces = await handler(req)
+            else:  # QUORUM in cluster mode
+                header, pieces = await trio.to_thread.run_sync(handler, req)
         except ApiError as e:
             out.add(encode_frame(error_response(req.id, e.code, e.message)))
             return
@@ -362,8 +347,32 @@ class Server:
             else:
                 out.add_slice(p)
 
-    def _fetch(self, req, conn: Conn):
-        """(header, pieces) answered now, or (None, None): parked in the purgatory."""
+    # ------------------------------------------------------------------ PARKS / AWAITS handlers
+
+    def produce(self, req, conn: Conn):
+        """acks=all parks until replicated (later requests of the connection go on);
+        acks 0 and 1 are answered at once (acks=0: not at all)."""
+        if req.fields["acks"] == -1:
+            results, waits, deadline = self.broker.produce_acks_all_append(req)
+            if waits:
+                op = ParkedProduce(self, conn, req, deadline, results, waits)
+                op.watch([w[0] for w in waits])  # a full partition: the deadline answers
+                op.park()
+                return None
+            return {"parts": results}, []
+        answer = self.broker.produce(req)
+        return None if req.fields["acks"] == 0 else answer
+
+    async def init_producer_id(self, req):
+        return await self.broker.producer_ids.init_producer_id(req.fields), []
+
+    async def group_api(self, req):
+        if self.broker.groups is None:
+            raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the node is starting")
+        return await self.broker.groups.service.handle(req.api, req.fields), []
+
+    def fetch(self, req, conn: Conn):
+        """(header, pieces) answered now, or None: parked in the purgatory."""
         if req.fields["replica_id"] >= 0:
             self.broker.on_replica_fetch(req)
         headers, pieces, total, error = self.broker.fetch_once(req)
@@ -374,4 +383,4 @@ class Server:
             op.cancel()
             return {"parts": headers}, pieces
         op.park()
-        return None, None
+        return None

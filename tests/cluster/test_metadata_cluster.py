@@ -202,3 +202,37 @@ def test_create_topics_waits_for_configured_nodes_still_starting(tmp_path):
     finally:
         for n in nodes:
             n.stop()
+
+
+def test_a_restarted_node_never_calls_an_existing_topic_unknown(cluster):
+    """Until its registration commits, a restarted node's metadata may lag: it answers
+    METADATA with the retriable BROKER_NOT_AVAILABLE, and clients ask another node."""
+    from raftlog.client.conn import BrokerConnection
+    from raftlog.protocol import Api
+
+    _until(lambda: Admin(cluster[0].bootstrap).create_topic("known", replication_factor=3) or True)
+    n = cluster[2]
+    n.kill()
+    n.start()
+    answers = set()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and "ok" not in answers:
+        conn = BrokerConnection("127.0.0.1", n.port, 5.0)
+        try:
+            topic = conn.request(Api.METADATA, {"topics": ["known"]}).header["topics"][0]
+            assert topic.error == 0, topic  # never UNKNOWN_TOPIC_OR_PARTITION
+            answers.add("ok")
+        except ApiError as e:
+            assert e.code == ErrorCode.BROKER_NOT_AVAILABLE, e
+            answers.add("starting")
+        finally:
+            conn.close()
+    assert "ok" in answers
+    # a client bootstrapped at the restarted node first finds the topic through the others
+    n.kill()
+    n.start()
+    c = Consumer(",".join(x.bootstrap for x in (n, cluster[0], cluster[1])))
+    try:
+        c.assign([TopicPartition("known", 0)])
+    finally:
+        c.close()

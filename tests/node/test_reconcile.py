@@ -36,3 +36,14 @@ def test_unchanged_topics_are_left_alone_and_a_recreated_topic_starts_empty(tmp_
         assert sorted(broker.partitions) == [("again", 0)]
     finally:
         broker.close()
+
+
+def test_every_served_api_has_one_route_to_a_real_handler():
+    from raftlog.node.routes import ROUTES, SERVED_APIS, Mode
+    from raftlog.node.server import Server
+    from raftlog.protocol import REQUEST_SCHEMAS
+
+    assert set(SERVED_APIS) == set(ROUTES) <= set(REQUEST_SCHEMAS)
+    for api, route in ROUTES.items():
+        owner = Server if route.mode in (Mode.PARKS, Mode.AWAITS) else Broker
+        assert callable(getattr(owner, route.handler, None)), (api, route)
