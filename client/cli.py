@@ -528,7 +528,7 @@ def cmd_consume(args) -> int:
         parts = (
             [args.partition]
             if args.partition is not None
-            else sorted(c._cluster.partitions_for(args.topic))
+            else sorted(c.partitions_for_topic(args.topic))
         )
         tps = [TopicPartition(args.topic, p) for p in parts]
         c.assign(tps)
@@ -650,7 +650,7 @@ def perf_consume(args) -> int:
 
     c = Consumer(args.bootstrap_server, auto_offset_reset="earliest")
     try:
-        parts = sorted(c._cluster.partitions_for(args.topic))
+        parts = sorted(c.partitions_for_topic(args.topic))
         c.assign([TopicPartition(args.topic, p) for p in parts])
         c.seek_to_beginning()
         n = nbytes = 0

@@ -281,6 +281,11 @@ class Consumer:
         with self._lock:
             return set(self._assignment)
 
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        """The partition ids of ``topic`` (as Kafka's ``partitionsFor``); raises
+        UnknownTopicOrPartitionError for a topic that does not exist."""
+        return set(self._cluster.partitions_for(topic))
+
     def seek(self, tp: TopicPartition, offset: int) -> None:
         if offset < 0:
             raise ValueError(f"offset must be >= 0, not {offset}")
