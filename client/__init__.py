@@ -18,7 +18,7 @@ from .admin import (
     PartitionDescription,
     TopicDescription,
 )
-from .consumer import Consumer, OffsetAndTimestamp, TopicPartition
+from .consumer import Consumer
 from .errors import (
     BrokerNotAvailableError,
     BufferFullError,
@@ -37,6 +37,7 @@ from .errors import (
 from .future import BatchMetadata, RecordMetadata
 from .group import ConsumerRebalanceListener
 from .producer import Producer
+from .types import OffsetAndTimestamp, TopicPartition
 
 __all__ = [
     "Admin",

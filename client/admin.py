@@ -19,8 +19,8 @@ from raftlog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Api
 
 from .assignors import assignment_from_wire
 from .conn import BrokerConnection, Cluster
-from .consumer import TopicPartition
 from .errors import BrokerNotAvailableError, GroupNotEmptyError, api_error
+from .types import TopicPartition
 
 #: Tries of a read-only admin request when the node it went to is gone.
 READ_ATTEMPTS = 3

@@ -519,7 +519,8 @@ def cmd_produce(args) -> int:
 
 
 def cmd_consume(args) -> int:
-    from .consumer import Consumer, TopicPartition
+    from .consumer import Consumer
+    from .types import TopicPartition
 
     c = Consumer(
         args.bootstrap_server, auto_offset_reset="earliest" if args.from_beginning else "latest"
@@ -646,7 +647,8 @@ def perf_produce(args) -> int:
 
 
 def perf_consume(args) -> int:
-    from .consumer import Consumer, TopicPartition
+    from .consumer import Consumer
+    from .types import TopicPartition
 
     c = Consumer(args.bootstrap_server, auto_offset_reset="earliest")
     try:

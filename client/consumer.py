@@ -22,7 +22,6 @@ import selectors
 import socket
 import threading
 import time
-from dataclasses import dataclass
 
 from raftlog.errors import ApiError, ErrorCode
 from raftlog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Api
@@ -34,6 +33,7 @@ from .errors import (
     NoOffsetForPartitionError,
     api_error,
 )
+from .types import OffsetAndTimestamp, TopicPartition
 
 #: Record lists buffered ahead of poll() at most.
 MAX_PREFETCH_CHUNKS = 64
@@ -43,18 +43,6 @@ MAX_LIST_OFFSETS_ATTEMPTS = 50
 FETCHER_SELECT_S = 0.05
 #: Responses at least this big send the next FETCH before delivering (catching up).
 EARLY_FETCH_MIN_BYTES = 64 * 1024
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class TopicPartition:
-    topic: str
-    partition: int
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetAndTimestamp:
-    offset: int
-    timestamp: int
 
 
 class Consumer:

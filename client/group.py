@@ -39,6 +39,7 @@ from raftlog.protocol import Api, PartitionResult
 from .assignors import Subscription, assignment_from_wire, assignment_to_wire, get_assignor
 from .conn import BrokerConnection, Cluster
 from .errors import BrokerNotAvailableError, CommitFailedError, api_error
+from .types import TopicPartition
 
 #: Pause after a failed coordinator lookup or a retriable error.
 RETRY_BACKOFF_S = 0.1
@@ -491,6 +492,4 @@ class GroupMember:
 
 
 def _tps(pairs) -> list:
-    from .consumer import TopicPartition
-
     return [TopicPartition(t, p) for t, p in sorted(pairs)]
