@@ -291,10 +291,14 @@ class Broker:
             raise ApiError(ErrorCode.INVALID_REQUEST, str(e)) from None
         results = []
         for (topic, partition, _), data in zip(parts, bodies):
-            results.append(self._produce_one(topic, partition, data))
+            results.append(self.produce_one(topic, partition, data))
         return {"parts": results}, []
 
-    def _produce_one(self, topic: str, partition: int, data, acks: int = 1, waits=None) -> list:
+    def produce_one(self, topic: str, partition: int, data, acks: int = 1,
+                    waits=None) -> ProducePartResult:
+        """Append one partition's batches as leader (produce and the group coordinator's
+        ``__consumer_offsets`` writes). With acks=-1 and ``waits``, a wait for the ISR is
+        added for :meth:`await_replicated` / :meth:`check_high_watermarks`."""
         try:
             if topic not in self.store.topics:
                 self._maybe_auto_create(topic)
@@ -336,7 +340,7 @@ class Broker:
         except ValueError as e:
             raise ApiError(ErrorCode.INVALID_REQUEST, str(e)) from None
         waits: list = []
-        results = [self._produce_one(t, p, data, -1, waits) for (t, p, _), data in zip(parts, bodies)]
+        results = [self.produce_one(t, p, data, -1, waits) for (t, p, _), data in zip(parts, bodies)]
         timeout_ms = min(req.fields["timeout_ms"], self.config.request_timeout_ms)
         return results, waits, trio.current_time() + timeout_ms / 1000
 
@@ -375,7 +379,7 @@ class Broker:
             pending = []
         return pending, failed
 
-    async def _await_high_watermarks(self, waits, deadline) -> dict:
+    async def await_replicated(self, waits, deadline) -> dict:
         """Wait (in a task) until every acks=all wait is done or failed; the failures."""
         failed: dict = {}
         pending = list(waits)

@@ -114,12 +114,12 @@ class GroupHost:
     async def _persist(self, partition: int, recs: tuple) -> None:
         waits: list = []
         for data in encode_offsets_batches(recs):
-            r = self.broker._produce_one(OFFSETS_TOPIC, partition, data, -1, waits)
+            r = self.broker.produce_one(OFFSETS_TOPIC, partition, data, -1, waits)
             if r.error:
                 raise ApiError(ErrorCode(r.error), r.message)
         if waits:
             deadline = trio.current_time() + self.broker.config.request_timeout_ms / 1000
-            failed = await self.broker._await_high_watermarks(waits, deadline)
+            failed = await self.broker.await_replicated(waits, deadline)
             for err in failed.values():
                 raise err
 
