@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,41 +32,28 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from raftlog.client import Admin  # noqa: E402
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from raftlog.localnode import free_ports, node_command, spawn, wait_listening  # noqa: E402
 
 
 class Cluster:
     def __init__(self, n: int = 3):
         self.dir = tempfile.mkdtemp(prefix="raftlog-bench-meta-")
-        self.ports = {i: _free_port() for i in range(1, n + 1)}
-        raft = {i: _free_port() for i in self.ports}
+        ports = free_ports(2 * n)
+        self.ports = {i: ports[i - 1] for i in range(1, n + 1)}
+        raft = {i: ports[n + i - 1] for i in self.ports}
         self.voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in raft.items())
         self.procs: dict[int, subprocess.Popen] = {}
         for i in self.ports:
             self.start(i)
 
     def start(self, i: int) -> None:
-        self.procs[i] = subprocess.Popen(
-            [sys.executable, "-m", "raftlog.node", "--node-id", str(i), "--port", str(self.ports[i]),
-             "--data-dir", os.path.join(self.dir, f"node-{i}"),
-             "--set", f"controller.quorum.voters={self.voters}", "--set", "raft.password=bench"],
-            stdout=self._log(i), stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.ports[i]), timeout=0.5).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise SystemExit(f"node {i} did not start")
-
-    def _log(self, i: int):
-        return open(os.path.join(self.dir, f"node-{i}.log"), "ab")
+        argv = node_command(node_id=i, port=self.ports[i],
+                            data_dir=os.path.join(self.dir, f"node-{i}"),
+                            overrides={"controller.quorum.voters": self.voters,
+                                       "raft.password": "bench"})
+        self.procs[i] = spawn(argv, os.path.join(self.dir, f"node-{i}.log"))
+        if not wait_listening("127.0.0.1", self.ports[i], 20, self.procs[i]):
+            raise SystemExit(f"node {i} did not start; see {self.dir}/node-{i}.log")
 
     def critical_lines(self) -> list[str]:
         out = []

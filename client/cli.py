@@ -10,10 +10,10 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 
+from raftlog import localnode
 from raftlog.errors import ErrorCode, RaftlogError
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -38,35 +38,19 @@ def cmd_up(args) -> int:
         return 2
     data_dir = os.path.abspath(args.data_dir)
     os.makedirs(data_dir, exist_ok=True)
-    extra: list[str] = []
+    overrides: dict = {}
     if args.nodes > 1:
         voters = ",".join(
             f"{i}@{args.host}:{args.port + 100 + i - 1}" for i in range(1, args.nodes + 1)
         )
-        extra = [
-            "--set",
-            f"controller.quorum.voters={voters}",
-            "--set",
-            f"raft.password={_password(data_dir)}",
-        ]
+        overrides = {"controller.quorum.voters": voters, "raft.password": _password(data_dir)}
     procs = []
     for i in range(1, args.nodes + 1):
         node_dir = os.path.join(data_dir, f"node-{i}")
         os.makedirs(node_dir, exist_ok=True)
-        cmd = [
-            sys.executable,
-            "-m",
-            "raftlog.node",
-            "--node-id",
-            str(i),
-            "--host",
-            args.host,
-            "--port",
-            str(args.port + i - 1),
-            "--data-dir",
-            node_dir,
-        ] + extra
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True)
+        cmd = localnode.node_command(node_id=i, host=args.host, port=args.port + i - 1,
+                                     data_dir=node_dir, overrides=overrides)
+        proc = localnode.spawn(cmd, new_session=True)  # output: this terminal
         with open(os.path.join(node_dir, "node.pid"), "w") as f:
             f.write(f"{proc.pid}\n")
         procs.append(proc)
@@ -84,8 +68,8 @@ def cmd_up(args) -> int:
     servers = ",".join(f"{args.host}:{args.port + i}" for i in range(args.nodes))
     deadline = time.monotonic() + args.wait_timeout
     silent = [i + 1 for i, p in enumerate(procs)
-              if not _wait_listening(args.host, args.port + i, p,
-                                     max(0.0, deadline - time.monotonic()))]
+              if not localnode.wait_listening(args.host, args.port + i,
+                                              max(0.0, deadline - time.monotonic()), p)]
     problem = (f"node(s) {', '.join(map(str, silent))} did not start listening"
                if silent else _wait_registered(servers, args.nodes, deadline,
                                                lambda: bool(stopping)))
@@ -155,19 +139,6 @@ def _wait_registered(servers: str, expected: int, deadline: float,
         if time.monotonic() >= deadline or stopped():
             return "; ".join(why)
         time.sleep(0.1)
-
-
-def _wait_listening(host: str, port: int, proc, timeout_s: float = 30.0) -> bool:
-    import socket
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            with socket.create_connection((host, port), timeout=0.5):
-                return True
-        except OSError:
-            time.sleep(0.05)
-    return False
 
 
 def cmd_node(args) -> int:

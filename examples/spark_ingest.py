@@ -65,23 +65,17 @@ def ingest(spark, args) -> None:
 
 def bench(spark, n: int) -> None:
     """Start a node, write n records to a 4-partition topic, time two counts."""
-    import socket
-    import subprocess
 
     from raftlog.client import Admin, Producer
+    from raftlog.localnode import free_port, node_command, spawn, wait_listening
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     data = tempfile.mkdtemp(prefix="raftlog-spark-bench-")
-    node = subprocess.Popen(
-        [sys.executable, "-m", "raftlog.node", "--port", str(port), "--data-dir", data],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    node = spawn(node_command(port=port, data_dir=data), os.path.join(data, "node.log"))
     boot = f"127.0.0.1:{port}"
     try:
-        _wait_for_port(port)
+        if not wait_listening("127.0.0.1", port, 20, node):
+            raise SystemExit(f"the node did not start; see {data}/node.log")
         with Admin(boot) as a:
             a.create_topic("bench", partitions=4)
         value, chunk = b"x" * 100, 10_000
@@ -106,19 +100,6 @@ def bench(spark, n: int) -> None:
     finally:
         node.terminate()
         node.wait(30)
-
-
-def _wait_for_port(port: int, timeout_s: float = 20) -> None:
-    import socket
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"no node on port {port}")
 
 
 def main(argv=None) -> None:

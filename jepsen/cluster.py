@@ -19,10 +19,10 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import time
+
+from raftlog.localnode import free_port, node_command, spawn, wait_listening
 
 CGROUP_ROOT = "/sys/fs/cgroup/unified"
 
@@ -31,11 +31,6 @@ def pick_subnet() -> str:
     pid = os.getpid()
     return f"127.{100 + (pid >> 8) % 100}.{pid % 256}"
 
-
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 class Node:
@@ -83,29 +78,16 @@ class Node:
         if self.alive():
             return
         self.write_config()
-        cmd = [sys.executable, "-m", "raftlog.node", "--config", self.config_path]
+        cmd = node_command(config=self.config_path)
         cg = self.cluster.net.cgroup_procs(self) if self.cluster.net else None
         if cg:
             # join the node's cgroup before exec, so every socket it opens is in it
             cmd = ["sh", "-c", f'echo $$ > "{cg}" && exec "$@"', "sh", *cmd]
-        log = open(self.log_path, "ab")
-        log.write(f"\n--- start {time.strftime('%H:%M:%S')} ---\n".encode())
-        log.flush()
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
-        log.close()
+        self.proc = spawn(cmd, self.log_path, banner=f"start {time.strftime('%H:%M:%S')}")
         self.paused = False
 
     def wait_listening(self, timeout_s: float = 30.0) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if not self.alive():
-                return False
-            try:
-                with socket.create_connection((self.host, self.port), timeout=0.5):
-                    return True
-            except OSError:
-                time.sleep(0.05)
-        return False
+        return self.proc is not None and wait_listening(self.host, self.port, timeout_s, self.proc)
 
     def kill(self) -> None:
         if self.alive():

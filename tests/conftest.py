@@ -4,43 +4,22 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
-import sys
-import time
 from dataclasses import dataclass, field
 
 import pytest
 
+from raftlog.localnode import free_port, free_ports, node_command, spawn, wait_listening
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """n distinct free ports (all bound at once, so the OS cannot hand one out twice)."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind((host, 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+#: (free_port and free_ports are imported by the test modules from here)
+__all__ = ["free_port", "free_ports", "wait_for_port", "NodeProcess"]
 
 
 def wait_for_port(host: str, port: int, timeout_s: float = 20.0, proc=None) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"node exited with {proc.returncode} before listening")
-        try:
-            with socket.create_connection((host, port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
+    if wait_listening(host, port, timeout_s, proc):
+        return
+    if proc is not None and proc.poll() is not None:
+        raise RuntimeError(f"node exited with {proc.returncode} before listening")
     raise TimeoutError(f"nothing listens on {host}:{port} after {timeout_s}s")
 
 
@@ -63,15 +42,10 @@ class NodeProcess:
 
     def start(self, timeout_s: float = 20.0) -> NodeProcess:
         STARTED.append(self)
-        args = [sys.executable, "-m", "raftlog.node", "--node-id", str(self.node_id), "--host", self.host,
-                "--port", str(self.port), "--data-dir", self.data_dir]
-        for k, v in self.extra.items():
-            args += ["--set", f"{k}={v}"]
-        os.makedirs(self.data_dir, exist_ok=True)
+        argv = node_command(node_id=self.node_id, host=self.host, port=self.port,
+                            data_dir=self.data_dir, overrides=self.extra)
         self.log_path = os.path.join(self.data_dir, "node.log")
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
-        log.close()
+        self.proc = spawn(argv, self.log_path)
         wait_for_port(self.host, self.port, timeout_s, self.proc)
         return self
 

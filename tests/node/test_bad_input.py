@@ -198,7 +198,8 @@ def test_full_disk_gives_storage_error_and_the_node_keeps_serving(tmp_path):
     import resource
     import signal
     import subprocess
-    import sys
+
+    from raftlog.localnode import node_command
 
     from ..conftest import free_port, wait_for_port
 
@@ -209,8 +210,8 @@ def test_full_disk_gives_storage_error_and_the_node_keeps_serving(tmp_path):
     port = free_port()
     data_dir = str(tmp_path / "full")
     os.makedirs(data_dir)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "raftlog.node", "--port", str(port), "--data-dir", data_dir],
+    proc = subprocess.Popen(  # (its own spawn: the file-size limit must be set in the child)
+        node_command(port=port, data_dir=data_dir),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=limit_file_size,
     )
     try:
