@@ -20,6 +20,7 @@ from raftlog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Api
 from .assignors import assignment_from_wire
 from .conn import BrokerConnection, Cluster
 from .errors import BrokerNotAvailableError, GroupNotEmptyError, api_error
+from .offsets import list_offsets, list_offsets_strict
 from .types import TopicPartition
 
 #: Tries of a read-only admin request when the node it went to is gone.
@@ -642,60 +643,15 @@ class Admin:
             backoff = min(backoff * 2, COORDINATOR_BACKOFF_MAX_S)
 
     def _list_offsets(self, wanted: Mapping) -> dict:
-        """ListOffsets through each partition's leader: ``{tp: (offset, timestamp)}``,
-        or ``{tp: ApiError}`` for a partition that failed (retriable errors are retried
-        LIST_OFFSETS_ATTEMPTS times with fresh metadata)."""
-        results: dict = {}
-        pending = dict(wanted)
-        for attempt in range(LIST_OFFSETS_ATTEMPTS):
-            retry: dict = {}
-            by_leader: dict[int, list] = {}
-            for tp in pending:
-                try:
-                    by_leader.setdefault(
-                        self._cluster.leader_for(tp.topic, tp.partition), []
-                    ).append(tp)
-                except ApiError as e:
-                    # an unknown topic was already waited for by partitions_for
-                    final = not e.retriable or e.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                    (results if final else retry)[tp] = e
-            for leader, tps in by_leader.items():
-                try:
-                    frame = self._cluster.connection(leader).request(
-                        Api.LIST_OFFSETS,
-                        {"parts": [[tp.topic, tp.partition, pending[tp]] for tp in tps]},
-                        timeout_s=self.timeout_s,
-                    )
-                except BrokerNotAvailableError as e:
-                    retry.update(dict.fromkeys(tps, e))
-                    continue
-                except ApiError as e:
-                    (retry if e.retriable else results).update(dict.fromkeys(tps, e))
-                    continue
-                for tp, part in zip(tps, frame.header["parts"]):
-                    if part.error:
-                        e = api_error(part.error, f"list offsets of {tp.topic}-{tp.partition}")
-                        (retry if e.retriable else results)[tp] = e
-                    else:
-                        results[tp] = (part.offset, part.timestamp)
-            if not retry:
-                break
-            if attempt + 1 == LIST_OFFSETS_ATTEMPTS:
-                results.update(retry)
-                break
-            pending = {tp: wanted[tp] for tp in retry}
-            self._cluster.topics.clear()
-            time.sleep(READ_BACKOFF_S * (attempt + 1))
-        return results
+        """``{tp: (offset, timestamp)}`` or ``{tp: ApiError}`` (see client/offsets.py)."""
+        return list_offsets(self._cluster, wanted, self.timeout_s, rounds=LIST_OFFSETS_ATTEMPTS,
+                            backoff_s=READ_BACKOFF_S)
 
     def _list_offsets_strict(self, wanted: Mapping) -> dict:
         """``{tp: offset}``; raises the error of the first partition that failed."""
-        out = {}
-        for tp, r in sorted(self._list_offsets(wanted).items()):
-            if not isinstance(r, tuple):
-                raise r
-            out[tp] = r[0]
-        return out
+        return {tp: r[0] for tp, r in list_offsets_strict(
+            self._cluster, wanted, self.timeout_s, rounds=LIST_OFFSETS_ATTEMPTS,
+            backoff_s=READ_BACKOFF_S).items()}
 
     def close(self) -> None:
         self._cluster.close()

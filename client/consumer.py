@@ -33,12 +33,14 @@ from .errors import (
     NoOffsetForPartitionError,
     api_error,
 )
+from .offsets import list_offsets_strict, requests_by_leader
 from .types import OffsetAndTimestamp, TopicPartition
 
 #: Record lists buffered ahead of poll() at most.
 MAX_PREFETCH_CHUNKS = 64
 FETCH_ERROR_BACKOFF_S = 0.1
-MAX_LIST_OFFSETS_ATTEMPTS = 50
+#: ListOffsets rounds (0.1 s x round apart: about 5 s in all) before an error is raised.
+LIST_OFFSETS_ROUNDS = 10
 #: How often the prefetch thread wakes to notice seek/assign/close while a long-poll waits.
 FETCHER_SELECT_S = 0.05
 #: Responses at least this big send the next FETCH before delivering (catching up).
@@ -323,41 +325,11 @@ class Consumer:
     def _list_offsets(
         self, wanted: dict[TopicPartition, int], cluster: Cluster | None = None
     ) -> dict[TopicPartition, tuple[int, int]]:
-        """ListOffsets through each partition's leader, retrying retriable errors
-        (leader moving, node restarting) a bounded number of times."""
-        cluster = cluster or self._cluster
-        for attempt in range(MAX_LIST_OFFSETS_ATTEMPTS):
-            try:
-                return self._list_offsets_once(wanted, cluster)
-            except (ApiError, BrokerNotAvailableError) as e:
-                if (
-                    isinstance(e, ApiError)
-                    and not e.retriable
-                    or attempt == MAX_LIST_OFFSETS_ATTEMPTS - 1
-                ):
-                    raise
-                cluster.topics.clear()
-                time.sleep(FETCH_ERROR_BACKOFF_S)
-        raise AssertionError("unreachable")
-
-    def _list_offsets_once(
-        self, wanted: dict, cluster: Cluster
-    ) -> dict[TopicPartition, tuple[int, int]]:
-        by_leader: dict[int, list[TopicPartition]] = {}
-        for tp in wanted:
-            by_leader.setdefault(cluster.leader_for(tp.topic, tp.partition), []).append(tp)
-        out = {}
-        for leader, tps in by_leader.items():
-            frame = cluster.connection(leader).request(
-                Api.LIST_OFFSETS,
-                {"parts": [[tp.topic, tp.partition, wanted[tp]] for tp in tps]},
-                timeout_s=self.request_timeout_s,
-            )
-            for tp, part in zip(tps, frame.header["parts"]):
-                if part.error:
-                    raise api_error(part.error, f"list offsets of {tp.topic}-{tp.partition}")
-                out[tp] = (part.offset, part.timestamp)
-        return out
+        """ListOffsets through each partition's leader (client/offsets.py), retrying
+        retriable errors (leader moving, node restarting) a bounded number of rounds;
+        raises the first partition's error that remains."""
+        return list_offsets_strict(cluster or self._cluster, wanted, self.request_timeout_s,
+                                   rounds=LIST_OFFSETS_ROUNDS, backoff_s=FETCH_ERROR_BACKOFF_S)
 
     def beginning_offsets(self, partitions) -> dict[TopicPartition, int]:
         return {
@@ -654,9 +626,9 @@ class _Fetcher:
             return
         with c._lock:
             gen, positions = c._generation, dict(c._fetch_positions)
-        by_leader: dict[int, list[TopicPartition]] = {}
-        for tp in positions:
-            by_leader.setdefault(self.cluster.leader_for(tp.topic, tp.partition), []).append(tp)
+        by_leader, failed = requests_by_leader(self.cluster, positions)
+        if failed:
+            raise next(iter(failed.values()))
         for leader, tps in by_leader.items():
             if leader not in self.in_flight:
                 self._send(leader, gen, tps, positions)
