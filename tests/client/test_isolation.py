@@ -21,3 +21,25 @@ def test_client_imports_without_server_dependencies():
     r = subprocess.run([sys.executable, "-c", CODE], capture_output=True, timeout=60)
     assert r.returncode == 0, r.stderr.decode()
     assert r.stdout.strip() == b"ok"
+
+
+SPARK_PLAN_CODE = """
+import sys
+for blocked in ("pyspark", "pyarrow", "pandas", "py4j"):
+    sys.modules[blocked] = None  # importing it now raises ImportError
+import raftlog.client.spark_plan as plan
+o = plan.parse_read_options({"bootstrap.servers": "h:1", "subscribe": "t", "minPartitions": "3"})
+ranges = plan.split_ranges([plan.OffsetRange("t", 0, 0, 90)], o.min_partitions)
+assert [(r.start, r.end) for r in ranges] == [(0, 30), (30, 60), (60, 90)], ranges
+bad = sorted(m for m, mod in sys.modules.items() if mod is not None and m.split(".")[0] in
+             ("pyspark", "pyarrow", "pandas", "py4j"))
+assert not bad, bad
+print("ok")
+"""
+
+
+def test_spark_plan_imports_without_pyspark():
+    """The Spark data source's planning half imports and plans with no pyspark (nor pyarrow)."""
+    r = subprocess.run([sys.executable, "-c", SPARK_PLAN_CODE], capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout.strip() == b"ok"

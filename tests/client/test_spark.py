@@ -1,4 +1,6 @@
-"""The PySpark data source: pure planning logic, then a real local Spark against a real node.
+"""The PySpark data source: its public names, Arrow conversion with Spark's schema, then a
+real local Spark against a real node. The pure planning logic (raftlog.client.spark_plan)
+is tested without pyspark in test_spark_plan.py.
 
 The Spark tests share one SparkSession (local[2]) and one node per module, and are
 marked slow. They need the ``spark`` extra and Java 17.
@@ -12,225 +14,50 @@ import time
 import pytest
 
 if os.environ.get("CI"):  # CI installs the spark extra and Java: a missing one is a failure
-    import pyarrow as pa
+    import pyarrow  # noqa: F401
     import pyspark  # noqa: F401
 else:
     pytest.importorskip("pyspark")
-    pa = pytest.importorskip("pyarrow")
+    pytest.importorskip("pyarrow")
 
+import raftlog.client.spark as spark_source  # noqa: E402
+import raftlog.client.spark_plan as spark_plan  # noqa: E402
 from raftlog.client.spark import (  # noqa: E402
     DataLossError,
     OffsetRange,
-    OffsetSpec,
-    RaftlogOptionError,
-    Subscription,
     _arrow_schema,
-    _batch_groups,
     _records_to_arrow,
     kafka_schema,
-    offsets_from_json,
-    offsets_to_json,
     parse_read_options,
-    parse_write_options,
-    plan_batch_ranges,
-    plan_stream_ranges,
-    rate_limit,
-    resolve_offsets,
-    split_ranges,
 )
 from raftlog.records import Record  # noqa: E402
 
 from ..conftest import NodeProcess, free_port  # noqa: E402
 
-BOOT = {"bootstrap.servers": "127.0.0.1:9092"}
+# ====================================================================== public names
 
 
-# ====================================================================== options
-
-
-def test_bootstrap_servers_required_and_checked():
-    with pytest.raises(RaftlogOptionError, match="'bootstrap.servers'"):
-        parse_read_options({"subscribe": "t"})
-    with pytest.raises(RaftlogOptionError, match="'bootstrap.servers'"):
-        parse_write_options({"topic": "t"})
-    with pytest.raises(RaftlogOptionError, match="not host:port"):
-        parse_read_options({"bootstrap.servers": "nohost", "subscribe": "t"})
-    o = parse_read_options({"kafka.bootstrap.servers": "h:1,h:2", "subscribe": "t"})
-    assert o.bootstrap_servers == "h:1,h:2"
-
-
-def test_exactly_one_subscription():
-    with pytest.raises(RaftlogOptionError, match="exactly one.*none"):
-        parse_read_options(BOOT)
-    with pytest.raises(RaftlogOptionError, match="given: subscribe, assign"):
-        parse_read_options({**BOOT, "subscribe": "t", "assign": '{"t": [0]}'})
-    assert parse_read_options({**BOOT, "subscribe": "a, b,a"}).subscription.topics == ("a", "b")
-    sub = parse_read_options({**BOOT, "assign": '{"a": [1, 0], "b": [2]}'}).subscription
-    assert sub.partitions == (("a", 1), ("a", 0), ("b", 2))
-    with pytest.raises(RaftlogOptionError, match="'assign': invalid JSON"):
-        parse_read_options({**BOOT, "assign": "{a: [0]}"})
-    with pytest.raises(RaftlogOptionError, match="'assign'.*list of partition"):
-        parse_read_options({**BOOT, "assign": '{"a": 0}'})
-    with pytest.raises(RaftlogOptionError, match="'subscribePattern': bad regex"):
-        parse_read_options({**BOOT, "subscribePattern": "a("})
-
-
-def test_option_names_are_case_insensitive_and_typed():
-    o = parse_read_options(
-        {**BOOT, "SUBSCRIBE": "t", "minpartitions": "8", "FailOnDataLoss": "False"}
-    )
-    assert (o.min_partitions, o.fail_on_data_loss) == (8, False)
-    with pytest.raises(RaftlogOptionError, match="'minPartitions' must be an integer"):
-        parse_read_options({**BOOT, "subscribe": "t", "minPartitions": "many"})
-    with pytest.raises(RaftlogOptionError, match="'failOnDataLoss' must be true or false"):
-        parse_read_options({**BOOT, "subscribe": "t", "failOnDataLoss": "yes"})
-    with pytest.raises(RaftlogOptionError, match="'maxOffsetsPerTrigger' is for streaming"):
-        parse_read_options({**BOOT, "subscribe": "t", "maxOffsetsPerTrigger": "10"})
-    s = parse_read_options({**BOOT, "subscribe": "t", "maxOffsetsPerTrigger": "10"}, True)
-    assert s.max_offsets_per_trigger == 10
-
-
-def test_offset_options_as_spark_kafka():
-    b = parse_read_options({**BOOT, "subscribe": "t"})
-    assert (b.starting.kind, b.ending.kind) == ("earliest", "latest")
-    s = parse_read_options({**BOOT, "subscribe": "t"}, streaming=True)
-    assert (s.starting.kind, s.ending) == ("latest", None)
-    j = parse_read_options(
-        {**BOOT, "subscribe": "t", "startingOffsets": '{"t": {"0": 23, "1": -2}}'}
-    )
-    assert j.starting == OffsetSpec("offsets", "startingOffsets", ((("t", 0), 23), (("t", 1), -2)))
-    with pytest.raises(RaftlogOptionError, match="'startingOffsets' cannot be 'latest'"):
-        parse_read_options({**BOOT, "subscribe": "t", "startingOffsets": "latest"})
-    with pytest.raises(RaftlogOptionError, match="'endingOffsets' cannot be 'earliest'"):
-        parse_read_options({**BOOT, "subscribe": "t", "endingOffsets": "earliest"})
-    with pytest.raises(RaftlogOptionError, match="'startingOffsets': value -1 for t-0"):
-        parse_read_options({**BOOT, "subscribe": "t", "startingOffsets": '{"t": {"0": -1}}'})
-    with pytest.raises(RaftlogOptionError, match="'endingOffsets': value -2"):
-        parse_read_options({**BOOT, "subscribe": "t", "endingOffsets": '{"t": {"0": -2}}'})
-    with pytest.raises(RaftlogOptionError, match="'startingOffsets': invalid JSON"):
-        parse_read_options({**BOOT, "subscribe": "t", "startingOffsets": '{"t": {0: 1}}'})
-    with pytest.raises(RaftlogOptionError, match="'endingOffsets' is for batch"):
-        parse_read_options({**BOOT, "subscribe": "t", "endingOffsets": "latest"}, True)
-    ts = parse_read_options(
-        {**BOOT, "subscribe": "t", "startingTimestamp": "1000", "startingOffsets": "earliest"}
-    )
-    assert ts.starting == OffsetSpec("timestamp", "startingTimestamp", timestamp_ms=1000)
-
-
-def test_write_options():
-    w = parse_write_options({**BOOT, "topic": "t", "kafka.linger.ms": "20"})
-    assert (w.topic, dict(w.producer_config)) == ("t", {"linger_ms": 20})
-    with pytest.raises(RaftlogOptionError, match="'kafka.acks' must be all"):
-        parse_write_options({**BOOT, "kafka.acks": "1"})
-    with pytest.raises(RaftlogOptionError, match="'kafka.compression.type'"):
-        parse_write_options({**BOOT, "kafka.compression.type": "snappy"})
-
-
-# ====================================================================== planning
-
-TPS = [("t", 0), ("t", 1)]
-EARLY = {("t", 0): 10, ("t", 1): 0}
-LATE = {("t", 0): 100, ("t", 1): 50}
-
-
-def _no_times(wanted):
-    raise AssertionError("not expected")
-
-
-def test_resolve_offsets():
-    spec = OffsetSpec("offsets", "startingOffsets", ((("t", 0), -2), (("t", 1), 7)))
-    assert resolve_offsets(spec, TPS, EARLY, LATE, _no_times) == {("t", 0): 10, ("t", 1): 7}
-    spec = OffsetSpec("offsets", "endingOffsets", ((("t", 0), -1),))
-    with pytest.raises(RaftlogOptionError, match="'endingOffsets'.*missing t-1"):
-        resolve_offsets(spec, TPS, EARLY, LATE, _no_times)
-    assert resolve_offsets(OffsetSpec("latest", "x"), TPS, EARLY, LATE, _no_times) == LATE
-
-    def times(wanted):
-        assert wanted == {("t", 0): 5000, ("t", 1): 5000}
-        return {("t", 0): 42, ("t", 1): None}
-
-    spec = OffsetSpec("timestamp", "startingTimestamp", timestamp_ms=5000)
-    with pytest.raises(RaftlogOptionError, match="'startingTimestamp': t-1 has no record"):
-        resolve_offsets(spec, TPS, EARLY, LATE, times)
-    got = resolve_offsets(spec, TPS, EARLY, LATE, times, timestamp_strategy="latest")
-    assert got == {("t", 0): 42, ("t", 1): 50}
-    spec = OffsetSpec("timestamp", "endingTimestamp", timestamp_ms=5000)
-    assert resolve_offsets(spec, TPS, EARLY, LATE, times, ending=True) == {
-        ("t", 0): 42,
-        ("t", 1): 50,
-    }
-
-
-def test_plan_batch_ranges_checks_against_the_log():
-    start, end = {("t", 0): 10, ("t", 1): 0}, dict(LATE)
-    assert plan_batch_ranges(start, end, EARLY, LATE) == [
-        OffsetRange("t", 0, 10, 100),
-        OffsetRange("t", 1, 0, 50),
+def test_names_moved_to_spark_plan_are_reexported():
+    """``from raftlog.client.spark import X`` keeps working for every name that moved."""
+    for name in spark_plan.__all__:
+        assert getattr(spark_source, name) is getattr(spark_plan, name), name
+    assert spark_source.__all__ == [
+        "DataLossError",
+        "OffsetRange",
+        "RaftlogDataSource",
+        "RaftlogOptionError",
+        "ReadOptions",
+        "WriteOptions",
+        "local_session",
+        "parse_read_options",
+        "parse_write_options",
+        "rate_limit",
+        "register",
+        "split_ranges",
     ]
-    gone = {("t", 0): 3, ("t", 1): 0}
-    with pytest.raises(DataLossError, match="t-0: offsets 3..9 were deleted"):
-        plan_batch_ranges(gone, end, EARLY, LATE)
-    got = plan_batch_ranges(gone, end, EARLY, LATE, fail_on_data_loss=False)
-    assert got[0] == OffsetRange("t", 0, 10, 100)
-    with pytest.raises(RaftlogOptionError, match="'endingOffsets': offset 60 of t-1 is beyond"):
-        plan_batch_ranges(start, {**end, ("t", 1): 60}, EARLY, LATE)
-    with pytest.raises(RaftlogOptionError, match="starting offset 40 is after ending offset 30"):
-        plan_batch_ranges({**start, ("t", 1): 40}, {**end, ("t", 1): 30}, EARLY, LATE)
-
-
-def test_plan_stream_ranges():
-    # a partition new in ``end`` starts at its earliest offset
-    got = plan_stream_ranges({("t", 0): 20}, {("t", 0): 30, ("t", 1): 5}, {("t", 1): 2})
-    assert got == [OffsetRange("t", 0, 20, 30), OffsetRange("t", 1, 2, 5)]
-    with pytest.raises(DataLossError, match="deleted: t-1"):
-        plan_stream_ranges({("t", 0): 1, ("t", 1): 1}, {("t", 0): 2}, {})
-    with pytest.raises(DataLossError, match="went back from 9 to 4"):
-        plan_stream_ranges({("t", 0): 9}, {("t", 0): 4}, {})
-    assert plan_stream_ranges({("t", 0): 9}, {("t", 0): 4}, {}, fail_on_data_loss=False) == []
-
-
-def test_split_ranges_like_kafka_offset_range_calculator():
-    ranges = [OffsetRange("t", 0, 0, 1000), OffsetRange("t", 1, 5, 105), OffsetRange("t", 2, 7, 7)]
-    assert split_ranges(ranges) == ranges[:2]  # empty ranges dropped, no split by default
-    assert split_ranges(ranges, 2) == ranges[:2]
-    parts = split_ranges(ranges, 11)
-    by_tp: dict = {}
-    for r in parts:
-        by_tp.setdefault((r.topic, r.partition), []).append(r)
-    # proportional: 1000 records get 10 parts, 100 get 1; contiguous, exact cover
-    assert [len(v) for v in by_tp.values()] == [10, 1]
-    for orig in ranges[:2]:
-        rs = by_tp[(orig.topic, orig.partition)]
-        assert rs[0].start == orig.start and rs[-1].end == orig.end
-        assert all(a.end == b.start for a, b in zip(rs, rs[1:]))
-    assert {r.size for r in by_tp[("t", 0)]} == {100}
-    # a tiny range still gets one part
-    tiny = split_ranges([OffsetRange("t", 0, 0, 10_000), OffsetRange("t", 1, 0, 1)], 4)
-    assert tiny[-1] == OffsetRange("t", 1, 0, 1) and len(tiny) == 5
-
-
-def test_rate_limit_proportional_to_backlog():
-    start = {("t", 0): 0, ("t", 1): 0, ("t", 2): 10}
-    latest = {("t", 0): 900, ("t", 1): 100, ("t", 2): 10}
-    assert rate_limit(start, latest, 100) == {("t", 0): 90, ("t", 1): 10, ("t", 2): 10}
-    assert rate_limit(start, latest, 1) == {("t", 0): 1, ("t", 1): 1, ("t", 2): 10}
-    assert rate_limit(start, latest, 10**9) == latest
-
-
-def test_stream_offsets_json_round_trip():
-    offs = {("a", 0): 5, ("a", 10): 7, ("b", 1): 0}
-    j = offsets_to_json(offs)
-    assert j == {"a": {"0": 5, "10": 7}, "b": {"1": 0}}
-    assert offsets_from_json(j) == offs
-
-
-def test_subscription_resolve():
-    topics = {"ev-a": [0, 1], "ev-b": [0], "other": [0], "__consumer_offsets": [0]}
-    parts = topics.__getitem__
-    sub = Subscription("subscribePattern", pattern="ev-.*|__.*")
-    assert sub.resolve(lambda: list(topics), parts) == [("ev-a", 0), ("ev-a", 1), ("ev-b", 0)]
-    with pytest.raises(RaftlogOptionError, match="'ev-b' has no partition 3"):
-        Subscription("assign", partitions=(("ev-b", 3),)).resolve(list, parts)
+    assert spark_source.RaftlogDataSource.name() == "raftlog"
+    for name in ("kafka_schema", "plan_batch", "read_range", "write_batches", "WriteCommit"):
+        assert hasattr(spark_source, name), name
 
 
 # ====================================================================== arrow conversion
@@ -249,28 +76,6 @@ def test_records_to_arrow_schema_and_values():
     assert rows[0]["timestamp"].timestamp() == 1_700_000_000.123
     no_headers = _records_to_arrow(recs[1:], _arrow_schema(kafka_schema(False)))
     assert no_headers.schema.names[-1] == "timestampType"
-
-
-def test_batch_groups_for_the_sink():
-    h = pa.array(
-        [[{"key": "a", "value": b"1"}], None, []],
-        pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])),
-    )
-    batch = pa.RecordBatch.from_pydict(
-        {
-            "value": pa.array(["x", "y", "z"]),
-            "key": pa.array([b"k1", None, b"k3"]),
-            "partition": pa.array([None, 2, None], pa.int32()),
-            "headers": h,
-        }
-    )
-    groups = _batch_groups(batch, "t")
-    assert groups == [
-        ("t", None, [b"x", b"z"], [b"k1", b"k3"], [[("a", b"1")], None]),
-        ("t", 2, [b"y"], [None], [None]),
-    ]
-    one = pa.RecordBatch.from_pydict({"value": pa.array([b"1", b"2"]), "topic": ["u", "u"]})
-    assert _batch_groups(one, None) == [("u", None, [b"1", b"2"], None, None)]
 
 
 # ====================================================================== real Spark, real node
