@@ -171,7 +171,7 @@ class Consumer:
             from .group import GroupMember
 
             self._member = GroupMember(
-                self, group_id=self.group_id, strategy=self.partition_assignment_strategy,
+                _GroupSide(self), group_id=self.group_id, strategy=self.partition_assignment_strategy,
                 session_timeout_ms=self.session_timeout_ms,
                 max_poll_interval_ms=self.max_poll_interval_ms,
                 heartbeat_interval_ms=self.heartbeat_interval_ms,
@@ -217,7 +217,7 @@ class Consumer:
             from .group import GroupMember
 
             self._member = GroupMember(
-                self, group_id=self.group_id, strategy=self.partition_assignment_strategy,
+                _GroupSide(self), group_id=self.group_id, strategy=self.partition_assignment_strategy,
                 session_timeout_ms=self.session_timeout_ms,
                 max_poll_interval_ms=self.max_poll_interval_ms,
                 heartbeat_interval_ms=self.heartbeat_interval_ms,
@@ -525,6 +525,37 @@ class Consumer:
         """Hand a record list to poll() (never blocks: see _queue)."""
         if not self._closed:
             self._queue.put_nowait(item)
+
+
+class _GroupSide:
+    """All a group member sees and does of its consumer (client/group.py drives it):
+    where to bootstrap, whether to auto-commit, how long since the last poll, what was
+    consumed, and the assignment (set by the group's rebalances)."""
+
+    __slots__ = ("_c",)
+
+    def __init__(self, consumer: Consumer):
+        self._c = consumer
+
+    @property
+    def bootstrap(self) -> list:
+        return self._c._cluster.bootstrap
+
+    @property
+    def auto_commit(self) -> bool:
+        return self._c.enable_auto_commit
+
+    def seconds_since_poll(self) -> float:
+        return time.monotonic() - self._c._last_poll
+
+    def consumed(self, partitions) -> dict:
+        """{tp: offset after the last record poll() returned} of ``partitions``."""
+        return self._c._consumed_offsets(partitions)
+
+    def set_assignment(self, tps: list, committed: dict) -> None:
+        """The group's assignment changed: kept partitions keep their positions, added
+        ones start at their committed offset (else the reset policy)."""
+        self._c._set_assignment(tps, committed)
 
 
 class _Fetcher:

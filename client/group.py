@@ -86,6 +86,8 @@ class GroupMember:
     def __init__(self, consumer, *, group_id: str, strategy: str, session_timeout_ms: int,
                  max_poll_interval_ms: int, heartbeat_interval_ms: int,
                  group_instance_id: str | None, client_id: str, request_timeout_s: float):
+        #: the consumer's side (consumer._GroupSide): bootstrap, auto_commit,
+        #: seconds_since_poll(), consumed(), set_assignment() -- nothing else of it
         self.consumer = consumer
         self.group_id = group_id
         self.assignor = get_assignor(strategy)
@@ -112,7 +114,7 @@ class GroupMember:
         self._closed = False
         self._thread: threading.Thread | None = None
         # Its own connections: a Cluster is not shared between threads.
-        self._cluster = Cluster(consumer._cluster.bootstrap, request_timeout_s)
+        self._cluster = Cluster(consumer.bootstrap, request_timeout_s)
         self._partition_counts: dict[str, int] = {}
         self._next_metadata_check = 0.0
         self.error: BaseException | None = None
@@ -346,7 +348,7 @@ class GroupMember:
     def _check_poll_interval(self) -> None:
         if self.generation < 0 or self.left_for_poll_timeout:
             return
-        stalled_ms = (time.monotonic() - self.consumer._last_poll) * 1000
+        stalled_ms = self.consumer.seconds_since_poll() * 1000
         if stalled_ms > self.max_poll_interval_ms:
             # Kafka's rule: a member that stops polling leaves, so the group moves on.
             try:
@@ -396,20 +398,20 @@ class GroupMember:
         """Commit what was processed of ``partitions``, stop fetching them, call back."""
         if not partitions:
             return
-        consumed = self.consumer._consumed_offsets(partitions)
-        if consumed and self.consumer.enable_auto_commit:
+        consumed = self.consumer.consumed(partitions)
+        if consumed and self.consumer.auto_commit:
             try:
                 self.commit_sync(consumed)
             except (CommitFailedError, ApiError, BrokerNotAvailableError):
                 pass  # another member may re-read them: at-least-once
         self._call("on_revoked", partitions)
         self.owned -= partitions
-        self.consumer._set_assignment(sorted(self.owned), {})
+        self.consumer.set_assignment(sorted(self.owned), {})
 
     def _lose_membership(self, reset_member: bool) -> None:
         lost = set(self.owned)
         self.owned = set()
-        self.consumer._set_assignment([], {})
+        self.consumer.set_assignment([], {})
         self._call("on_lost", lost)
         self.generation = -1
         if reset_member and self.instance_id is None:
@@ -465,7 +467,7 @@ class GroupMember:
         added = new - self.owned
         committed = self.committed(sorted(added)) if added else {}
         self.owned = new
-        self.consumer._set_assignment(sorted(new), {tp: off for tp, off in committed.items()
+        self.consumer.set_assignment(sorted(new), {tp: off for tp, off in committed.items()
                                                     if off is not None})
         self._call("on_assigned", added)
         if revoked and self.cooperative:
