@@ -17,10 +17,14 @@ print("ok")
 """
 
 
-def test_client_imports_without_server_dependencies():
-    r = subprocess.run([sys.executable, "-c", CODE], capture_output=True, timeout=60)
+def _prints_ok(code: str) -> None:
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
     assert r.returncode == 0, r.stderr.decode()
     assert r.stdout.strip() == b"ok"
+
+
+def test_client_imports_without_server_dependencies():
+    _prints_ok(CODE)
 
 
 SPARK_PLAN_CODE = """
@@ -40,6 +44,4 @@ print("ok")
 
 def test_spark_plan_imports_without_pyspark():
     """The Spark data source's planning half imports and plans with no pyspark (nor pyarrow)."""
-    r = subprocess.run([sys.executable, "-c", SPARK_PLAN_CODE], capture_output=True, timeout=60)
-    assert r.returncode == 0, r.stderr.decode()
-    assert r.stdout.strip() == b"ok"
+    _prints_ok(SPARK_PLAN_CODE)
