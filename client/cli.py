@@ -25,12 +25,19 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 def cmd_up(args) -> int:
     """Run a local cluster of ``--nodes`` nodes on loopback until Ctrl-C / SIGTERM.
 
-    Node i serves clients on PORT+i-1; with more than one node every node is also a
-    metadata-quorum voter on Raft port PORT+100+i-1, with a random password kept in
+    Node i serves clients on PORT+i-1; with more than one node, nodes 1..C (C =
+    ``--controllers``, default every node) are also metadata-quorum voters on Raft port
+    PORT+100+i-1 (process.roles=controller,broker) and the others are broker-only nodes
+    that follow the metadata log without voting; a random Raft password is kept in
     DATA_DIR/raft.password.
     """
     if args.nodes < 1 or args.nodes > 9:
         print("raftlog up: --nodes must be between 1 and 9", file=sys.stderr)
+        return 2
+    controllers = args.nodes if args.controllers is None else args.controllers
+    if not 1 <= controllers <= args.nodes or (args.controllers is not None and controllers % 2 == 0):
+        print(f"raftlog up: --controllers must be an odd number between 1 and --nodes "
+              f"({args.nodes}), not {controllers}", file=sys.stderr)
         return 2
     if not args.wait_timeout >= 0:  # (also NaN)
         print(f"raftlog up: --wait-timeout must be 0 or more seconds, not {args.wait_timeout}",
@@ -41,15 +48,16 @@ def cmd_up(args) -> int:
     overrides: dict = {}
     if args.nodes > 1:
         voters = ",".join(
-            f"{i}@{args.host}:{args.port + 100 + i - 1}" for i in range(1, args.nodes + 1)
+            f"{i}@{args.host}:{args.port + 100 + i - 1}" for i in range(1, controllers + 1)
         )
         overrides = {"controller.quorum.voters": voters, "raft.password": _password(data_dir)}
     procs = []
     for i in range(1, args.nodes + 1):
         node_dir = os.path.join(data_dir, f"node-{i}")
         os.makedirs(node_dir, exist_ok=True)
+        roles = {"process.roles": "broker"} if i > controllers else {}
         cmd = localnode.node_command(node_id=i, host=args.host, port=args.port + i - 1,
-                                     data_dir=node_dir, overrides=overrides)
+                                     data_dir=node_dir, overrides={**overrides, **roles})
         proc = localnode.spawn(cmd, new_session=True)  # output: this terminal
         with open(os.path.join(node_dir, "node.pid"), "w") as f:
             f.write(f"{proc.pid}\n")
@@ -679,6 +687,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--port", type=int, default=9092, help="client port of node 1 (default 9092)")
     up.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     up.add_argument("--nodes", type=int, default=1, help="number of nodes (default 1)")
+    up.add_argument("--controllers", type=int, default=None,
+                    help="how many of the nodes (1..C) vote in the metadata quorum, an odd "
+                         "number; the others are broker-only (default: every node)")
     up.add_argument("--wait-timeout", type=float, default=30.0,
                     help="seconds to wait for every node to listen and register before "
                          "giving up (default 30)")

@@ -325,11 +325,16 @@ class MetadataQuorum:
         password: str | None = None,
         on_commit=None,
         leader_fallback_timeout_s: float = 3.0,
+        voter: bool = True,
     ):
-        _check_voters(node_id, voters, password)
+        _check_voters(node_id, voters, password, voter)
         harden_pysyncobj()
         os.makedirs(data_dir, exist_ok=True)
         self.node_id = node_id
+        #: False for a learner (a broker-only node): it follows the committed log
+        #: (pysyncobj's read-only node: connects to every voter, never votes, is not
+        #: counted for commits) and forwards its writes to the leader.
+        self.voter = voter
         self.voters = dict(voters)
         self._addr_to_id = {f"{h}:{p}": nid for nid, (h, p) in voters.items()}
         self._subscribers: list = []
@@ -337,7 +342,8 @@ class MetadataQuorum:
         self.controller_elections = 0
         if on_commit is not None:
             self.subscribe(on_commit)
-        conf = _conf(voters[node_id], data_dir, password, leader_fallback_timeout_s)
+        conf = _conf(voters[node_id] if voter else None, data_dir, password,
+                     leader_fallback_timeout_s)
         conf.onStateChanged = self._on_raft_state_changed
         self._obj: _MetadataLog | None = None
         self._stop = threading.Event()
@@ -351,12 +357,17 @@ class MetadataQuorum:
             raise QuorumError(f"metadata quorum did not start: {self._start_error!r}")
 
     def _run(self, conf: SyncObjConf) -> None:
-        host, port = self.voters[self.node_id]
         partners = [
-            f"{h}:{p}" for nid, (h, p) in sorted(self.voters.items()) if nid != self.node_id
+            f"{h}:{p}" for nid, (h, p) in sorted(self.voters.items())
+            if nid != self.node_id or not self.voter
         ]
+        if self.voter:
+            host, port = self.voters[self.node_id]
+            self_addr = f"{host}:{port}"
+        else:
+            self_addr = None  # pysyncobj's read-only node
         try:
-            self._obj = _MetadataLog(f"{host}:{port}", partners, conf, self._publish)
+            self._obj = _MetadataLog(self_addr, partners, conf, self._publish)
         except BaseException as e:  # reported by __init__
             self._start_error = e
             return
@@ -530,9 +541,15 @@ _NOT_CONTROLLER = (
 )
 
 
-def _check_voters(node_id: int, voters: dict, password: str | None) -> None:
-    if node_id not in voters:
+def _check_voters(node_id: int, voters: dict, password: str | None, voter: bool = True) -> None:
+    if not voters:
+        raise ConfigError("the metadata quorum needs at least one voter")
+    if voter and node_id not in voters:
         raise ConfigError(f"node {node_id} is not among the voters {sorted(voters)}")
+    if not voter and node_id in voters:
+        raise ConfigError(f"node {node_id} is a voter: it cannot join as a learner")
+    if not voter and len(voters) == 1 and not password:
+        raise ConfigError("a raft password is required when learners follow the quorum")
     if len(set(voters.values())) != len(voters):
         raise ConfigError(f"two voters share a raft address: {voters}")
     if len(voters) > 1 and not password:
@@ -540,7 +557,7 @@ def _check_voters(node_id: int, voters: dict, password: str | None) -> None:
 
 
 def _conf(address, data_dir: str, password, leader_fallback_timeout_s: float) -> SyncObjConf:
-    host, port = address
+    """pysyncobj's configuration; ``address`` None for a learner (binds nothing)."""
     return SyncObjConf(
         appendEntriesUseBatch=False,
         commandsWaitLeader=False,
@@ -555,7 +572,7 @@ def _conf(address, data_dir: str, password, leader_fallback_timeout_s: float) ->
         journalFile=os.path.join(data_dir, "metadata.journal"),
         fullDumpFile=os.path.join(data_dir, "metadata.snapshot"),
         password=password,
-        bindAddress=f"{host}:{port}",
+        bindAddress=None if address is None else f"{address[0]}:{address[1]}",
         autoTick=True,
     )
 

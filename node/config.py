@@ -70,6 +70,22 @@ def parse_voters(key: str, v: str) -> dict[int, tuple[str, int]]:
     return out
 
 
+ROLES = ("broker", "controller")
+
+
+def parse_roles(key: str, v: str) -> tuple:
+    """'controller,broker' -> ('broker', 'controller'): sorted, each known, none twice."""
+    items = [x.strip() for x in str(v).split(",") if x.strip()]
+    if not items:
+        raise ConfigError(f"{key}: must name at least one of {', '.join(ROLES)}")
+    for r in items:
+        if r not in ROLES:
+            raise ConfigError(f"{key}: unknown role {r!r} (known: {', '.join(ROLES)})")
+    if len(set(items)) != len(items):
+        raise ConfigError(f"{key}: a role appears twice in {v!r}")
+    return tuple(sorted(items))
+
+
 @dataclass(frozen=True)
 class NodeConfig:
     """Everything a node needs to start. Build with :meth:`load`."""
@@ -91,6 +107,10 @@ class NodeConfig:
     request_timeout_ms: int = 30_000
     #: Raft metadata quorum: {node_id: (host, port)}; empty = single node, no quorum.
     controller_quorum_voters: dict = field(default_factory=dict)
+    #: What this node does (Kafka's process.roles): "broker" serves partitions,
+    #: "controller" votes in the metadata quorum. A node outside the voters is a broker
+    #: only: it follows the metadata log as a non-voting learner.
+    process_roles: tuple = ("broker", "controller")
     raft_host: str | None = None
     raft_port: int | None = None
     raft_password: str | None = None
@@ -153,12 +173,31 @@ class NodeConfig:
         cfg.validate()
         return cfg
 
+    @property
+    def is_voter(self) -> bool:
+        """A voter of the metadata quorum (role controller)."""
+        return "controller" in self.process_roles
+
     def validate(self) -> None:
         voters = self.controller_quorum_voters
+        roles = self.process_roles
+        if not voters and roles != ("broker", "controller"):
+            raise ConfigError(
+                f"process.roles={','.join(roles)} needs controller.quorum.voters naming the "
+                "controllers (a node without voters is its own one-node cluster)")
+        if "controller" not in roles and "broker" in roles and self.node_id in voters:
+            raise ConfigError(
+                f"node.id {self.node_id} is in controller.quorum.voters, so process.roles "
+                "must include controller")
+        if roles == ("controller",):
+            raise ConfigError(
+                "process.roles=controller (a controller that serves no partitions) is not "
+                "supported yet: use controller,broker for voters and broker for the other nodes")
         if voters:
-            if self.node_id not in voters:
+            if self.is_voter and self.node_id not in voters:
                 raise ConfigError(
                     f"node.id {self.node_id} is not among controller.quorum.voters {sorted(voters)}"
+                    " (a node that is not a voter sets process.roles=broker)"
                 )
             if len(voters) > 1 and not self.raft_password:
                 raise ConfigError(
@@ -230,6 +269,7 @@ _NODE_KEYS = {
     "log.cleaner.interval.ms": _set("log_cleaner_interval_ms", lambda k, v: _int(k, v, 1)),
     "request.timeout.ms": _set("request_timeout_ms", lambda k, v: _int(k, v, 1)),
     "controller.quorum.voters": _set("controller_quorum_voters", parse_voters),
+    "process.roles": _set("process_roles", parse_roles),
     "raft.listener": _set_raft_listener,
     "raft.password": _set("raft_password", _nonempty),
     "broker.session.timeout.ms": _set("broker_session_timeout_ms", lambda k, v: _int(k, v, 100)),

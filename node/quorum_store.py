@@ -60,6 +60,7 @@ class QuorumTopicStore:
             os.path.join(config.data_dir, "__raft"),
             password=config.raft_password,
             on_commit=on_commit,
+            voter=config.is_voter,
         )
         #: (state, (fenced ids, registered ids), {name: TopicInfo}) -- see topics
         self._cache: tuple = (None, None, {}, None)

@@ -15,9 +15,11 @@ SESSION_MS = 2000
 
 
 class LocalCluster:
-    def __init__(self, tmp_path, n: int = 3, **extra):
+    def __init__(self, tmp_path, n: int = 3, voters: int | None = None, **extra):
+        """``n`` nodes; nodes 1..``voters`` (default all) vote, the rest are broker-only."""
         ports = free_ports(2 * n)
-        voters = ",".join(f"{i}@127.0.0.1:{ports[n + i - 1]}" for i in range(1, n + 1))
+        n_voters = n if voters is None else voters
+        voters = ",".join(f"{i}@127.0.0.1:{ports[n + i - 1]}" for i in range(1, n_voters + 1))
         settings = {"controller.quorum.voters": voters, "raft.password": "test-secret",
                     "broker.session.timeout.ms": str(SESSION_MS),
                     "broker.heartbeat.interval.ms": "200",
@@ -25,7 +27,9 @@ class LocalCluster:
                     "leader.imbalance.check.interval.ms": "1000"}
         settings.update({k.replace("_", "."): str(v) for k, v in extra.items()})
         self.nodes = [NodeProcess(str(tmp_path / f"node-{i}"), ports[i - 1], node_id=i,
-                                  extra=dict(settings)) for i in range(1, n + 1)]
+                                  extra={**settings, **({"process.roles": "broker"}
+                                                        if i > n_voters else {})})
+                      for i in range(1, n + 1)]
 
     @property
     def bootstrap(self) -> str:

@@ -261,3 +261,29 @@ def test_acknowledged_write_survives_sigkill(tmp_path):
         assert _wait(lambda: q.state.next_producer_id == 500)
     finally:
         q.close()
+
+
+def test_learner_follows_the_log_forwards_writes_and_never_votes(tmp_path, trio_of_voters):
+    """A broker-only node (process.roles=broker) is a learner: it applies every
+    committed record, its writes reach the leader, it does not count toward a
+    commit and cannot become the controller."""
+    voters, qs = trio_of_voters
+    leader = _wait_leader(qs)
+    learner = MetadataQuorum(7, voters, str(tmp_path / "learner"), password="secret", voter=False)
+    try:
+        assert leader.propose(R.AllocateProducerIds(1, 1000)).ok
+        assert _wait(lambda: learner.state.next_producer_id == 1000)
+        assert learner.propose(R.AllocateProducerIds(7, 1000)).value == 1000  # forwarded
+        assert _wait(lambda: all(q.state.next_producer_id == 2000 for q in qs))
+        assert not learner.is_leader and learner.leader_id == leader.node_id
+        # a learner is not counted: with two voters gone nothing commits
+        others = [q for q in qs if q is not leader]
+        for q in others:
+            q.close()
+        with pytest.raises(QuorumTimeoutError):
+            learner.propose(R.NoOp(), timeout_s=1.0)
+        assert not learner.is_leader
+    finally:
+        learner.close()
+    with pytest.raises(ConfigError):
+        MetadataQuorum(1, voters, str(tmp_path / "x"), password="secret", voter=False)

@@ -51,6 +51,14 @@ auto.create.topics.enable=true
         ("node.id=1\ncontroller.quorum.voters=1@127.0.0.1:9100,2@127.0.0.2:9100",
          "raft.password is required"),
         ("node.id=5\ncontroller.quorum.voters=1@127.0.0.1:9100", "not among controller.quorum.voters"),
+        ("process.roles=broker", "needs controller.quorum.voters"),
+        ("process.roles=broker,sidecar", "unknown role 'sidecar'"),
+        ("process.roles=broker,broker", "appears twice"),
+        ("process.roles=", "must name at least one"),
+        ("node.id=1\nprocess.roles=broker\ncontroller.quorum.voters=1@127.0.0.1:9100",
+         "must include controller"),
+        ("node.id=1\nprocess.roles=controller\ncontroller.quorum.voters=1@127.0.0.1:9100",
+         "not supported yet"),
     ],
 )
 def test_invalid_configs_name_the_problem(tmp_path, text, message):
@@ -61,6 +69,13 @@ def test_invalid_configs_name_the_problem(tmp_path, text, message):
 def test_missing_file():
     with pytest.raises(ConfigError, match="cannot read config file"):
         read_properties("/nonexistent/raftlog.properties")
+
+
+def test_broker_only_node_outside_the_voters(tmp_path):
+    cfg = NodeConfig.load(_write(tmp_path, "node.id=5\nprocess.roles=broker\n"
+                                           "controller.quorum.voters=1@127.0.0.1:9100"))
+    assert cfg.process_roles == ("broker",) and not cfg.is_voter
+    assert NodeConfig.load(_write(tmp_path, "process.roles=controller, broker")).is_voter
 
 
 def test_voters():
