@@ -19,7 +19,9 @@ class PlacementError(ValueError):
 
 
 def live_brokers(state: MetadataState) -> list[int]:
-    return sorted(b.broker_id for b in state.brokers.values() if not b.fenced)
+    """Unfenced nodes that serve partitions (controller-only nodes never do)."""
+    return sorted(b.broker_id for b in state.brokers.values()
+                  if not b.fenced and b.serves_partitions)
 
 
 def leader_counts(state: MetadataState) -> Counter:

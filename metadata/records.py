@@ -28,6 +28,10 @@ class RegisterBroker:
     incarnation_id: str
     listeners: tuple  # ((host, port), ...)
     rack: str | None = None
+    #: process.roles of the node: ("broker",), ("controller",) or both. A node
+    #: without "broker" registers only so brokers find the controller's listener:
+    #: it is never given replicas and clients are not told about it.
+    roles: tuple = ("broker", "controller")
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,11 @@ class Broker:
     listeners: tuple
     rack: str | None = None
     fenced: bool = True
+    roles: tuple = ("broker", "controller")
+
+    @property
+    def serves_partitions(self) -> bool:
+        return "broker" in self.roles
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,10 +117,13 @@ def apply(state: MetadataState, record, *, term: int) -> tuple[MetadataState, Re
 def _register(s: MetadataState, r: R.RegisterBroker, term: int):
     if r.broker_id < 0 or not r.incarnation_id:
         return s, _fail("broker id must be >= 0 and incarnation id non-empty")
+    if not r.roles or not set(r.roles) <= {"broker", "controller"}:
+        return s, _fail(f"roles must be broker and/or controller, not {r.roles!r}")
     old = s.brokers.get(r.broker_id)
     brokers = dict(s.brokers)
     brokers[r.broker_id] = Broker(
-        r.broker_id, r.incarnation_id, tuple(map(tuple, r.listeners)), r.rack, True
+        r.broker_id, r.incarnation_id, tuple(map(tuple, r.listeners)), r.rack, True,
+        tuple(sorted(r.roles)),
     )
     s = replace(s, brokers=brokers)
     if old is not None and not old.fenced:
@@ -393,7 +401,8 @@ def snapshot(s: MetadataState) -> bytes:
             "last_term": s.last_term,
             "next_producer_id": s.next_producer_id,
             "brokers": [
-                [b.broker_id, b.incarnation_id, [list(x) for x in b.listeners], b.rack, b.fenced]
+                [b.broker_id, b.incarnation_id, [list(x) for x in b.listeners], b.rack, b.fenced,
+                 list(b.roles)]
                 for _, b in sorted(s.brokers.items())
             ],
             "topics": [
@@ -417,7 +426,10 @@ def restore(data: bytes) -> MetadataState:
     d = cbor2.loads(data)
     if d.get("v") != SNAPSHOT_VERSION:
         raise R.MetadataRecordError("unknown metadata snapshot version")
-    brokers = {b[0]: Broker(b[0], b[1], tuple(map(tuple, b[2])), b[3], b[4]) for b in d["brokers"]}
+    # (a snapshot written before roles existed has five fields: both roles)
+    brokers = {b[0]: Broker(b[0], b[1], tuple(map(tuple, b[2])), b[3], b[4],
+                            tuple(b[5]) if len(b) > 5 else ("broker", "controller"))
+               for b in d["brokers"]}
     topics = {}
     for name, tid, configs, parts in d["topics"]:
         topics[name] = Topic(

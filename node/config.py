@@ -189,10 +189,6 @@ class NodeConfig:
             raise ConfigError(
                 f"node.id {self.node_id} is in controller.quorum.voters, so process.roles "
                 "must include controller")
-        if roles == ("controller",):
-            raise ConfigError(
-                "process.roles=controller (a controller that serves no partitions) is not "
-                "supported yet: use controller,broker for voters and broker for the other nodes")
         if voters:
             if self.is_voter and self.node_id not in voters:
                 raise ConfigError(

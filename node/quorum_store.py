@@ -104,8 +104,12 @@ class QuorumTopicStore:
         return cached
 
     def brokers(self) -> list:
+        """The nodes that serve partitions (controller-only nodes register only so
+        brokers can reach the controller: clients are not told about them)."""
         rows = []
         for b in sorted(self.quorum.state.brokers.values(), key=lambda b: b.broker_id):
+            if not b.serves_partitions:
+                continue
             host, port = b.listeners[0] if b.listeners else ("", 0)
             rows.append(BrokerRow(b.broker_id, host, port, b.rack, b.fenced))
         return rows
@@ -139,7 +143,8 @@ class QuorumTopicStore:
         """Register this broker (new incarnation) and unfence it; retries while no
         quorum is available. Durable when it returns."""
         host, port = self.config.advertised
-        records = [R.RegisterBroker(self.node_id, self.incarnation_id, ((host, port),)),
+        records = [R.RegisterBroker(self.node_id, self.incarnation_id, ((host, port),),
+                                    roles=self.config.process_roles),
                    R.UnfenceBroker(self.node_id, self.incarnation_id)]
         deadline = time.monotonic() + self.config.broker_registration_timeout_ms / 1000
         for record in records:

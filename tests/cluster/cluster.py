@@ -15,8 +15,10 @@ SESSION_MS = 2000
 
 
 class LocalCluster:
-    def __init__(self, tmp_path, n: int = 3, voters: int | None = None, **extra):
-        """``n`` nodes; nodes 1..``voters`` (default all) vote, the rest are broker-only."""
+    def __init__(self, tmp_path, n: int = 3, voters: int | None = None,
+                 roles: dict | None = None, **extra):
+        """``n`` nodes; nodes 1..``voters`` (default all) vote, the rest are broker-only;
+        ``roles`` {node id: process.roles} overrides that per node."""
         ports = free_ports(2 * n)
         n_voters = n if voters is None else voters
         voters = ",".join(f"{i}@127.0.0.1:{ports[n + i - 1]}" for i in range(1, n_voters + 1))
@@ -28,8 +30,12 @@ class LocalCluster:
         settings.update({k.replace("_", "."): str(v) for k, v in extra.items()})
         self.nodes = [NodeProcess(str(tmp_path / f"node-{i}"), ports[i - 1], node_id=i,
                                   extra={**settings, **({"process.roles": "broker"}
-                                                        if i > n_voters else {})})
+                                                        if i > n_voters else {}),
+                                         **({"process.roles": roles[i]}
+                                            if roles and i in roles else {})})
                       for i in range(1, n + 1)]
+        self.serving = [i for i in range(1, n + 1)
+                        if "broker" in (roles or {}).get(i, "broker")]
 
     @property
     def bootstrap(self) -> str:
@@ -44,7 +50,8 @@ class LocalCluster:
     def _all_registered(self) -> bool:
         with self.admin() as a:
             brokers = a.describe_cluster().brokers
-        return len(brokers) == len(self.nodes) and not any(b.fenced for b in brokers)
+        return ([b.id for b in brokers] == self.serving
+                and not any(b.fenced for b in brokers))
 
     def stop(self) -> None:
         for n in self.nodes:

@@ -57,8 +57,6 @@ auto.create.topics.enable=true
         ("process.roles=", "must name at least one"),
         ("node.id=1\nprocess.roles=broker\ncontroller.quorum.voters=1@127.0.0.1:9100",
          "must include controller"),
-        ("node.id=1\nprocess.roles=controller\ncontroller.quorum.voters=1@127.0.0.1:9100",
-         "not supported yet"),
     ],
 )
 def test_invalid_configs_name_the_problem(tmp_path, text, message):
@@ -76,6 +74,8 @@ def test_broker_only_node_outside_the_voters(tmp_path):
                                            "controller.quorum.voters=1@127.0.0.1:9100"))
     assert cfg.process_roles == ("broker",) and not cfg.is_voter
     assert NodeConfig.load(_write(tmp_path, "process.roles=controller, broker")).is_voter
+    assert NodeConfig.load(_write(tmp_path, "node.id=1\nprocess.roles=controller\n"
+                                            "controller.quorum.voters=1@127.0.0.1:9100")).is_voter
 
 
 def test_voters():
