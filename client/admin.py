@@ -27,7 +27,8 @@ from .types import TopicPartition
 READ_ATTEMPTS = 3
 READ_BACKOFF_S = 0.1
 READ_ONLY_APIS = frozenset(
-    {Api.METADATA, Api.DESCRIBE_CLUSTER, Api.API_VERSIONS, Api.FIND_COORDINATOR}
+    {Api.METADATA, Api.DESCRIBE_CLUSTER, Api.API_VERSIONS, Api.FIND_COORDINATOR,
+     Api.LIST_PARTITION_REASSIGNMENTS}
 )
 #: How long a group request keeps looking for the group's coordinator (it may be
 #: loading, moving, or ``__consumer_offsets`` may be being created).
@@ -372,6 +373,32 @@ class Admin:
         parts = None if partitions is None else [[tp[0], tp[1]] for tp in partitions]
         h = self._call(Api.ELECT_LEADERS, {"parts": parts})
         return [tuple(r) for r in h["results"]]
+
+    def alter_partition_reassignments(self, reassignments: Mapping,
+                                      throttle_bytes_per_sec: int = 0) -> list:
+        """Start moving partitions: ``{(topic, partition): [broker ids] or None}`` (None
+        cancels a reassignment in progress). The new replicas catch up as followers
+        (sent at most ``throttle_bytes_per_sec`` by the leader, 0 = unthrottled), join
+        the ISR, then the old ones leave. Returns a PartitionResult per partition
+        (error 0 = started; the move itself finishes later: see
+        :meth:`list_partition_reassignments`)."""
+        parts = [[tp[0], tp[1], [] if replicas is None else [int(b) for b in replicas]]
+                 for tp, replicas in reassignments.items()]
+        h = self._call(Api.ALTER_PARTITION_REASSIGNMENTS,
+                       {"parts": parts, "throttle": int(throttle_bytes_per_sec)})
+        return list(h["results"])
+
+    def unregister_broker(self, broker_id: int) -> None:
+        """Remove a broker that holds no replica from the cluster's metadata (after a
+        decommission moved its replicas away)."""
+        self._call(Api.UNREGISTER_BROKER, {"broker_id": int(broker_id)})
+
+    def list_partition_reassignments(self, partitions=None) -> list:
+        """ReassignmentRow (topic, partition, replicas, adding, removing, isr, leader,
+        throttle) of every partition being moved, or of ``partitions`` only."""
+        parts = None if partitions is None else [[tp[0], tp[1]] for tp in partitions]
+        h = self._call(Api.LIST_PARTITION_REASSIGNMENTS, {"parts": parts})
+        return list(h["reassignments"])
 
     def create_partitions(self, topic: str, count: int) -> None:
         """Grow ``topic`` to ``count`` partitions."""

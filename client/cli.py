@@ -229,6 +229,10 @@ def _print_topic(d, as_json: bool) -> None:
 def cmd_cluster(args) -> int:
     if args.action == "elect-leaders":
         return _elect_leaders(args)
+    if args.action == "decommission":
+        from .cli_reassign import cmd_decommission
+
+        return cmd_decommission(args)
     with _admin(args) as admin:
         c = admin.describe_cluster()
         topics = [admin.describe_topic(t) for t in admin.list_topics(include_internal=True)]
@@ -722,14 +726,24 @@ def build_parser() -> argparse.ArgumentParser:
     topics.set_defaults(fn=cmd_topics)
 
     cluster = with_bootstrap(sub.add_parser("cluster", help="cluster status"))
-    cluster.add_argument("action", choices=["status", "elect-leaders"],
+    cluster.add_argument("action", choices=["status", "elect-leaders", "decommission"],
                          help="status: brokers, partitions, under-replicated and offline ones; "
-                              "elect-leaders: give partitions back to their preferred replica")
+                              "elect-leaders: give partitions back to their preferred replica; "
+                              "decommission: move every replica off --node, then unregister it")
     cluster.add_argument("--json", action="store_true")
     cluster.add_argument("--topic", help="elect-leaders: only this topic")
     cluster.add_argument("--partition", type=int, action="append",
                          help="elect-leaders: only this partition (repeatable)")
+    cluster.add_argument("--node", type=int, help="decommission: the broker to empty")
+    cluster.add_argument("--throttle", type=int, default=0, metavar="BYTES_PER_SEC",
+                         help="decommission: bound on what leaders send the new replicas")
+    cluster.add_argument("--timeout", type=float, default=3600.0,
+                         help="decommission: seconds to wait for the moves (default 3600)")
     cluster.set_defaults(fn=cmd_cluster)
+
+    from .cli_reassign import add_parsers as _reassign_parsers
+
+    _reassign_parsers(sub, with_bootstrap)
 
     groups = sub.add_parser(
         "groups", help="list, describe, reset the offsets of, delete consumer groups"

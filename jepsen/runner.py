@@ -487,6 +487,11 @@ def run(args) -> int:
     if not args.keep_data:
         import shutil
 
+        # the nodes' own logs stay (small, and what explains a surprising verdict)
+        for name in sorted(os.listdir(os.path.join(out, "data"))):
+            src = os.path.join(out, "data", name, "node.log")
+            if os.path.exists(src):
+                shutil.copyfile(src, os.path.join(out, f"{name}.log"))
         shutil.rmtree(os.path.join(out, "data"), ignore_errors=True)
     log(f"{'VALID' if valid else 'INVALID'}: anomalies {counts or 'none'}; "
         f"{st['acknowledged_sends']} acknowledged sends; results in {out}/results.json")

@@ -106,6 +106,17 @@ def preferred_leader_changes(state: MetadataState, term: int) -> list:
     return out
 
 
+def reassignment_completions(state: MetadataState, term: int) -> list:
+    """CompleteReassignment for every reassignment whose target replicas are all in
+    the ISR (with a live leader: a partition offline waits)."""
+    out = []
+    for t in state.topics.values():
+        for p in t.partitions:
+            if p.target and p.leader != -1 and set(p.target) <= set(p.isr):
+                out.append(R.CompleteReassignment(t.name, p.partition, p.partition_epoch, term))
+    return out
+
+
 def alter_partition(
     state: MetadataState,
     topic: str,

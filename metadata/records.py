@@ -35,6 +35,33 @@ class RegisterBroker:
 
 
 @dataclass(frozen=True, slots=True)
+class ReassignPartition:
+    """Start moving a partition to the replicas ``target`` (KIP-455): the replica set
+    becomes target + the old replicas not in it; new replicas catch up as followers;
+    the controller completes the move (:class:`CompleteReassignment`) once every
+    target replica is in sync. ``target`` () cancels a reassignment in progress
+    (back to the replicas it started from). ``throttle`` bytes/s bounds what the
+    leader sends the replicas being added (0: unthrottled)."""
+
+    topic: str
+    partition: int
+    target: tuple
+    throttle: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteReassignment:
+    """The controller's compare-and-set ending a reassignment whose target replicas
+    are all in sync: replicas = target; replicas not in it leave the ISR (and the
+    leadership, to the first in-sync target replica)."""
+
+    topic: str
+    partition: int
+    expected_partition_epoch: int
+    controller_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
 class FenceBroker:
     broker_id: int
     incarnation_id: str = ""  # "" = whatever incarnation is registered
@@ -127,6 +154,8 @@ RECORD_TYPES = {
         CreatePartitions,
         DeleteTopic,
         PartitionChange,
+        ReassignPartition,
+        CompleteReassignment,
         ConfigChange,
         AllocateProducerIds,
         NoOp,

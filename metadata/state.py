@@ -52,6 +52,16 @@ class Partition:
     leader: int
     leader_epoch: int = 0
     partition_epoch: int = 0
+    #: A reassignment in progress: the replicas it ends with (() when none), the
+    #: replicas it started from, and the leader's throttle for the replicas being
+    #: added (bytes/s, 0 = none). ``replicas`` is target + (previous - target).
+    target: tuple = ()
+    previous: tuple = ()
+    throttle: int = 0
+
+    @property
+    def adding(self) -> tuple:
+        return tuple(r for r in self.target if r not in self.previous)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +109,7 @@ def apply(state: MetadataState, record, *, term: int) -> tuple[MetadataState, Re
     handler = _HANDLERS.get(type(record))
     if handler is None:
         return state, _fail(f"unknown record {type(record).__name__}")
-    if isinstance(record, R.PartitionChange) and term < state.last_term:
+    if isinstance(record, R.PartitionChange | R.CompleteReassignment) and term < state.last_term:
         return state, _fail(
             f"proposed in term {term} after term {state.last_term} wrote: stale controller",
             ErrorCode.NOT_CONTROLLER)
@@ -340,6 +350,78 @@ def _partition_change(s: MetadataState, r: R.PartitionChange, term: int):
     return replace(s, topics=topics), OK
 
 
+def _set_partition(s: MetadataState, t: Topic, p: Partition) -> MetadataState:
+    parts = list(t.partitions)
+    parts[p.partition] = p
+    topics = dict(s.topics)
+    topics[t.name] = replace(t, partitions=tuple(parts))
+    return replace(s, topics=topics)
+
+
+def _reassign(s: MetadataState, r: R.ReassignPartition, term: int):
+    t = s.topics.get(r.topic)
+    if t is None or not 0 <= r.partition < len(t.partitions):
+        return s, _fail(f"unknown partition {r.topic}-{r.partition}",
+                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    p = t.partitions[r.partition]
+    if r.throttle < 0:
+        return s, _fail(f"throttle must be 0 (none) or positive bytes/s, not {r.throttle}")
+    if not r.target:  # cancel
+        if not p.target:
+            return s, _fail(f"{r.topic}-{r.partition} has no reassignment in progress",
+                            ErrorCode.NO_REASSIGNMENT_IN_PROGRESS)
+        isr = tuple(b for b in p.isr if b in p.previous)
+        if not isr:
+            return s, _fail(f"cannot cancel: no replica of {p.previous} is in sync "
+                            f"(ISR {p.isr})")
+        leader = p.leader if p.leader in isr else next(
+            (b for b in isr if _alive(s, b)), -1)
+        back = replace(_changed(p, leader, isr), replicas=p.previous, target=(), previous=(),
+                       throttle=0)
+        return _set_partition(s, t, back), OK
+    target = tuple(r.target)
+    if len(set(target)) != len(target):
+        return s, _fail(f"target replicas {target} name a broker twice")
+    for b in target:
+        broker = s.brokers.get(b)
+        if broker is None or not broker.serves_partitions:
+            return s, _fail(f"target replica {b} is not a registered broker",
+                            ErrorCode.INVALID_REPLICATION_FACTOR)
+    if p.target:
+        return s, _fail(f"{r.topic}-{r.partition} is being reassigned to {p.target}: "
+                        "cancel that first", ErrorCode.REASSIGNMENT_IN_PROGRESS)
+    if target == p.replicas:
+        return s, OK  # nothing to move
+    replicas = target + tuple(b for b in p.replicas if b not in target)
+    moving = replace(p, replicas=replicas, target=target, previous=p.replicas,
+                     throttle=r.throttle, partition_epoch=p.partition_epoch + 1)
+    return _set_partition(s, t, moving), OK
+
+
+def _complete_reassignment(s: MetadataState, r: R.CompleteReassignment, term: int):
+    if r.controller_epoch != term:
+        return s, _fail(
+            f"proposed in term {r.controller_epoch}, applied in term {term}: stale controller")
+    t = s.topics.get(r.topic)
+    if t is None or not 0 <= r.partition < len(t.partitions):
+        return s, _fail(f"unknown partition {r.topic}-{r.partition}",
+                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    p = t.partitions[r.partition]
+    if p.partition_epoch != r.expected_partition_epoch:
+        return s, _fail(
+            f"partition epoch is {p.partition_epoch}, not the expected {r.expected_partition_epoch}")
+    if not p.target:
+        return s, _fail(f"{r.topic}-{r.partition} has no reassignment in progress",
+                        ErrorCode.NO_REASSIGNMENT_IN_PROGRESS)
+    if not set(p.target) <= set(p.isr):
+        return s, _fail(f"target replicas {p.target} are not all in sync (ISR {p.isr})")
+    isr = tuple(b for b in p.isr if b in p.target)
+    leader = p.leader if p.leader in isr else next((b for b in isr if _alive(s, b)), -1)
+    done = replace(_changed(p, leader, isr), replicas=p.target, target=(), previous=(),
+                   throttle=0)
+    return _set_partition(s, t, done), OK
+
+
 def _allocate_producer_ids(s: MetadataState, r: R.AllocateProducerIds, term: int):
     if not 1 <= r.count <= PRODUCER_ID_BLOCK_MAX:
         return s, _fail(f"producer id block size must be 1..{PRODUCER_ID_BLOCK_MAX}")
@@ -363,6 +445,8 @@ _HANDLERS = {
     R.DeleteTopic: _delete_topic,
     R.ConfigChange: _config_change,
     R.PartitionChange: _partition_change,
+    R.ReassignPartition: _reassign,
+    R.CompleteReassignment: _complete_reassignment,
     R.AllocateProducerIds: _allocate_producer_ids,
     R.NoOp: _noop,
 }
@@ -384,6 +468,11 @@ def check_invariants(s: MetadataState, before: MetadataState | None = None) -> N
         for i, p in enumerate(t.partitions):
             assert p.partition == i
             assert p.isr and set(p.isr) <= set(p.replicas), (t.name, p)
+            if p.target:
+                assert p.replicas == p.target + tuple(
+                    b for b in p.previous if b not in p.target), (t.name, p)
+            else:
+                assert not p.previous and not p.throttle, (t.name, p)
             assert p.leader == -1 or p.leader in p.isr, (t.name, p)
             if p.leader >= 0 and not _alive(s, p.leader):
                 assert not any(_alive(s, b) for b in p.isr if b != p.leader), (t.name, p)
@@ -412,6 +501,7 @@ def snapshot(s: MetadataState) -> bytes:
                     [list(c) for c in t.configs],
                     [
                         [list(p.replicas), list(p.isr), p.leader, p.leader_epoch, p.partition_epoch]
+                        + ([list(p.target), list(p.previous), p.throttle] if p.target else [])
                         for p in t.partitions
                     ],
                 ]
@@ -436,7 +526,8 @@ def restore(data: bytes) -> MetadataState:
             name,
             tid,
             tuple(
-                Partition(i, tuple(p[0]), tuple(p[1]), p[2], p[3], p[4])
+                Partition(i, tuple(p[0]), tuple(p[1]), p[2], p[3], p[4],
+                          *((tuple(p[5]), tuple(p[6]), p[7]) if len(p) > 5 else ()))
                 for i, p in enumerate(parts)
             ),
             tuple(map(tuple, configs)),

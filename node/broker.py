@@ -9,6 +9,7 @@ client sends yields an error response, never an exception out of here.
 from __future__ import annotations
 
 import os
+import time
 
 import trio
 
@@ -44,6 +45,7 @@ from .config import NodeConfig
 from .logfmt import EventLog
 from .partition import Partition, partition_dir
 from .routes import SERVED_APIS
+from .throttle import ByteRate
 from .topics import LocalTopicStore, TopicInfo, validate_topic_config, validate_topic_name
 
 Response = tuple[dict, list]
@@ -79,6 +81,8 @@ class Broker:
         self._reconciled_as: bool | None = None
         #: the partitions this node leads that have other replicas (the ISR duty's)
         self.led: dict[tuple[str, int], Partition] = {}
+        #: bytes/s budget shared by the fetches of replicas being added by reassignments
+        self.reassign_rate = ByteRate()
         #: Cluster mode: called with (broker_id, incarnation_id) for each BrokerHeartbeat.
         self.on_heartbeat = None
         #: Cluster mode: False until this incarnation's registration has committed.
@@ -205,6 +209,7 @@ class Broker:
                 self.events.info("partition_role", partition=part, role=role,
                                  leader=p.leader, leader_epoch=p.leader_epoch,
                                  leo=part.log.log_end_offset, hw=part.high_watermark)
+            part.throttled = (frozenset(p.adding), p.throttle) if p.adding and p.throttle else None
             if part.is_leader and len(part.replicas) > 1:
                 self.led[key] = part
             else:
@@ -407,7 +412,8 @@ class Broker:
 
     def fetch_once(self, req: Request) -> tuple[list, list, int, bool]:
         """Read every requested partition once: (part headers, pieces, bytes, any_error)."""
-        consumer = req.fields["replica_id"] < 0 and not self._bug_beyond_hw
+        replica = req.fields["replica_id"]
+        consumer = replica < 0 and not self._bug_beyond_hw
         budget = req.fields["max_bytes"]
         headers, pieces, total, error = [], [], 0, False
         for topic, partition, offset, part_max, epoch in req.fields["parts"]:
@@ -418,6 +424,10 @@ class Broker:
                 log = part.log
                 max_offset = part.high_watermark if consumer else None
                 limit = min(part_max, budget - total) if total else part_max
+                throttled = part.throttled is not None and replica in part.throttled[0]
+                if throttled:  # a replica a reassignment adds: the node's byte budget
+                    limit = min(limit, self.reassign_rate.allowance(part.throttled[1],
+                                                                    time.monotonic()))
                 if limit <= 0 or (max_offset is not None and offset >= max_offset):
                     if offset > log.log_end_offset or offset < log.log_start_offset:
                         raise OffsetOutOfRangeError(offset, log.log_start_offset, log.log_end_offset)
@@ -427,6 +437,8 @@ class Broker:
                     n = sl.length
                     if n:
                         pieces.append(sl)
+                    if throttled:
+                        self.reassign_rate.spend(n)
                 total += n
                 headers.append(FetchPartHeader(topic, partition, 0, part.high_watermark,
                                                log.log_start_offset, n, ""))
@@ -575,6 +587,35 @@ class Broker:
         if not self.cluster_mode:
             return {"results": [PartitionResult(t, p, 0, "") for t, p in (wanted or [])]}, []
         return {"results": self.store.elect_preferred(wanted)}, []
+
+    def alter_partition_reassignments(self, req: Request) -> Response:
+        """Start (or, with an empty target, cancel) partition reassignments. Blocking
+        (quorum writes). A single node has nothing to move a replica to."""
+        parts, throttle = req.fields["parts"], req.fields["throttle"]
+        if not self.cluster_mode:
+            return {"results": [
+                PartitionResult(t, p, int(ErrorCode.INVALID_REQUEST),
+                                "reassignment needs a cluster (controller.quorum.voters)")
+                for t, p, _ in parts]}, []
+        return {"results": self.store.reassign(parts, throttle)}, []
+
+    def unregister_broker(self, req: Request) -> Response:
+        """Remove a broker that holds no replica from the metadata (the last step of a
+        decommission): it is fenced at once, never given replicas, and its heartbeats
+        are ignored until it restarts and registers again. Blocking (a quorum write)."""
+        if not self.cluster_mode:
+            raise ApiError(ErrorCode.INVALID_REQUEST,
+                           "unregistering a broker needs a cluster (controller.quorum.voters)")
+        self.store.unregister(req.fields["broker_id"])
+        return {}, []
+
+    def list_partition_reassignments(self, req: Request) -> Response:
+        wanted = req.fields["parts"]
+        rows = [] if not self.cluster_mode else self.store.reassignments()
+        if wanted is not None:
+            keep = {(t, p) for t, p in wanted}
+            rows = [r for r in rows if (r.topic, r.partition) in keep]
+        return {"reassignments": rows}, []
 
     def api_versions(self, req: Request) -> Response:
         return {

@@ -14,7 +14,11 @@ import trio
 
 from raftlog.errors import ApiError, ErrorCode, RemoteProtocolError
 from raftlog.metadata import records as R
-from raftlog.metadata.controller import BrokerLiveness, preferred_leader_changes
+from raftlog.metadata.controller import (
+    BrokerLiveness,
+    preferred_leader_changes,
+    reassignment_completions,
+)
 from raftlog.metadata.errors import QuorumError
 from raftlog.protocol import Api, ClientConnection
 
@@ -23,6 +27,9 @@ from .clock import node_ms
 #: Bound on one heartbeat round trip.
 HEARTBEAT_TIMEOUT_S = 2.0
 CONTROLLER_TICK_S = 0.2
+#: Reassignments are checked for completion after every metadata change, and this
+#: often anyway (a completion whose proposal failed is retried).
+REASSIGN_RECHECK_MS = 2000
 
 
 class Heartbeats:
@@ -35,6 +42,7 @@ class Heartbeats:
         self._stream = None
         self._stream_target = None
         self._last_balance_ms = node_ms()
+        self._reassign_checked = (None, 0)  # (state, node ms) last looked at for completions
 
     # ------------------------------------------------------------------ controller side
 
@@ -64,6 +72,12 @@ class Heartbeats:
             self.liveness.heartbeat(self.config.node_id, now)
             for record in self._decisions(state, now):
                 await self._propose(record)
+            state = self.store.quorum.state
+            seen, at = self._reassign_checked
+            if state is not seen or now - at >= REASSIGN_RECHECK_MS:  # after a change
+                self._reassign_checked = (state, now)
+                for record in reassignment_completions(state, self.store.quorum.term):
+                    await self._propose(record)
             if (self.config.auto_leader_rebalance_enable
                     and now - self._last_balance_ms >= self.config.leader_imbalance_check_interval_ms):
                 self._last_balance_ms = now

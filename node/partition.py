@@ -71,6 +71,9 @@ class Partition:
         self._leo_waiters: set[trio.Event] = set()
         #: first offset of data found corrupt on disk: truncated and re-fetched as follower
         self.corrupt_from: int | None = None
+        #: as leader of a partition being reassigned with a throttle: (the replicas
+        #: being added, bytes/s); their fetches share the node's reassignment budget
+        self.throttled: tuple | None = None
         # Idempotent producers' recent sequences, rebuilt from the log's batch headers
         # on first use and after every truncation (so never ahead of the log); kept
         # current by leader and follower appends alike, so a new leader has it.

@@ -25,7 +25,7 @@ from raftlog.metadata.controller import (
 from raftlog.metadata.errors import NotControllerError, QuorumTimeoutError
 from raftlog.metadata.quorum import MetadataQuorum
 from raftlog.metadata.state import OK
-from raftlog.protocol import BrokerRow, PartitionResult
+from raftlog.protocol import BrokerRow, PartitionResult, ReassignmentRow
 
 from .config import NodeConfig
 from .topics import PartitionInfo, TopicInfo
@@ -44,7 +44,8 @@ def _topic_info(t, down: frozenset, brokers: dict) -> TopicInfo:
         t.name, t.topic_id, dict(t.configs),
         tuple(PartitionInfo(p.partition, p.leader, p.leader_epoch, p.replicas, p.isr,
                             p.partition_epoch,
-                            tuple(r for r in p.replicas if r in down or r not in brokers))
+                            tuple(r for r in p.replicas if r in down or r not in brokers),
+                            p.adding, p.throttle)
               for p in t.partitions),
     )
 
@@ -244,6 +245,48 @@ class QuorumTopicStore:
                     "" if result.ok else result.error))
             except ApiError as e:
                 out.append(PartitionResult(topic, partition, int(e.code), e.message))
+        return out
+
+    def reassign(self, parts, throttle: int) -> list:
+        """Propose one ReassignPartition per [topic, partition, target] (target []
+        cancels); a PartitionResult each."""
+        out = []
+        for topic, partition, target in parts:
+            try:
+                result = self._propose(R.ReassignPartition(topic, partition, tuple(target),
+                                                           throttle))
+                out.append(PartitionResult(topic, partition, 0 if result.ok else result.code,
+                                           "" if result.ok else result.error))
+            except ApiError as e:
+                out.append(PartitionResult(topic, partition, int(e.code), e.message))
+        return out
+
+    def unregister(self, broker_id: int) -> None:
+        state = self.quorum.state
+        if broker_id not in state.brokers:
+            raise ApiError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker_id} is not registered")
+        held = sorted(f"{t.name}-{p.partition}" for t in state.topics.values()
+                      for p in t.partitions if broker_id in p.replicas)
+        if held:
+            raise ApiError(
+                ErrorCode.POLICY_VIOLATION,
+                f"broker {broker_id} still holds replicas of {len(held)} partition(s) "
+                f"({', '.join(held[:5])}{', ...' if len(held) > 5 else ''}): move them first "
+                f"(raftlog cluster decommission --node {broker_id})")
+        result = self._propose(R.UnregisterBroker(broker_id))
+        if not result.ok:
+            raise ApiError(ErrorCode(result.code or ErrorCode.INVALID_REQUEST), result.error)
+
+    def reassignments(self) -> list:
+        """ReassignmentRow of every partition being moved (this node's applied state)."""
+        out = []
+        for t in sorted(self.quorum.state.topics.values(), key=lambda t: t.name):
+            for p in t.partitions:
+                if p.target:
+                    out.append(ReassignmentRow(
+                        t.name, p.partition, p.replicas, p.adding,
+                        tuple(b for b in p.previous if b not in p.target),
+                        p.isr, p.leader, p.throttle))
         return out
 
     def _place(self, partitions: int, replication_factor: int):

@@ -49,6 +49,9 @@ ROUTES: dict[Api, Route] = {
     Api.BROKER_HEARTBEAT: Route(Mode.INLINE, "broker_heartbeat"),
     Api.OFFSETS_FOR_LEADER_EPOCH: Route(Mode.INLINE, "offsets_for_leader_epoch"),
     Api.ELECT_LEADERS: Route(Mode.QUORUM, "elect_leaders"),
+    Api.ALTER_PARTITION_REASSIGNMENTS: Route(Mode.QUORUM, "alter_partition_reassignments"),
+    Api.LIST_PARTITION_REASSIGNMENTS: Route(Mode.INLINE, "list_partition_reassignments"),
+    Api.UNREGISTER_BROKER: Route(Mode.QUORUM, "unregister_broker"),
     Api.INIT_PRODUCER_ID: Route(Mode.AWAITS, "init_producer_id"),
     **{api: Route(Mode.AWAITS, "group_api") for api in sorted(GROUP_APIS)},
 }

@@ -34,6 +34,10 @@ class PartitionInfo:
     partition_epoch: int = 0
     #: replicas on fenced (or unregistered) brokers
     offline_replicas: tuple[int, ...] = ()
+    #: a reassignment in progress: the replicas being added, and the leader's
+    #: throttle for them (bytes/s, 0 = none)
+    adding: tuple[int, ...] = ()
+    throttle: int = 0
 
 
 @dataclass(frozen=True, slots=True)

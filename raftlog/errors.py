@@ -116,6 +116,8 @@ class ErrorCode(enum.IntEnum):
     INCONSISTENT_GROUP_PROTOCOL = 44
     OFFSET_METADATA_TOO_LARGE = 45
     GROUP_MAX_SIZE_REACHED = 46
+    REASSIGNMENT_IN_PROGRESS = 60  # (Kafka's numbers)
+    NO_REASSIGNMENT_IN_PROGRESS = 85
 
     @property
     def retriable(self) -> bool:

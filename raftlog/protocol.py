@@ -61,6 +61,9 @@ class Api(enum.IntEnum):
     ELECT_LEADERS = 22
     ALTER_PARTITION = 23
     BROKER_HEARTBEAT = 24
+    ALTER_PARTITION_REASSIGNMENTS = 30
+    LIST_PARTITION_REASSIGNMENTS = 31
+    UNREGISTER_BROKER = 32
 
 
 # Special timestamps of ListOffsets, as Kafka.
@@ -351,6 +354,14 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "parts": (_list(_tuple(_TOPIC, _nonneg, _int), 10_000), REQUIRED),
     },
     Api.ELECT_LEADERS: {"parts": (_opt(_list(_tuple(_TOPIC, _nonneg))), None)},
+    # parts: [topic, partition, target replicas] ([] cancels); throttle: bytes/s, 0 = none
+    Api.ALTER_PARTITION_REASSIGNMENTS: {
+        "parts": (_list(_tuple(_TOPIC, _nonneg, _list(_nonneg, 100)), 100_000), REQUIRED),
+        "throttle": (_nonneg, 0),
+        "timeout_ms": (_nonneg, 30_000),
+    },
+    Api.LIST_PARTITION_REASSIGNMENTS: {"parts": (_opt(_list(_tuple(_TOPIC, _nonneg))), None)},
+    Api.UNREGISTER_BROKER: {"broker_id": (_nonneg, REQUIRED), "timeout_ms": (_nonneg, 30_000)},
     Api.INIT_PRODUCER_ID: {"timeout_ms": (_nonneg, 30_000)},
     Api.FIND_COORDINATOR: {"key": (_str, REQUIRED)},
     Api.JOIN_GROUP: {
@@ -447,6 +458,19 @@ class EpochEndOffset(NamedTuple):
     error: int
     leader_epoch: int
     end_offset: int
+
+
+class ReassignmentRow(NamedTuple):
+    """LIST_PARTITION_REASSIGNMENTS ``reassignments``: one partition being moved."""
+
+    topic: str
+    partition: int
+    replicas: tuple  # during the move: target + the old replicas not in it
+    adding: tuple
+    removing: tuple
+    isr: tuple
+    leader: int
+    throttle: int  # bytes/s for the replicas being added, 0 = none
 
 
 class BrokerRow(NamedTuple):
@@ -601,6 +625,8 @@ RESPONSE_PARTS: dict[Api, dict[str, Callable[[Any], Any]]] = {
     Api.DELETE_TOPICS: {"results": _rows_of(NamedResult)},
     Api.OFFSETS_FOR_LEADER_EPOCH: {"parts": _rows_of(EpochEndOffset)},
     Api.ELECT_LEADERS: {"results": _rows_of(PartitionResult)},
+    Api.ALTER_PARTITION_REASSIGNMENTS: {"results": _rows_of(PartitionResult)},
+    Api.LIST_PARTITION_REASSIGNMENTS: {"reassignments": _rows_of(ReassignmentRow)},
     Api.JOIN_GROUP: {"members": _rows_of(JoinMember)},
     Api.OFFSET_COMMIT: {"parts": _rows_of(PartitionResult)},
     Api.OFFSET_FETCH: {"parts": _rows_of(CommittedOffsetRow)},

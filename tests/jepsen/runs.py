@@ -16,6 +16,17 @@ def run_harness(out, *args: str, nodes: int = 3, timeout: float = 170) -> tuple[
     return p.returncode, results, p.stderr[-3000:]
 
 
+def node_events(out, *events: str, limit: int = 60) -> str:
+    """Lines of the run's node logs (kept in ``out``) with one of ``events``: what a
+    failed assertion shows, so a surprising verdict can be explained afterwards."""
+    lines = []
+    for path in sorted(out.glob("node-*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            if any(f"event={e}" in line for e in events):
+                lines.append(f"{path.stem}: {line}")
+    return "\n".join(lines[-limit:])
+
+
 def iptables_available() -> bool:
     from raftlog.jepsen.cluster import IptablesNet, NetUnavailable
 

@@ -27,7 +27,11 @@ from __future__ import annotations
 
 import pytest
 
-from .runs import iptables_available, run_harness
+from .runs import iptables_available, node_events, run_harness
+
+#: node log events that show who led what during the faults
+LEADERSHIP = ("became_controller", "controller_decision", "controller_decision_failed",
+              "partition_role", "registered")
 
 SCHEDULE = ("--nemesis", "kill,partition", "--targets", "partition-leader,isolate-partition-leader",
             "--time", "14", "--seed", "22", "--hold", "5,6", "--quiet", "1,1.5",
@@ -43,7 +47,8 @@ def test_ack_before_replication_loses_acknowledged_sends(tmp_path):
         tmp_path / "run", "--workload", "queue", *SCHEDULE, "--rate", "1000", "--senders", "8",
         "--node-flag", "bug-ack-before-replication")
     counts = results["stats"]["anomaly_counts"]
-    assert rc == 1 and results["valid"] is False, (counts, err)
+    assert rc == 1 and results["valid"] is False, (
+        counts, err, results["schedule"], node_events(tmp_path / "run", *LEADERSHIP))
     assert "lost" in counts, counts
     assert results["config"]["node_flag"] == ["bug-ack-before-replication"]
     assert any("planted bugs" in w for w in results["warnings"])
@@ -63,5 +68,6 @@ def test_partitioned_leader_bugs_are_reported(tmp_path, flag, anomaly):
         tmp_path / "run", "--workload", "queue", *SCHEDULE, "--net", "iptables",
         "--rate", "500", "--senders", "8", "--node-flag", flag)
     counts = results["stats"]["anomaly_counts"]
-    assert rc == 1 and results["valid"] is False, (counts, err)
+    assert rc == 1 and results["valid"] is False, (
+        counts, err, results["schedule"], node_events(tmp_path / "run", *LEADERSHIP))
     assert anomaly in counts, counts

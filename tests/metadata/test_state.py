@@ -55,6 +55,11 @@ _record = st.one_of(
         st.sampled_from(["retention.ms", "unclean.leader.election.enable"]),
         st.one_of(st.none(), st.just("true"), st.just("1000")),
     ),
+    st.builds(R.ReassignPartition, TOPICS, st.integers(0, 2),
+              st.lists(BROKERS, min_size=0, max_size=3, unique=True).map(tuple),
+              st.sampled_from([0, 1000])),
+    st.builds(R.CompleteReassignment, TOPICS, st.integers(0, 2), st.integers(0, 6),
+              st.integers(1, 3)),
     st.builds(R.AllocateProducerIds, BROKERS, st.integers(1, 1000), st.sampled_from([-1, 0, 5])),
     st.builds(R.NoOp),
 )
@@ -273,3 +278,43 @@ def test_rejections_carry_the_error_code_a_request_answers_with():
         _, result = apply(s, record, term=1)
         assert not result.ok and result.code == code, (record, result)
     assert apply(s, R.NoOp(), term=1)[1].code == 0
+
+
+def test_reassignment_grows_the_replicas_then_completes_and_cancels():
+    from raftlog.errors import ErrorCode
+    from raftlog.metadata.controller import reassignment_completions
+
+    s = _cluster(4)
+    s, res = apply(s, R.ReassignPartition("t", 0, (2, 4, 3), throttle=5000), term=2)
+    assert res.ok
+    p = s.topics["t"].partitions[0]
+    assert p.replicas == (2, 4, 3, 1) and p.isr == (1, 2, 3) and p.leader == 1
+    assert p.adding == (4,) and p.previous == (1, 2, 3) and p.throttle == 5000
+    check_invariants(s)
+    _, res = apply(s, R.ReassignPartition("t", 0, (1, 2)), term=2)
+    assert res.code == ErrorCode.REASSIGNMENT_IN_PROGRESS
+    assert reassignment_completions(s, 2) == []  # 4 is not in sync yet
+    # not in sync: completion refused even if proposed
+    _, res = apply(s, R.CompleteReassignment("t", 0, p.partition_epoch, 2), term=2)
+    assert not res.ok and "in sync" in res.error
+    # 4 catches up and joins the ISR: the controller completes the move
+    s, res = apply(s, R.PartitionChange("t", 0, 1, (1, 2, 3, 4), p.partition_epoch, 2), term=2)
+    assert res.ok
+    done = reassignment_completions(s, 2)
+    assert done == [R.CompleteReassignment("t", 0, p.partition_epoch + 1, 2)]
+    s2, res = apply(s, done[0], term=2)
+    assert res.ok
+    p = s2.topics["t"].partitions[0]
+    assert (p.replicas, p.isr, p.target, p.previous) == ((2, 4, 3), (2, 3, 4), (), ())
+    assert p.leader == 2 and p.leader_epoch == 1  # 1 left: leadership moved in sync
+    check_invariants(s2)
+    # cancel instead: back to the old replicas, the added replica leaves the ISR
+    s3, res = apply(s, R.ReassignPartition("t", 0, ()), term=2)
+    assert res.ok
+    p = s3.topics["t"].partitions[0]
+    assert (p.replicas, p.isr, p.leader, p.target) == ((1, 2, 3), (1, 2, 3), 1, ())
+    _, res = apply(s3, R.ReassignPartition("t", 0, ()), term=2)
+    assert res.code == ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
+    _, res = apply(s3, R.ReassignPartition("t", 0, (9, 1)), term=2)
+    assert not res.ok and "9" in res.error
+    assert restore(snapshot(s)) == s  # a reassignment in progress survives a snapshot

@@ -1,0 +1,143 @@
+"""Partition reassignment plans: pure functions, no I/O.
+
+A plan is what ``kafka-reassign-partitions`` reads and writes::
+
+    {"version": 1, "partitions": [{"topic": "t", "partition": 0, "replicas": [2, 3, 4]}]}
+
+:func:`generate` proposes a balanced plan over a set of brokers that moves as little as
+it can (a replica already on an allowed broker stays, unless that broker carries more
+than its share); :func:`decommission` moves every replica off one broker;
+:func:`parse_plan` validates a plan with a clear message per mistake;
+:func:`progress` summarises a move for ``--verify`` and the progress bar.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+PLAN_VERSION = 1
+
+
+class PlanError(ValueError):
+    """A reassignment plan (or the request to make one) is not usable."""
+
+
+def plan_json(assignments: dict) -> str:
+    """{(topic, partition): replicas} -> the plan's JSON text (sorted, stable)."""
+    return json.dumps({"version": PLAN_VERSION, "partitions": [
+        {"topic": t, "partition": p, "replicas": list(r)}
+        for (t, p), r in sorted(assignments.items())]}, indent=1)
+
+
+def parse_plan(text: str) -> dict:
+    """The plan's JSON text -> {(topic, partition): replicas tuple}."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise PlanError(f"the plan is not JSON: {e}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("partitions"), list):
+        raise PlanError('the plan must be {"version": 1, "partitions": [...]}')
+    if doc.get("version", PLAN_VERSION) != PLAN_VERSION:
+        raise PlanError(f"unknown plan version {doc.get('version')!r} (expected 1)")
+    out: dict = {}
+    for i, e in enumerate(doc["partitions"]):
+        where = f"partitions[{i}]"
+        if not isinstance(e, dict):
+            raise PlanError(f"{where} must be an object with topic, partition, replicas")
+        topic, part, reps = e.get("topic"), e.get("partition"), e.get("replicas")
+        if not isinstance(topic, str) or not topic:
+            raise PlanError(f"{where}: topic must be a non-empty string")
+        if type(part) is not int or part < 0:
+            raise PlanError(f"{where}: partition must be an integer >= 0")
+        if (not isinstance(reps, list) or not reps
+                or any(type(b) is not int or b < 0 for b in reps)):
+            raise PlanError(f"{where}: replicas must be a non-empty list of broker ids")
+        if len(set(reps)) != len(reps):
+            raise PlanError(f"{where}: replicas {reps} name a broker twice")
+        if (topic, part) in out:
+            raise PlanError(f"{where}: {topic}-{part} appears twice")
+        out[(topic, part)] = tuple(reps)
+    if not out:
+        raise PlanError("the plan moves no partition")
+    return out
+
+
+def generate(current: dict, brokers: list) -> dict:
+    """A balanced assignment of every partition of ``current`` ({(topic, partition):
+    replicas}) over ``brokers``, keeping each partition's replication factor.
+
+    Replicas on allowed brokers stay; replicas on other brokers go to the least
+    loaded allowed brokers; then, while one broker holds two replicas more than
+    another, one of its replicas (a follower where it can) moves to that other
+    broker. Returns only the partitions whose replicas change."""
+    brokers = sorted(set(brokers))
+    if not brokers:
+        raise PlanError("no brokers to assign to")
+    for (t, p), reps in current.items():
+        if len(reps) > len(brokers):
+            raise PlanError(f"{t}-{p} has {len(reps)} replicas but only {len(brokers)} "
+                            f"brokers were given ({brokers})")
+    after = {k: [b for b in reps if b in brokers] for k, reps in current.items()}
+    load: Counter = Counter({b: 0 for b in brokers})
+    load.update(b for reps in after.values() for b in reps)
+    for key in sorted(current):
+        reps = after[key]
+        for i, b in enumerate(current[key]):
+            if b not in brokers:  # replaced in place: a new leader where the old one was
+                new = min((x for x in brokers if x not in reps), key=lambda x: (load[x], x))
+                reps.insert(min(i, len(reps)), new)
+                load[new] += 1
+    for _ in range(sum(load.values())):  # each round moves one replica: bounded
+        hi = max(brokers, key=lambda b: (load[b], -b))
+        lo = min(brokers, key=lambda b: (load[b], b))
+        if load[hi] - load[lo] <= 1:
+            break
+        movable = [k for k in sorted(after) if hi in after[k] and lo not in after[k]]
+        if not movable:
+            break
+        key = min(movable, key=lambda k: after[k].index(hi) == 0)  # a follower first
+        reps = after[key]
+        reps[reps.index(hi)] = lo
+        load[hi] -= 1
+        load[lo] += 1
+    return {k: tuple(reps) for k, reps in after.items() if tuple(reps) != tuple(current[k])}
+
+
+def decommission(current: dict, node: int, brokers: list) -> dict:
+    """Move every replica off ``node`` to the least loaded other broker of ``brokers``
+    not already a replica (the replication factor stays). Partitions without ``node``
+    are untouched."""
+    others = sorted(set(brokers) - {node})
+    load = Counter(b for reps in current.values() for b in reps if b != node)
+    out = {}
+    for key in sorted(current):
+        reps = current[key]
+        if node not in reps:
+            continue
+        free = [b for b in others if b not in reps]
+        if not free:
+            t, p = key
+            raise PlanError(f"cannot move {t}-{p} off broker {node}: its replicas {list(reps)} "
+                            f"already use every other broker ({others})")
+        b = min(free, key=lambda b: (load[b], b))
+        load[b] += 1
+        new = [x for x in reps if x != node]
+        new.insert(reps.index(node), b)  # the new replica takes its place (and leadership)
+        out[key] = tuple(new)
+    return out
+
+
+def progress(plan: dict, current: dict, in_progress: set) -> tuple[list, list, list]:
+    """(done, moving, other) partition keys of ``plan``: done when the replicas equal
+    the plan's and no move is in progress; moving when a reassignment is in progress;
+    other when neither (not started, cancelled, or changed since)."""
+    done, moving, other = [], [], []
+    for key, reps in sorted(plan.items()):
+        if key in in_progress:
+            moving.append(key)
+        elif tuple(current.get(key, ())) == tuple(reps):
+            done.append(key)
+        else:
+            other.append(key)
+    return done, moving, other
