@@ -330,6 +330,7 @@ class MetadataQuorum:
         _check_voters(node_id, voters, password, voter)
         harden_pysyncobj()
         os.makedirs(data_dir, exist_ok=True)
+        _check_voter_set(data_dir, voters)
         self.node_id = node_id
         #: False for a learner (a broker-only node): it follows the committed log
         #: (pysyncobj's read-only node: connects to every voter, never votes, is not
@@ -554,6 +555,33 @@ def _check_voters(node_id: int, voters: dict, password: str | None, voter: bool 
         raise ConfigError(f"two voters share a raft address: {voters}")
     if len(voters) > 1 and not password:
         raise ConfigError("a raft password is required when the quorum has more than one voter")
+
+
+VOTER_SET_FILE = "voters"
+
+
+def _check_voter_set(data_dir: str, voters: dict) -> None:
+    """Refuse to start with voter ids other than the ones this data dir's log was
+    written with. pysyncobj's dynamic membership is off: changing the voter set by
+    restarting with another ``controller.quorum.voters`` could elect a leader that
+    lacks committed entries. Addresses may change (a voter moved with its data)."""
+    path = os.path.join(data_dir, VOTER_SET_FILE)
+    want = sorted(voters)
+    try:
+        with open(path, encoding="utf-8") as f:
+            had = [int(x) for x in f.read().split(",") if x.strip()]
+    except FileNotFoundError:
+        atomic_write(path, ",".join(map(str, want)).encode())
+        return
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"cannot read the voter set of {data_dir}: {e}") from None
+    if had != want:
+        raise ConfigError(
+            f"controller.quorum.voters names the voters {want}, but this node's metadata log "
+            f"({data_dir}) belongs to a quorum of the voters {had}: the voter set cannot "
+            "change (pysyncobj's dynamic membership is off). A voter may move to another "
+            "address with its data dir; see README 'Moving partitions, adding and removing "
+            "brokers'")
 
 
 def _conf(address, data_dir: str, password, leader_fallback_timeout_s: float) -> SyncObjConf:

@@ -421,6 +421,11 @@ class Broker:
                 part = self.leader_partition(topic, partition)
                 if epoch >= 0 and epoch != part.leader_epoch:
                     _epoch_mismatch(part, epoch)
+                if replica >= 0 and replica not in part.replicas:
+                    # (a new replica whose metadata is ahead of this leader's: nothing
+                    # until the leader knows it, and the throttle that comes with it)
+                    raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                   f"broker {replica} is not a replica of {part} here (yet)")
                 log = part.log
                 max_offset = part.high_watermark if consumer else None
                 limit = min(part_max, budget - total) if total else part_max

@@ -96,6 +96,14 @@ def test_up_rejects_a_negative_wait_timeout(tmp_path):
     assert r.returncode == 2 and b"--wait-timeout must be 0 or more" in r.stderr
 
 
+def test_up_rejects_an_even_or_too_large_controller_count(tmp_path):
+    for count in ("2", "4", "0"):
+        r = subprocess.run(_up_args(str(tmp_path / "d"), free_port(), "--nodes", "3",
+                                    "--controllers", count),
+                           capture_output=True, timeout=30)
+        assert r.returncode == 2 and b"--controllers must be an odd number" in r.stderr, r.stderr
+
+
 def test_up_that_cannot_get_ready_in_time_says_why_and_stops(tmp_path):
     r = subprocess.run(_up_args(str(tmp_path / "d"), free_port(), "--wait-timeout", "0"),
                        capture_output=True, timeout=60)

@@ -287,3 +287,13 @@ def test_learner_follows_the_log_forwards_writes_and_never_votes(tmp_path, trio_
         learner.close()
     with pytest.raises(ConfigError):
         MetadataQuorum(1, voters, str(tmp_path / "x"), password="secret", voter=False)
+
+
+def test_the_voter_set_cannot_change_but_a_voter_may_move(tmp_path):
+    data = str(tmp_path / "q")
+    q = MetadataQuorum(1, _voters(1), data)
+    q.close()
+    moved = {1: ("127.0.0.1", free_port())}  # same id, another address: allowed
+    MetadataQuorum(1, moved, data).close()
+    with pytest.raises(ConfigError, match=r"voters \[1, 2, 3\].*voters \[1\].*cannot change"):
+        MetadataQuorum(1, _voters(3), data, password="secret")
