@@ -81,8 +81,11 @@ class Broker:
         self._reconciled_as: bool | None = None
         #: the partitions this node leads that have other replicas (the ISR duty's)
         self.led: dict[tuple[str, int], Partition] = {}
-        #: bytes/s budget shared by the fetches of replicas being added by reassignments
+        #: bytes/s budgets of reassignments: what this node sends as leader to the
+        #: replicas being added, and what it fetches as such a replica (Kafka's leader
+        #: and follower replication throttles)
         self.reassign_rate = ByteRate()
+        self.reassign_in_rate = ByteRate()
         #: Cluster mode: called with (broker_id, incarnation_id) for each BrokerHeartbeat.
         self.on_heartbeat = None
         #: Cluster mode: False until this incarnation's registration has committed.

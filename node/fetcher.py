@@ -14,6 +14,7 @@ Bounded: one request in flight per leader, ``FETCH_MAX_BYTES`` per response,
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import trio
@@ -34,6 +35,8 @@ FETCH_MAX_BYTES = 16 * 1024 * 1024
 PARTITION_MAX_BYTES = 4 * 1024 * 1024
 REQUEST_TIMEOUT_S = 10.0
 BACKOFF_S = 0.2
+#: A follower whose reassignment budget is spent waits this long before asking again.
+THROTTLE_WAIT_S = 0.1
 #: One socket read (a larger request would allocate that much per read)
 RECV_BYTES = 256 * 1024
 #: Errors that mean "this node's metadata is behind or ahead of the leader's": wait.
@@ -167,13 +170,26 @@ class LeaderFetcher:
         todo = [k for k, st in ready.items() if not st.truncated]
         if todo:
             await self._truncate(todo, ready)
-        parts = []
+        parts, throttled, spent = [], set(), 0
+        me, budget = self.broker.config.node_id, None
         for key, st in ready.items():
             part = self.broker.partitions.get(key)
             if st.truncated and part is not None and not part.is_leader:
-                parts.append([key[0], key[1], part.log.log_end_offset, PARTITION_MAX_BYTES,
-                              st.leader_epoch])
+                limit = PARTITION_MAX_BYTES
+                th = part.throttled
+                if th is not None and me in th[0]:  # a replica a reassignment adds here
+                    if budget is None:  # (one budget per node: Kafka's follower throttle)
+                        budget = self.broker.reassign_in_rate.allowance(th[1], time.monotonic())
+                    if budget <= 0:
+                        spent = th[1]
+                        continue
+                    limit = min(limit, budget)
+                    throttled.add(key)
+                parts.append([key[0], key[1], part.log.log_end_offset, limit, st.leader_epoch])
         if not parts:
+            if spent:  # until the budget allows a useful step again
+                await trio.sleep(min(THROTTLE_WAIT_S,
+                                     self.broker.reassign_in_rate.wait_s(spent)))
             return
         header, body = await self._call(Api.FETCH, {
             "replica_id": self.broker.config.node_id, "max_wait_ms": FETCH_MAX_WAIT_MS,
@@ -193,6 +209,8 @@ class LeaderFetcher:
             if err:
                 self._on_error(key, st, part, ErrorCode(err), msg, sent[2], log_start)
                 continue
+            if key in throttled:
+                self.broker.reassign_in_rate.spend(n)
             if n:
                 try:
                     part.append_as_follower(data)

@@ -83,11 +83,16 @@ def test_progress_sorts_the_plan():
     assert progress(plan, current, {("t", 1)}) == ([("t", 0)], [("t", 1)], [("t", 2)])
 
 
-def test_byte_rate_allows_a_second_then_the_rate_and_makes_debts_wait():
-    r = ByteRate()
+def test_byte_rate_allows_a_burst_then_the_rate_and_makes_debts_wait():
+    r = ByteRate(burst_s=1.0)
     assert r.allowance(1000, 10.0) == 1000
     r.spend(5000)  # one batch bigger than allowed: a debt
     assert r.allowance(1000, 11.0) == 0
     assert r.allowance(1000, 14.0) == 0
     assert r.allowance(1000, 14.5) == 500
     assert r.allowance(1000, 100.0) == 1000  # bursts stay bounded
+    assert r.wait_s(1000, chunk_s=0.01) == 0.0
+    r.spend(1100)
+    assert abs(r.wait_s(1000, chunk_s=0.01) - 0.11) < 1e-9  # 100 in debt, then 10 more
+    small = ByteRate(burst_s=0.1)
+    assert small.allowance(1000, 0.0) == 100 and small.allowance(1000, 50.0) == 100
