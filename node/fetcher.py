@@ -30,7 +30,15 @@ from raftlog.protocol import Api, ClientConnection
 
 from . import sockio
 
-FETCH_MAX_WAIT_MS = 500
+#: How long a follower's fetch may park on its leader when nothing is new: half of
+#: replica.lag.time.max.ms (the leader counts a parked, caught-up follower as caught
+#: up when its fetch arrived), within these bounds. Long waits keep an idle cluster
+#: idle (one round trip per leader per wait, whatever the partition count); a change
+#: of the partitions followed interrupts the wait (see LeaderFetcher.assign).
+FETCH_MAX_WAIT_MS_MIN = 500
+FETCH_MAX_WAIT_MS_MAX = 5000
+#: How soon a parked fetch is resent after partitions to follow were added.
+INTERRUPT_DELAY_S = 0.2
 FETCH_MAX_BYTES = 16 * 1024 * 1024
 PARTITION_MAX_BYTES = 4 * 1024 * 1024
 REQUEST_TIMEOUT_S = 10.0
@@ -113,6 +121,10 @@ class FetcherManager:
         return {k: (st.leader_id, st.truncated) for k, st in self.follows.items()}
 
 
+class _Interrupted(Exception):
+    """The partitions followed changed while a FETCH was parked on the leader."""
+
+
 class LeaderFetcher:
     def __init__(self, broker, leader_id: int, events):
         self.broker = broker
@@ -124,11 +136,24 @@ class LeaderFetcher:
         self._buf = bytearray(RECV_BYTES)
         self._proto: ClientConnection | None = None
         self._changed = trio.Event()
+        self.max_wait_ms = max(FETCH_MAX_WAIT_MS_MIN, min(
+            FETCH_MAX_WAIT_MS_MAX, broker.config.replica_lag_time_max_ms // 2))
+        #: the cancel scope of the FETCH in flight (None between fetches)
+        self._fetch_scope: trio.CancelScope | None = None
+        self._interrupted = False
 
     def assign(self, parts: dict) -> None:
-        if set(parts) != set(self.partitions) or any(
-                self.partitions.get(k) is not v for k, v in parts.items()):
+        new = [k for k, v in parts.items() if self.partitions.get(k) is not v]
+        if new or set(parts) != set(self.partitions):
             self._changed.set()
+            if new and self._fetch_scope is not None:
+                # a parked fetch lacks partitions to start (or truncate): resend soon.
+                # Changes within INTERRUPT_DELAY_S share one resend (a burst of topic
+                # creations costs a few rounds, not one per topic); a partition only
+                # dropped waits for the fetch to end.
+                self._interrupted = True
+                self._fetch_scope.deadline = min(self._fetch_scope.deadline,
+                                                 trio.current_time() + INTERRUPT_DELAY_S)
         self.partitions = dict(parts)
 
     def cancel(self) -> None:
@@ -191,10 +216,14 @@ class LeaderFetcher:
                 await trio.sleep(min(THROTTLE_WAIT_S,
                                      self.broker.reassign_in_rate.wait_s(spent)))
             return
-        header, body = await self._call(Api.FETCH, {
-            "replica_id": self.broker.config.node_id, "max_wait_ms": FETCH_MAX_WAIT_MS,
-            "min_bytes": 1, "max_bytes": FETCH_MAX_BYTES, "parts": parts},
-            timeout_s=REQUEST_TIMEOUT_S + FETCH_MAX_WAIT_MS / 1000)
+        try:
+            header, body = await self._call(Api.FETCH, {
+                "replica_id": self.broker.config.node_id, "max_wait_ms": self.max_wait_ms,
+                "min_bytes": 1, "max_bytes": FETCH_MAX_BYTES, "parts": parts},
+                timeout_s=REQUEST_TIMEOUT_S + self.max_wait_ms / 1000, interruptible=True)
+        except _Interrupted:  # the answer would be for the old set: the stream is dropped
+            await self._close()
+            return
         pos = 0
         for (topic, partition, err, hw, log_start, n, msg), sent in zip(header["parts"], parts):
             data = body[pos:pos + n]
@@ -293,18 +322,26 @@ class LeaderFetcher:
             self._sock = await sockio.connect(host, port)
         self._proto = ClientConnection(max_in_flight=1)
 
-    async def _call(self, api: Api, fields: dict, timeout_s: float):
+    async def _call(self, api: Api, fields: dict, timeout_s: float, interruptible=False):
         _, data = self._proto.send_request(api, fields)
         # A bare cancel scope (trio.fail_after's context-manager wrapper costs as much
         # again, twice per replicated batch).
         with trio.CancelScope(deadline=trio.current_time() + timeout_s) as scope:
-            await sockio.send_all(self._sock, data)
-            while (frame := self._proto.next_response()) is None:
-                chunk, _ = await sockio.recv_into(self._sock, self._buf)
-                if not chunk:
-                    raise OSError(f"leader {self.leader_id} closed the connection")
-                self._proto.receive_data(chunk)
+            if interruptible:
+                self._fetch_scope, self._interrupted = scope, False
+            try:
+                await sockio.send_all(self._sock, data)
+                while (frame := self._proto.next_response()) is None:
+                    chunk, _ = await sockio.recv_into(self._sock, self._buf)
+                    if not chunk:
+                        raise OSError(f"leader {self.leader_id} closed the connection")
+                    self._proto.receive_data(chunk)
+            finally:
+                self._fetch_scope = None
         if scope.cancelled_caught:
+            if self._interrupted:
+                self._interrupted = False
+                raise _Interrupted
             raise trio.TooSlowError
         if frame.header.get("error"):
             raise ApiError(ErrorCode(frame.header["error"]), frame.header.get("message", ""))

@@ -1,6 +1,6 @@
 """The leader's ISR duty (cluster mode): shrink and expand, always through the controller.
 
-Every ``ISR_CHECK_S`` (or at once when a follower catches up) each partition this
+Every ``check_s`` (a tenth of replica.lag.time.max.ms, 0.1-1 s; or at once when a follower catches up) each partition this
 node leads is checked: ISR followers not caught up within ``replica.lag.time.max.ms``
 are proposed for removal, out-of-sync followers that reached the high watermark
 for addition. A change is an AlterPartition, a compare-and-set on the partition
@@ -19,7 +19,11 @@ from raftlog.errors import ApiError
 from .clock import node_ms
 from .replica import proposed_isr
 
-ISR_CHECK_S = 0.25
+#: The ISR duty looks at every partition this node leads this often: a tenth of
+#: replica.lag.time.max.ms within these bounds (a follower that catches up pokes it
+#: at once, so only removals wait for the tick).
+ISR_CHECK_S_MIN = 0.1
+ISR_CHECK_S_MAX = 1.0
 
 
 class IsrManager:
@@ -28,6 +32,7 @@ class IsrManager:
         self.store = store
         self.events = events
         self.max_lag_ms = broker.config.replica_lag_time_max_ms
+        self.check_s = max(ISR_CHECK_S_MIN, min(ISR_CHECK_S_MAX, self.max_lag_ms / 10_000))
         self._poke = trio.Event()
 
     def poke(self) -> None:
@@ -35,7 +40,7 @@ class IsrManager:
 
     async def run(self) -> None:
         while True:
-            with trio.move_on_after(ISR_CHECK_S):
+            with trio.move_on_after(self.check_s):
                 await self._poke.wait()
             self._poke = trio.Event()
             for part, isr in self.changes(node_ms()):
