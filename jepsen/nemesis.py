@@ -16,6 +16,13 @@ the chosen kinds starts, lasts ``hold`` seconds, and is healed. Kinds and their 
   killed, the file damaged, the node restarted: it must detect the damage and never
   serve it (a served bad record shows up as read-not-committed / inconsistent-offsets;
   a refused one that is not repaired from replicas, as final-read-incomplete).
+- ``reassign`` (opt-in): move a workload partition's replicas while it is written
+  (``move``: to another set of as many nodes -- with as many nodes as replicas, the
+  same nodes in another order; ``shrink-grow``: drop one replica, and give it back,
+  empty, when the window ends, so it catches up from the log start under load;
+  ``cancel``: start a move and cancel it at once). acks=all writes go on; nothing
+  acknowledged may be lost, and the final read checks the partition's replicas at
+  the end, whichever nodes they are then.
 
 Every window is recorded in the history as process ``"nemesis"``: ``start`` (its value
 says what was done to whom) and ``stop``.
@@ -27,12 +34,13 @@ import random
 import threading
 import time
 
-KINDS = ("kill", "pause", "partition", "corrupt")
+KINDS = ("kill", "pause", "partition", "corrupt", "reassign")
 TARGETS = {
     "kill": ("one", "leader", "minority"),
     "pause": ("one", "leader", "minority"),
     "partition": ("isolate-one", "isolate-leader", "majority-minority", "ring", "one-way"),
     "corrupt": ("bitflip", "truncate"),
+    "reassign": ("move", "shrink-grow", "cancel"),
 }
 #: Targets used only when asked for by name (``--targets``), so that the default
 #: schedules of a seed stay what they were: ``partition-leader`` is always the leader of
@@ -43,6 +51,7 @@ EXTRA_TARGETS = {
     "pause": ("partition-leader",),
     "partition": ("isolate-partition-leader",),
     "corrupt": (),
+    "reassign": (),
 }
 
 
@@ -83,10 +92,11 @@ def schedule(seed: int, kinds: list[str], duration_s: float, quiet=(2.0, 4.0),
 
 class Nemesis:
     def __init__(self, cluster, history, events: list[dict], leader_of=None, log=print,
-                 partition_leader_of=None):
+                 partition_leader_of=None, partitions: list[tuple[str, int]] = ()):
         """``leader_of()`` returns the id of a current leader (a partition leader or the
         controller) or None; ``partition_leader_of()`` that of a workload partition's
-        leader."""
+        leader; ``partitions`` are the workload's (topic, partition) pairs, which the
+        ``reassign`` nemesis moves."""
         self.cluster = cluster
         self.history = history
         self.events = events
@@ -95,6 +105,7 @@ class Nemesis:
         self.log = log
         self.stop_flag = threading.Event()
         self.thread = threading.Thread(target=self._run, name="jepsen-nemesis", daemon=True)
+        self.partitions = list(partitions)
         self.done: list[dict] = []
         self._undo = None
 
@@ -206,6 +217,8 @@ class Nemesis:
 
                 def undo():
                     pass
+            elif kind == "reassign":
+                desc, undo = self._reassign(target, rnd)
             else:
                 raise ValueError(f"unknown nemesis {kind!r}")
         except Exception as e:
@@ -248,6 +261,58 @@ class Nemesis:
         node.wait_listening(30)
         return f"corrupt node {node.id} {os.path.relpath(path, node.data_dir)}: {what}"
 
+    def _reassign(self, how: str, rnd: random.Random):
+        """Start one reassignment of a workload partition; (description, undo)."""
+        from raftlog.client import Admin
+
+        if not self.partitions:
+            raise RuntimeError("the workload has no partitions to move")
+        ids = [n.id for n in self.cluster.nodes]
+        with Admin(self.cluster.bootstrap, request_timeout_ms=5000) as admin:
+            moving = {(r.topic, r.partition) for r in admin.list_partition_reassignments()}
+            idle = [tp for tp in self.partitions if tp not in moving]
+            if not idle:
+                raise RuntimeError("every workload partition is being moved already")
+            tp = rnd.choice(sorted(idle))
+            current = list(next(p.replicas for p in admin.describe_topic(tp[0]).partitions
+                                if p.partition == tp[1]))
+            if how == "shrink-grow" and len(current) > 1:
+                drop = rnd.choice(current)
+                target = [b for b in current if b != drop]
+            else:
+                others = [b for b in ids if b not in current]
+                if how == "cancel" and not others:
+                    raise RuntimeError(f"{tp[0]}-{tp[1]} is on every node: no move to cancel")
+                target = current[:]
+                if others:  # swap one replica for a node that has none
+                    target[rnd.randrange(len(target))] = rnd.choice(others)
+                else:  # as many nodes as replicas: the same ones, another leader first
+                    target = current[1:] + current[:1]
+            # a cancelled move is throttled (64 KiB/s) so that it is still under way
+            _start(admin, {tp: target}, 65536 if how == "cancel" else 0)
+            desc = f"reassign {tp[0]}-{tp[1]} {current} -> {target}"
+            if how == "cancel":
+                time.sleep(0.2)
+                r = admin.alter_partition_reassignments({tp: None})[0]
+                desc += " cancelled" if r.error == 0 else f" (cancel: {r.message})"
+
+        def undo():
+            if how != "shrink-grow" or len(current) <= 1:
+                return
+            deadline = time.monotonic() + 30
+            while True:  # the shrink may still be completing (the leader may be away)
+                try:
+                    with Admin(self.cluster.bootstrap, request_timeout_ms=5000) as admin:
+                        _start(admin, {tp: current})
+                    self.log(f"nemesis: reassign {tp[0]}-{tp[1]} back to {current}")
+                    return
+                except RuntimeError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
+
+        return desc, undo
+
     def _heal(self) -> None:
         undo, self._undo = self._undo, None
         if undo is None:
@@ -259,3 +324,12 @@ class Nemesis:
         except Exception as e:
             self.history.info(op, repr(e))
         self.log("nemesis: healed")
+
+
+def _start(admin, moves: dict, throttle: int = 0) -> None:
+    """Start ``moves`` (Admin.alter_partition_reassignments); RuntimeError naming the
+    broker's error when one is refused."""
+    for r in admin.alter_partition_reassignments(moves, throttle):
+        if r.error != 0:
+            raise RuntimeError(f"reassignment of {r.topic}-{r.partition} refused: "
+                               f"{r.message}")

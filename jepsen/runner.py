@@ -237,17 +237,20 @@ def final_read(cluster, keys: list[str], timeout_s: float = FINAL_READ_TIMEOUT_S
 
 def replica_sets(cluster, keys: list[str], wait_s: float = 20.0) -> dict:
     """{key: {"replicas": [...], "isr": [...]}} once every key's ISR holds all of its
-    replicas, or as they stand after ``wait_s`` (a healed cluster catches up in well
-    under that; a replica still out then is itself worth a look). Keys the cluster
-    cannot describe are left out."""
+    replicas and none is being reassigned, or as they stand after ``wait_s`` (a healed
+    cluster catches up in well under that; a replica still out then is itself worth a
+    look). Keys the cluster cannot describe are left out."""
     from raftlog.client import Admin
 
     out: dict = {}
     topics = sorted({split_key(k)[0] for k in keys})
     deadline = time.monotonic() + wait_s
     while True:
+        moving = True
         try:
             with Admin(cluster.bootstrap, request_timeout_ms=5000) as admin:
+                moving = any(f"{r.topic}-{r.partition}" in keys
+                             for r in admin.list_partition_reassignments())
                 for topic in topics:
                     for p in admin.describe_topic(topic).partitions:
                         key = f"{topic}-{p.partition}"
@@ -255,7 +258,8 @@ def replica_sets(cluster, keys: list[str], wait_s: float = 20.0) -> dict:
                             out[key] = {"replicas": sorted(p.replicas), "isr": sorted(p.isr)}
         except Exception:
             pass
-        full = len(out) == len(keys) and all(v["isr"] == v["replicas"] for v in out.values())
+        full = (not moving and len(out) == len(keys)
+                and all(v["isr"] == v["replicas"] for v in out.values()))
         if full or time.monotonic() >= deadline:
             return out
         time.sleep(0.5)
@@ -426,7 +430,8 @@ def run(args) -> int:
         observer.start()
         nemesis = Nemesis(cluster, history, events,
                           leader_of=lambda: observer.leader(rnd), log=log,
-                          partition_leader_of=lambda: observer.partition_leader(rnd))
+                          partition_leader_of=lambda: observer.partition_leader(rnd),
+                          partitions=[split_key(k) for k in workload.keys])
         workload.start()
         nemesis.start()
         log(f"workload running for {args.time}s, {len(events)} faults scheduled")
