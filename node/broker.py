@@ -8,6 +8,7 @@ client sends yields an error response, never an exception out of here.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
@@ -420,56 +421,105 @@ class Broker:
         budget = req.fields["max_bytes"]
         headers, pieces, total, error = [], [], 0, False
         for topic, partition, offset, part_max, epoch in req.fields["parts"]:
-            try:
-                part = self.leader_partition(topic, partition)
-                if epoch >= 0 and epoch != part.leader_epoch:
-                    _epoch_mismatch(part, epoch)
-                if replica >= 0 and replica not in part.replicas:
-                    # (a new replica whose metadata is ahead of this leader's: nothing
-                    # until the leader knows it, and the throttle that comes with it)
-                    raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                                   f"broker {replica} is not a replica of {part} here (yet)")
-                log = part.log
-                max_offset = part.high_watermark if consumer else None
-                limit = min(part_max, budget - total) if total else part_max
-                throttled = part.throttled is not None and replica in part.throttled[0]
-                if throttled:  # a replica a reassignment adds: the node's byte budget
-                    limit = min(limit, self.reassign_rate.allowance(part.throttled[1],
-                                                                    time.monotonic()))
-                if limit <= 0 or (max_offset is not None and offset >= max_offset):
-                    if offset > log.log_end_offset or offset < log.log_start_offset:
-                        raise OffsetOutOfRangeError(offset, log.log_start_offset, log.log_end_offset)
-                    n = 0
-                else:
-                    sl = log.read(offset, limit, max_offset=max_offset)
-                    n = sl.length
-                    if n:
-                        pieces.append(sl)
-                    if throttled:
-                        self.reassign_rate.spend(n)
-                total += n
-                headers.append(FetchPartHeader(topic, partition, 0, part.high_watermark,
-                                               log.log_start_offset, n, ""))
-            except ApiError as e:
-                error = True
-                headers.append(FetchPartHeader(topic, partition, int(e.code), -1, -1, 0, e.message))
-            except OffsetOutOfRangeError as e:
-                error = True
-                headers.append(FetchPartHeader(topic, partition, int(ErrorCode.OFFSET_OUT_OF_RANGE),
-                                               -1, e.log_start_offset, 0, str(e)))
-            except CorruptRecordError as e:
-                # Never served. Tell this client, keep its other partitions, and let the
-                # node hand leadership to an intact replica (see on_corrupt_log).
-                error = True
-                headers.append(FetchPartHeader(
-                    topic, partition, int(ErrorCode.KAFKA_STORAGE_ERROR), -1, -1, 0,
-                    f"{topic}-{partition}: data on disk failed its check: {e}"))
-                if self.on_corrupt_log is not None:
-                    self.on_corrupt_log(self.partitions.get((topic, partition)), offset, e)
+            limit = min(part_max, budget - total) if total else part_max
+            header, piece = self._read_part(topic, partition, offset, limit, epoch, replica,
+                                            consumer)
+            headers.append(header)
+            if piece is not None:
+                pieces.append(piece)
+                total += header.length
+            error = error or header.error != 0
         return headers, pieces, total, error
 
-    def on_replica_fetch(self, req: Request) -> None:
-        """A follower's Fetch: record its progress (once per request, before reading)."""
+    def fetch_session_once(self, session, max_bytes: int) -> tuple[list, list, int, bool]:
+        """Read the marked partitions of a follower's fetch session: (part headers,
+        pieces, bytes, any_error), only rows with news. Errored partitions leave the
+        session; partitions the byte budget left out stay marked."""
+        replica = session.replica
+        headers, pieces, total, error = [], [], 0, False
+        for key in session.take_dirty():
+            sp = session.parts.get(key)
+            if sp is None:
+                continue
+            limit = min(sp.max_bytes, max_bytes - total) if total else sp.max_bytes
+            if limit <= 0:
+                session.dirty.add(key)  # the next answer reads it
+                continue
+            header, piece = self._read_part(key[0], key[1], sp.offset, limit, sp.epoch,
+                                            replica, False)
+            if header.error:
+                error = True
+                session.drop(key)
+                continue
+            part = self.partitions.get(key)
+            st = part.leader_state if part is not None else None
+            f = st.followers.get(replica) if st is not None else None
+            if f is not None and f.session is not session:
+                # a leadership (or replica entry) newer than the follower's last word:
+                # its session's offset is its progress here
+                with contextlib.suppress(ApiError):
+                    part.on_follower_fetch(replica, sp.offset, session)
+            if piece is not None:
+                pieces.append(piece)
+                total += header.length
+            else:
+                if part is not None and part.throttled is not None and \
+                        replica in part.throttled[0] and part.log.log_end_offset > sp.offset:
+                    session.dirty.add(key)  # data held back by the throttle: ask again
+                if not session.is_news(key, header.high_watermark, header.log_start_offset):
+                    continue
+            headers.append(header)
+        return headers, pieces, total, error
+
+    def _read_part(self, topic: str, partition: int, offset: int, limit: int, epoch: int,
+                   replica: int, consumer: bool):
+        """One partition of a fetch: (FetchPartHeader, a file slice or None)."""
+        piece = None
+        try:
+            part = self.leader_partition(topic, partition)
+            if epoch >= 0 and epoch != part.leader_epoch:
+                _epoch_mismatch(part, epoch)
+            if replica >= 0 and replica not in part.replicas:
+                # (a new replica whose metadata is ahead of this leader's: nothing
+                # until the leader knows it, and the throttle that comes with it)
+                raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                               f"broker {replica} is not a replica of {part} here (yet)")
+            log = part.log
+            max_offset = part.high_watermark if consumer else None
+            throttled = part.throttled is not None and replica in part.throttled[0]
+            if throttled:  # a replica a reassignment adds: the node's byte budget
+                limit = min(limit, self.reassign_rate.allowance(part.throttled[1],
+                                                                time.monotonic()))
+            if limit <= 0 or (max_offset is not None and offset >= max_offset):
+                if offset > log.log_end_offset or offset < log.log_start_offset:
+                    raise OffsetOutOfRangeError(offset, log.log_start_offset, log.log_end_offset)
+                n = 0
+            else:
+                sl = log.read(offset, limit, max_offset=max_offset)
+                n = sl.length
+                if n:
+                    piece = sl
+                if throttled:
+                    self.reassign_rate.spend(n)
+            return FetchPartHeader(topic, partition, 0, part.high_watermark,
+                                   log.log_start_offset, n, ""), piece
+        except ApiError as e:
+            return FetchPartHeader(topic, partition, int(e.code), -1, -1, 0, e.message), None
+        except OffsetOutOfRangeError as e:
+            return FetchPartHeader(topic, partition, int(ErrorCode.OFFSET_OUT_OF_RANGE),
+                                   -1, e.log_start_offset, 0, str(e)), None
+        except CorruptRecordError as e:
+            # Never served. Tell this client, keep its other partitions, and let the
+            # node hand leadership to an intact replica (see on_corrupt_log).
+            if self.on_corrupt_log is not None:
+                self.on_corrupt_log(self.partitions.get((topic, partition)), offset, e)
+            return FetchPartHeader(
+                topic, partition, int(ErrorCode.KAFKA_STORAGE_ERROR), -1, -1, 0,
+                f"{topic}-{partition}: data on disk failed its check: {e}"), None
+
+    def on_replica_fetch(self, req: Request, session=None) -> None:
+        """A follower's Fetch: record its progress (once per request, before reading);
+        with a fetch ``session``, of the partitions the request names."""
         replica = req.fields["replica_id"]
         for topic, partition, offset, _max, epoch in req.fields["parts"]:
             part = self.partitions.get((topic, partition))
@@ -477,7 +527,7 @@ class Broker:
                 continue  # fetch_once answers with the error
             try:
                 was_in_isr = replica in part.isr
-                part.on_follower_fetch(replica, offset)
+                part.on_follower_fetch(replica, offset, session)
                 if not was_in_isr and self.isr_changed is not None:
                     self.isr_changed()
             except ApiError:

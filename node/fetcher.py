@@ -8,12 +8,19 @@ long-polls Fetch with ``replica_id`` = this node and its log end offset, appends
 arrives with :meth:`PartitionLog.append_as_follower` (offsets and epochs kept, CRC
 checked), and takes the high watermark from the response.
 
+Fetches go through a fetch session on the leader (node/fetch_session.py): the first
+fetch of a connection names every partition, later ones only those whose offset,
+epoch or byte limit changed (and ``forgotten`` those no longer fetched here), and the
+leader answers only partitions with news -- so a round costs what moved, not the
+number of partitions followed.
+
 Bounded: one request in flight per leader, ``FETCH_MAX_BYTES`` per response,
 ``PARTITION_MAX_BYTES`` per partition; failures back off (``BACKOFF_S``).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -26,7 +33,12 @@ from raftlog.errors import (
     RemoteProtocolError,
     StorageError,
 )
-from raftlog.protocol import Api, ClientConnection
+from raftlog.protocol import (
+    FETCH_SESSION_FULL,
+    FETCH_SESSION_INCREMENTAL,
+    Api,
+    ClientConnection,
+)
 
 from . import sockio
 
@@ -141,10 +153,18 @@ class LeaderFetcher:
         #: the cancel scope of the FETCH in flight (None between fetches)
         self._fetch_scope: trio.CancelScope | None = None
         self._interrupted = False
+        #: what the leader's fetch session on this connection holds:
+        #: {key: (fetch offset, max bytes, leader epoch)}; None before the full fetch
+        self._told: dict[tuple, tuple] | None = None
+        #: partitions to look at in the next round (what may have changed)
+        self._pending: set[tuple] = set()
 
     def assign(self, parts: dict) -> None:
         new = [k for k, v in parts.items() if self.partitions.get(k) is not v]
-        if new or set(parts) != set(self.partitions):
+        gone = [k for k in self.partitions if k not in parts]
+        self._pending.update(new)
+        self._pending.update(gone)
+        if new or gone:
             self._changed.set()
             if new and self._fetch_scope is not None:
                 # a parked fetch lacks partitions to start (or truncate): resend soon.
@@ -184,9 +204,23 @@ class LeaderFetcher:
 
     async def _round(self) -> None:
         now = trio.current_time()
-        ready = {k: st for k, st in self.partitions.items()
-                 if st.retry_at <= now and k in self.broker.partitions}
-        if not ready:
+        told = self._told
+        # Only what may have changed is looked at: everything on a new connection (a
+        # full fetch), else the partitions marked since the last round.
+        keys = list(self.partitions) if told is None else list(self._pending)
+        self._pending = set()
+        ready, later, retry_at = {}, [], math.inf
+        for k in keys:
+            st = self.partitions.get(k)
+            if st is None:
+                continue  # no longer followed here: forgotten below
+            if st.retry_at > now or k not in self.broker.partitions:
+                later.append(k)
+                retry_at = min(retry_at, st.retry_at)
+            else:
+                ready[k] = st
+        if not ready and not told:
+            self._pending.update(later)
             self._changed = trio.Event()
             with trio.move_on_after(BACKOFF_S):
                 await self._changed.wait()
@@ -195,7 +229,7 @@ class LeaderFetcher:
         todo = [k for k, st in ready.items() if not st.truncated]
         if todo:
             await self._truncate(todo, ready)
-        parts, throttled, spent = [], set(), 0
+        want, throttled, spent = {}, set(), 0
         me, budget = self.broker.config.node_id, None
         for key, st in ready.items():
             part = self.broker.partitions.get(key)
@@ -203,44 +237,80 @@ class LeaderFetcher:
                 limit = PARTITION_MAX_BYTES
                 th = part.throttled
                 if th is not None and me in th[0]:  # a replica a reassignment adds here
+                    throttled.add(key)
                     if budget is None:  # (one budget per node: Kafka's follower throttle)
                         budget = self.broker.reassign_in_rate.allowance(th[1], time.monotonic())
                     if budget <= 0:
                         spent = th[1]
                         continue
                     limit = min(limit, budget)
-                    throttled.add(key)
-                parts.append([key[0], key[1], part.log.log_end_offset, limit, st.leader_epoch])
-        if not parts:
+                want[key] = (part.log.log_end_offset, limit, st.leader_epoch)
+            else:
+                later.append(key)  # a failed truncation (retry_at) or a role in flux
+                retry_at = min(retry_at, max(st.retry_at, now + BACKOFF_S))
+        self._pending.update(later)
+        self._pending.update(throttled)  # their byte limit changes round to round
+        if not want and not told:
             if spent:  # until the budget allows a useful step again
                 await trio.sleep(min(THROTTLE_WAIT_S,
                                      self.broker.reassign_in_rate.wait_s(spent)))
             return
+        if told is None:
+            mode, forgotten = FETCH_SESSION_FULL, []
+            upserts = list(want.items())
+            told = {}
+        else:
+            mode = FETCH_SESSION_INCREMENTAL
+            forgotten = [k for k in keys if k in told and k not in want]
+            upserts = [(k, v) for k, v in want.items() if told.get(k) != v]
+            for k in forgotten:
+                del told[k]
+        for k, v in upserts:
+            told[k] = v
+        self._told = told  # (the leader applies the request even if its answer is lost)
+        # a partition left out (its retry time, its throttle budget) is looked at again
+        # in time: the long poll waits no longer than that
+        wait_ms = self.max_wait_ms
+        if spent:
+            wait_ms = min(wait_ms, int(THROTTLE_WAIT_S * 1000))
+        if retry_at < math.inf:
+            wait_ms = min(wait_ms, max(int((retry_at - now) * 1000), 10))
         try:
             header, body = await self._call(Api.FETCH, {
-                "replica_id": self.broker.config.node_id, "max_wait_ms": self.max_wait_ms,
-                "min_bytes": 1, "max_bytes": FETCH_MAX_BYTES, "parts": parts},
-                timeout_s=REQUEST_TIMEOUT_S + self.max_wait_ms / 1000, interruptible=True)
+                "replica_id": self.broker.config.node_id, "max_wait_ms": wait_ms,
+                "min_bytes": 1, "max_bytes": FETCH_MAX_BYTES, "session": mode,
+                "parts": [[k[0], k[1], *v] for k, v in upserts],
+                "forgotten": [list(k) for k in forgotten]},
+                timeout_s=REQUEST_TIMEOUT_S + wait_ms / 1000, interruptible=True)
         except _Interrupted:  # the answer would be for the old set: the stream is dropped
             await self._close()
             return
         pos = 0
-        for (topic, partition, err, hw, log_start, n, msg), sent in zip(header["parts"], parts):
+        for topic, partition, err, hw, log_start, n, msg in header["parts"]:
             data = body[pos:pos + n]
             pos += n
             key = (topic, partition)
-            st = ready.get(key)
-            if st is None or self.partitions.get(key) is not st:
-                continue  # reassigned while the fetch was in flight
+            sent = told.get(key)
+            if err:
+                told.pop(key, None)  # the leader dropped it from the session
+                self._pending.add(key)  # named again once it may be retried
+            st = self.partitions.get(key)
+            if st is None or sent is None:
+                continue  # no longer followed here
             part = self.broker.partitions.get(key)
             if part is None or part.is_leader:
+                self._pending.add(key)
                 continue
             if err:
-                self._on_error(key, st, part, ErrorCode(err), msg, sent[2], log_start)
+                self._on_error(key, st, part, ErrorCode(err), msg, sent[0], log_start)
+                continue
+            if sent[2] != st.leader_epoch or not st.truncated:
+                self._pending.add(key)  # re-assigned (a new epoch) while in flight
                 continue
             if key in throttled:
                 self.broker.reassign_in_rate.spend(n)
             if n:
+                self._pending.add(key)  # its fetch offset moves
                 try:
                     part.append_as_follower(data)
                 except CorruptRecordError as e:
@@ -348,6 +418,7 @@ class LeaderFetcher:
         return frame.header, frame.body
 
     async def _close(self) -> None:
+        self._told = None  # the leader's session dies with the connection
         if self._sock is not None:
             sock, self._sock = self._sock, None
             sockio.close(sock)

@@ -52,7 +52,7 @@ class IsrManager:
             st = part.leader_state
             if not part.is_leader or st is None or part.pending_isr is not None:
                 continue
-            remove = st.lagging(part.isr, now_ms, self.max_lag_ms)
+            remove = st.lagging(part.isr, now_ms, self.max_lag_ms, part.log.log_end_offset)
             start = next((o for e, o in part.log.epochs if e == part.leader_epoch), 0)
             add = st.caught_up(part.isr, part.high_watermark, start, now_ms, self.max_lag_ms)
             if not remove and not add:

@@ -55,6 +55,7 @@ class Partition:
                  node_id: int = 0):
         self.topic = topic
         self.partition = partition
+        self.key = (topic, partition)
         self.log = log
         self.node_id = node_id
         self.leader_epoch = leader_epoch
@@ -69,6 +70,9 @@ class Partition:
         self.pending_isr: tuple | None = None
         self._waiters: set[trio.Event] = set()
         self._leo_waiters: set[trio.Event] = set()
+        #: followers' fetch sessions that hold this partition (node/fetch_session.py):
+        #: marked, not emptied, at every wake
+        self._sessions: set = set()
         #: first offset of data found corrupt on disk: truncated and re-fetched as follower
         self.corrupt_from: int | None = None
         #: as leader of a partition being reassigned with a throttle: (the replicas
@@ -140,8 +144,9 @@ class Partition:
                 return False
         return self.maybe_increment_high_watermark(hw)
 
-    def on_follower_fetch(self, replica: int, fetch_offset: int) -> None:
-        """A follower fetched at ``fetch_offset``: it holds everything below it.
+    def on_follower_fetch(self, replica: int, fetch_offset: int, session=None) -> None:
+        """A follower fetched at ``fetch_offset`` (through ``session``, if any): it
+        holds everything below it.
 
         Raises:
             ApiError: NOT_LEADER_OR_FOLLOWER (not the leader, or ``replica`` is not a
@@ -149,7 +154,8 @@ class Partition:
         """
         if not self.is_leader or self.leader_state is None:
             raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"not the leader of {self}")
-        if not self.leader_state.on_fetch(replica, fetch_offset, self.log.log_end_offset, node_ms()):
+        if not self.leader_state.on_fetch(replica, fetch_offset, self.log.log_end_offset,
+                                          node_ms(), session):
             raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                            f"broker {replica} is not a replica of {self}")
         self.maybe_advance_hw()
@@ -261,12 +267,22 @@ class Partition:
         waiters, self._waiters = self._waiters, set()
         for ev in waiters:
             ev.set()
+        for s in self._sessions:  # (a HW move: news for followers, not worth a wake)
+            s.mark(self.key, False)
 
     def wake_leo_waiters(self) -> None:
         if self._leo_waiters:
             waiters, self._leo_waiters = self._leo_waiters, set()
             for ev in waiters:
                 ev.set()
+        for s in self._sessions:
+            s.mark(self.key, True)
+
+    def add_session(self, session) -> None:
+        self._sessions.add(session)
+
+    def remove_session(self, session) -> None:
+        self._sessions.discard(session)
 
     def add_waiter(self, ev: trio.Event, leo: bool = False) -> bool:
         waiters = self._leo_waiters if leo else self._waiters

@@ -25,6 +25,7 @@ import trio
 
 from raftlog.errors import ApiError, ErrorCode, RemoteProtocolError
 from raftlog.protocol import (
+    FETCH_SESSION_FULL,
     BadRequest,
     FrameDecoder,
     encode_frame,
@@ -34,7 +35,9 @@ from raftlog.protocol import (
 )
 
 from .broker import Broker
+from .clock import node_ms
 from .config import NodeConfig
+from .fetch_session import FetchSession
 from .logfmt import EventLog
 from .outbox import Deferred, Outbox
 from .purgatory import Delayed, Purgatory
@@ -60,13 +63,15 @@ class Conn:
     """One client connection as the purgatory sees it: where a parked request's answer
     goes, and the requests parked for it (dropped when it closes)."""
 
-    __slots__ = ("sock", "out", "nursery", "parked")
+    __slots__ = ("sock", "out", "nursery", "parked", "session")
 
     def __init__(self, sock, out: Outbox, nursery) -> None:
         self.sock = sock
         self.out = out
         self.nursery = nursery
         self.parked: set[Delayed] = set()
+        #: a follower's fetch session on this connection (node/fetch_session.py)
+        self.session: FetchSession | None = None
 
 
 class _Parked(Delayed):
@@ -127,6 +132,41 @@ class ParkedFetch(_Parked):
         if any(p is None for p in parts):
             return False
         return self.watch(parts, leo=self.req.fields["replica_id"] >= 0)
+
+
+class ParkedSessionFetch(_Parked):
+    """A follower's session fetch with nothing to send yet: woken when a partition of
+    the session gets data (or changes role), answered with every row of news
+    gathered meanwhile, or when max_wait passes."""
+
+    __slots__ = ("session", "held")
+
+    def __init__(self, server, conn, req, deadline, session: FetchSession, held: list):
+        super().__init__(server, conn, req, deadline)
+        self.session, self.held = session, held
+
+    def try_complete(self, expired: bool) -> bool:
+        headers, pieces, total, error = self.server.broker.fetch_session_once(
+            self.session, self.req.fields["max_bytes"])
+        if headers:
+            fresh = {(h.topic, h.partition) for h in headers}
+            self.held = [h for h in self.held if (h.topic, h.partition) not in fresh] + headers
+        if error or total >= self.req.fields["min_bytes"] or expired:
+            _session_sent(self.session, self.held)
+            self.answer({"parts": self.held}, pieces)
+            return True
+        return False
+
+    def finish(self) -> None:
+        if self.session.waiter is self:
+            self.session.waiter = None
+        super().finish()
+
+
+def _session_sent(session: FetchSession, headers: list) -> None:
+    for h in headers:
+        if not h.error:
+            session.sent((h.topic, h.partition), h.high_watermark, h.log_start_offset)
 
 
 class ParkedProduce(_Parked):
@@ -254,6 +294,8 @@ class Server:
             if conn is not None:
                 for op in list(conn.parked):
                     op.cancel()
+                if conn.session is not None:
+                    conn.session.close()
         if failure is not None:
             raise failure
 
@@ -373,6 +415,8 @@ class Server:
 
     def fetch(self, req, conn: Conn):
         """(header, pieces) answered now, or None: parked in the purgatory."""
+        if req.fields["session"]:
+            return self._session_fetch(req, conn)
         if req.fields["replica_id"] >= 0:
             self.broker.on_replica_fetch(req)
         headers, pieces, total, error = self.broker.fetch_once(req)
@@ -382,5 +426,34 @@ class Server:
         if not op.rewatch():  # a partition is gone or has no room for waiters: answer now
             op.cancel()
             return {"parts": headers}, pieces
+        op.park()
+        return None
+
+    def _session_fetch(self, req, conn: Conn):
+        """A follower's fetch through its session on this connection (full: a new one)."""
+        f = req.fields
+        replica = f["replica_id"]
+        if replica < 0:
+            raise ApiError(ErrorCode.INVALID_REQUEST, "fetch sessions are for replicas")
+        session = conn.session
+        if f["session"] == FETCH_SESSION_FULL:
+            if session is not None:
+                session.close()
+            session = conn.session = FetchSession(replica)
+        elif session is None or session.replica != replica:
+            raise ApiError(ErrorCode.INVALID_REQUEST,
+                           "no fetch session on this connection: send a full fetch")
+        if session.waiter is not None:  # one fetch of a session at a time
+            raise ApiError(ErrorCode.INVALID_REQUEST, "a fetch of this session is parked")
+        session.update(f["parts"], f["forgotten"], self.broker.partitions.get)
+        session.last_fetch_ms = node_ms()
+        self.broker.on_replica_fetch(req, session)
+        headers, pieces, total, error = self.broker.fetch_session_once(session, f["max_bytes"])
+        if error or total >= f["min_bytes"] or f["max_wait_ms"] == 0:
+            _session_sent(session, headers)
+            return {"parts": headers}, pieces
+        op = ParkedSessionFetch(self, conn, req, trio.current_time() + f["max_wait_ms"] / 1000,
+                                session, headers)
+        session.waiter = op
         op.park()
         return None

@@ -198,6 +198,20 @@ def _bool(v):
     return v
 
 
+def _one_of(*allowed):
+    def check(v):
+        if type(v) is not int or v not in allowed:
+            raise ValueError(f"must be one of {list(allowed)}")
+        return v
+
+    return check
+
+
+#: FETCH ``session`` values
+FETCH_SESSION_FULL = 1
+FETCH_SESSION_INCREMENTAL = 2
+
+
 def _opt(f):
     def check(v):
         return None if v is None else f(v)
@@ -314,6 +328,12 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "min_bytes": (_nonneg, 1),
         "max_bytes": (_nonneg, 50 * 1024 * 1024),
         "parts": (_list(_FETCH_PART, 10_000), REQUIRED),
+        # A follower's fetch session (KIP-227's idea, one per connection): 0 none,
+        # FETCH_SESSION_FULL starts one with ``parts``, FETCH_SESSION_INCREMENTAL
+        # names only what changed (``parts`` upserted, ``forgotten`` dropped) and the
+        # answer holds only partitions with news. See node/fetch_session.py.
+        "session": (_one_of(0, FETCH_SESSION_FULL, FETCH_SESSION_INCREMENTAL), 0),
+        "forgotten": (_list(_tuple(_TOPIC, _nonneg), 10_000), []),
     },
     Api.LIST_OFFSETS: {"parts": (_list(_LIST_PART, 10_000), REQUIRED)},
     Api.METADATA: {
