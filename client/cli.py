@@ -39,6 +39,10 @@ def cmd_up(args) -> int:
         print(f"raftlog up: --controllers must be an odd number between 1 and --nodes "
               f"({args.nodes}), not {controllers}", file=sys.stderr)
         return 2
+    if args.metrics_port is not None and not 1 <= args.metrics_port <= 65536 - args.nodes:
+        print(f"raftlog up: --metrics-port must leave room for {args.nodes} port(s) below 65536",
+              file=sys.stderr)
+        return 2
     if not args.wait_timeout >= 0:  # (also NaN)
         print(f"raftlog up: --wait-timeout must be 0 or more seconds, not {args.wait_timeout}",
               file=sys.stderr)
@@ -56,6 +60,8 @@ def cmd_up(args) -> int:
         node_dir = os.path.join(data_dir, f"node-{i}")
         os.makedirs(node_dir, exist_ok=True)
         roles = {"process.roles": "broker"} if i > controllers else {}
+        if args.metrics_port is not None:
+            roles["metrics.listener"] = f"{args.host}:{args.metrics_port + i - 1}"
         cmd = localnode.node_command(node_id=i, host=args.host, port=args.port + i - 1,
                                      data_dir=node_dir, overrides={**overrides, **roles})
         proc = localnode.spawn(cmd, new_session=True)  # output: this terminal
@@ -93,7 +99,10 @@ def cmd_up(args) -> int:
             f"raftlog is up: bootstrap servers {servers}, data in {data_dir}\n"
             f"  raftlog topics create demo --bootstrap-server {args.host}:{args.port}\n"
             f'  Producer(bootstrap_servers="{servers}")\n'
-            "Ctrl-C stops it.",
+            + (f"  metrics: http://{args.host}:{args.metrics_port}/metrics"
+               f"{f' .. port {args.metrics_port + args.nodes - 1}' if args.nodes > 1 else ''}\n"
+               if args.metrics_port is not None else "")
+            + "Ctrl-C stops it.",
             flush=True,
         )
     rcs = [p.wait() for p in procs]
@@ -697,6 +706,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--wait-timeout", type=float, default=30.0,
                     help="seconds to wait for every node to listen and register before "
                          "giving up (default 30)")
+    up.add_argument("--metrics-port", type=int, default=None, metavar="P",
+                    help="serve Prometheus metrics: node i on http://HOST:P+i-1/metrics "
+                         "(metrics.listener; default: off)")
     up.set_defaults(fn=cmd_up)
 
     node = sub.add_parser(

@@ -43,6 +43,7 @@ from raftlog.protocol import (
 from .clock import wall_ms
 from .config import NodeConfig
 from .logfmt import EventLog
+from .metrics import NodeMetrics
 from .partition import Partition, partition_dir
 from .routes import SERVED_APIS
 from .throttle import ByteRate
@@ -68,6 +69,8 @@ class Broker:
     def __init__(self, config: NodeConfig, events: EventLog, store=None):
         self.config = config
         self.events = events
+        #: counters bumped while serving; gauges are read at scrape time (metrics.py)
+        self.metrics = NodeMetrics()
         os.makedirs(config.data_dir, exist_ok=True)
         #: Cluster mode: topics and brokers come from the metadata quorum (store given).
         self.cluster_mode = store is not None
@@ -209,6 +212,8 @@ class Broker:
             role = part.update_metadata(leader, p.leader_epoch, tuple(p.replicas),
                                         tuple(p.isr), p.partition_epoch)
             if role is not None:
+                if role == "leader":
+                    self.metrics.leader_elections += 1
                 self.events.info("partition_role", partition=part, role=role,
                                  leader=p.leader, leader_epoch=p.leader_epoch,
                                  leo=part.log.log_end_offset, hw=part.high_watermark)
@@ -321,6 +326,9 @@ class Broker:
                         f"min.insync.replicas is {min_isr}",
                     )
             base, last = part.append_as_leader(data, cfg.max_message_bytes)  # copied once, by the log
+            ts = self.metrics.topic(topic)
+            ts.bytes_in += len(data)
+            ts.records_in += last - base + 1
             if waits is not None and part.high_watermark <= last and not self._bug_early_ack:
                 waits.append((part, part.leader_epoch, last, topic, partition))
             return ProducePartResult(topic, partition, 0, base, -1, "")
@@ -467,6 +475,22 @@ class Broker:
                 if self.on_corrupt_log is not None:
                     self.on_corrupt_log(self.partitions.get((topic, partition)), offset, e)
         return headers, pieces, total, error
+
+    def fetch_answered(self, req: Request, headers: list, pieces: list) -> None:
+        """Count a fetch answer's bytes (and offsets, for consumers) per topic: once
+        per answered request, per partition, never per record."""
+        m = self.metrics
+        if req.fields["replica_id"] >= 0:
+            m.replication_bytes_out += sum(h.length for h in headers)
+            return
+        slices = iter(pieces)
+        for h, (_t, _p, offset, _max, _e) in zip(headers, req.fields["parts"]):
+            if h.length:
+                sl = next(slices, None)
+                ts = m.topic(h.topic)
+                ts.bytes_out += h.length
+                if sl is not None:
+                    ts.records_out += max(0, sl.next_offset - offset)
 
     def on_replica_fetch(self, req: Request) -> None:
         """A follower's Fetch: record its progress (once per request, before reading)."""
