@@ -59,11 +59,11 @@ def cmd_up(args) -> int:
     for i in range(1, args.nodes + 1):
         node_dir = os.path.join(data_dir, f"node-{i}")
         os.makedirs(node_dir, exist_ok=True)
-        roles = {"process.roles": "broker"} if i > controllers else {}
+        own = {"process.roles": "broker"} if i > controllers else {}
         if args.metrics_port is not None:
-            roles["metrics.listener"] = f"{args.host}:{args.metrics_port + i - 1}"
+            own["metrics.listener"] = f"{args.host}:{args.metrics_port + i - 1}"
         cmd = localnode.node_command(node_id=i, host=args.host, port=args.port + i - 1,
-                                     data_dir=node_dir, overrides={**overrides, **roles})
+                                     data_dir=node_dir, overrides={**overrides, **own})
         proc = localnode.spawn(cmd, new_session=True)  # output: this terminal
         with open(os.path.join(node_dir, "node.pid"), "w") as f:
             f.write(f"{proc.pid}\n")
