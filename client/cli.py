@@ -242,58 +242,9 @@ def cmd_cluster(args) -> int:
         from .cli_reassign import cmd_decommission
 
         return cmd_decommission(args)
-    with _admin(args) as admin:
-        c = admin.describe_cluster()
-        topics = [admin.describe_topic(t) for t in admin.list_topics(include_internal=True)]
-    parts = [p for t in topics for p in t.partitions]
-    under = sum(p.under_replicated for p in parts)
-    offline = sum(p.offline for p in parts)
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "cluster_id": c.cluster_id,
-                    "controller_id": c.controller_id,
-                    "controller_epoch": c.controller_epoch,
-                    "brokers": [
-                        {"id": b.id, "host": b.host, "port": b.port, "fenced": b.fenced}
-                        for b in c.brokers
-                    ],
-                    "partitions": [
-                        {
-                            "topic": t.name,
-                            "partition": p.partition,
-                            "leader": p.leader,
-                            "replicas": list(p.replicas),
-                            "isr": list(p.isr),
-                            "leader_epoch": p.leader_epoch,
-                            "offline_replicas": list(p.offline_replicas),
-                            "under_replicated": p.under_replicated,
-                            "offline": p.offline,
-                        }
-                        for t in topics
-                        for p in t.partitions
-                    ],
-                    "under_replicated": under,
-                    "offline": offline,
-                }
-            )
-        )
-        return 0
-    print(f"cluster {c.cluster_id}  controller {c.controller_id}")
-    for b in c.brokers:
-        print(f"  broker {b.id}  {b.host}:{b.port}  {'FENCED' if b.fenced else 'active'}")
-    print(f"partitions {len(parts)}  under-replicated {under}  offline {offline}")
-    for t in topics:
-        for p in t.partitions:
-            if p.under_replicated or p.offline:
-                state = "OFFLINE" if p.offline else "UNDER-REPLICATED"
-                print(f"  {state:<16} {t.name}-{p.partition}  leader {p.leader}  "
-                      f"replicas {list(p.replicas)}  isr {list(p.isr)}  "
-                      f"offline replicas {list(p.offline_replicas)}")
-    for t in topics:
-        _print_topic(t, False)
-    return 0
+    from .cli_ops import cmd_status
+
+    return cmd_status(args)
 
 
 def _elect_leaders(args) -> int:
@@ -743,6 +694,11 @@ def build_parser() -> argparse.ArgumentParser:
                               "elect-leaders: give partitions back to their preferred replica; "
                               "decommission: move every replica off --node, then unregister it")
     cluster.add_argument("--json", action="store_true")
+    cluster.add_argument("--watch", type=float, nargs="?", const=2.0, default=None,
+                         metavar="SECONDS", help="status: refresh every SECONDS (default 2) "
+                                                 "until Ctrl-C; with --json one line each")
+    cluster.add_argument("--count", type=int, default=None,
+                         help="status --watch: stop after this many refreshes")
     cluster.add_argument("--topic", help="elect-leaders: only this topic")
     cluster.add_argument("--partition", type=int, action="append",
                          help="elect-leaders: only this partition (repeatable)")
@@ -756,6 +712,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .cli_reassign import add_parsers as _reassign_parsers
 
     _reassign_parsers(sub, with_bootstrap)
+
+    from .cli_ops import add_parsers as _ops_parsers
+
+    _ops_parsers(sub, with_bootstrap)
 
     groups = sub.add_parser(
         "groups", help="list, describe, reset the offsets of, delete consumer groups"

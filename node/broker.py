@@ -31,6 +31,7 @@ from raftlog.protocol import (
     EpochEndOffset,
     FetchPartHeader,
     ListOffsetsPartResult,
+    LogDirPartition,
     NamedResult,
     PartitionMetadata,
     PartitionResult,
@@ -648,6 +649,37 @@ class Broker:
             keep = {(t, p) for t, p in wanted}
             rows = [r for r in rows if (r.topic, r.partition) in keep]
         return {"reassignments": rows}, []
+
+    def describe_log_dirs(self, req: Request) -> Response:
+        """DescribeLogDirs (kafka-log-dirs): this node's data directory, its disk, and
+        every hosted replica's size, segments and offsets (as leader, its followers'
+        log end offsets). Read-only; O(segments hosted)."""
+        wanted = req.fields["topics"]
+        keep = None if wanted is None else set(wanted)
+        rows = []
+        for (topic, p), part in sorted(self.partitions.items()):
+            if keep is not None and topic not in keep:
+                continue
+            log = part.log
+            st = part.leader_state if part.is_leader else None
+            followers = [] if st is None else sorted([r, f.leo] for r, f in st.followers.items())
+            rows.append(LogDirPartition(topic, p, log.size_bytes, log.segment_count,
+                                        log.log_start_offset, log.log_end_offset,
+                                        part.high_watermark, part.leader_id, part.leader_epoch,
+                                        followers))
+        try:
+            vfs = os.statvfs(self.config.data_dir)
+            total, usable = vfs.f_blocks * vfs.f_frsize, vfs.f_bavail * vfs.f_frsize
+        except OSError:
+            total = usable = -1
+        return {
+            "node_id": self.config.node_id,
+            "roles": list(self.config.process_roles),
+            "log_dir": self.config.data_dir,
+            "total_bytes": total,
+            "usable_bytes": usable,
+            "partitions": rows,
+        }, []
 
     def api_versions(self, req: Request) -> Response:
         return {
