@@ -113,7 +113,8 @@ def format_status(s: dict) -> str:
         table(["NODE", "ADDRESS", "ROLES", "STATE", "LEADERS", "REPLICAS", "LOG SIZE", "DISK FREE"],
               [[f"{n['id']}{'*' if n['controller'] else ''}", f"{n['host']}:{n['port']}",
                 ",".join(n["roles"]) if n["roles"] else None,
-                "fenced" if n["fenced"] else ("unreachable" if n["error"] else "active"),
+                ",".join(x for x, on in (("fenced", n["fenced"]), ("unreachable", n["error"]))
+                         if on) or "active",
                 n["leaders"], n["replicas"], human_bytes(n["size_bytes"]),
                 human_bytes(n["usable_bytes"])] for n in s["nodes"]]),
         "(* active controller)",
