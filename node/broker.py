@@ -210,8 +210,15 @@ class Broker:
             # Until this node's registration commits, its copy of the metadata may be
             # stale (a restart replays its own journal first): take no role from it.
             leader = p.leader if self.registered else -1
+            was_leader, old_isr = part.is_leader, part.isr
             role = part.update_metadata(leader, p.leader_epoch, tuple(p.replicas),
                                         tuple(p.isr), p.partition_epoch)
+            if role is None and was_leader and part.is_leader and len(part.isr) != len(old_isr):
+                # an ISR change of a partition led here (by its ISR duty or the controller)
+                if len(part.isr) < len(old_isr):
+                    self.metrics.isr_shrinks += 1
+                else:
+                    self.metrics.isr_expands += 1
             if role is not None:
                 if role == "leader":
                     self.metrics.leader_elections += 1

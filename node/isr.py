@@ -75,11 +75,6 @@ class IsrManager:
         except ApiError as e:
             ok, why = False, e.message
         if ok:
-            m = self.broker.metrics
-            if len(isr) < len(old):
-                m.isr_shrinks += 1
-            elif len(isr) > len(old):
-                m.isr_expands += 1
             self.events.info("isr_change", partition=part, old=old, new=list(isr),
                              partition_epoch=epoch + 1)
         else:

@@ -64,8 +64,9 @@ METRICS: dict[str, tuple[str, str]] = {
         GAUGE, "Partitions led here whose ISR is below min.insync.replicas."),
     "raftlog_offline_partitions": (
         GAUGE, "Partitions without a leader (reported by the active controller only)."),
-    "raftlog_isr_shrinks_total": (COUNTER, "ISR shrinks this node (as leader) committed."),
-    "raftlog_isr_expands_total": (COUNTER, "ISR expansions this node (as leader) committed."),
+    "raftlog_isr_shrinks_total": (
+        COUNTER, "ISR shrinks of partitions led here (by the leader or the controller)."),
+    "raftlog_isr_expands_total": (COUNTER, "ISR expansions of partitions led here."),
     "raftlog_leader_elections_total": (
         COUNTER, "Times this node became the leader of a partition (new leader epoch)."),
     "raftlog_controller_active": (GAUGE, "1 on the active controller (Raft leader), else 0."),
