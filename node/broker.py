@@ -484,12 +484,14 @@ class Broker:
                     self.on_corrupt_log(self.partitions.get((topic, partition)), offset, e)
         return headers, pieces, total, error
 
-    def fetch_answered(self, req: Request, headers: list, pieces: list) -> None:
-        """Count a fetch answer's bytes (and offsets, for consumers) per topic: once
-        per answered request, per partition, never per record."""
+    def fetch_answered(self, req: Request, headers: list, pieces: list, total: int) -> None:
+        """Count a fetch answer of ``total`` bytes (and offsets, for consumers) per topic:
+        once per answered request, per partition with data, never per record."""
         m = self.metrics
         if req.fields["replica_id"] >= 0:
-            m.replication_bytes_out += sum(h.length for h in headers)
+            m.replication_bytes_out += total
+            return
+        if not total:
             return
         slices = iter(pieces)
         for h, (_t, _p, offset, _max, _e) in zip(headers, req.fields["parts"]):

@@ -119,7 +119,7 @@ class ParkedFetch(_Parked):
         broker, req = self.server.broker, self.req
         headers, pieces, total, error = broker.fetch_once(req)
         if error or total >= req.fields["min_bytes"] or expired or not self.rewatch():
-            broker.fetch_answered(req, headers, pieces)
+            broker.fetch_answered(req, headers, pieces, total)
             self.answer({"parts": headers}, pieces)
             return True
         return False
@@ -390,12 +390,12 @@ class Server:
             self.broker.on_replica_fetch(req)
         headers, pieces, total, error = self.broker.fetch_once(req)
         if error or total >= req.fields["min_bytes"] or req.fields["max_wait_ms"] == 0:
-            self.broker.fetch_answered(req, headers, pieces)
+            self.broker.fetch_answered(req, headers, pieces, total)
             return {"parts": headers}, pieces
         op = ParkedFetch(self, conn, req, trio.current_time() + req.fields["max_wait_ms"] / 1000)
         if not op.rewatch():  # a partition is gone or has no room for waiters: answer now
             op.cancel()
-            self.broker.fetch_answered(req, headers, pieces)
+            self.broker.fetch_answered(req, headers, pieces, total)
             return {"parts": headers}, pieces
         op.park()
         return None

@@ -120,7 +120,7 @@ def test_produce_and_fetch_move_the_topic_counters_and_log_gauges(tmp_path):
                       b"")
         headers, pieces, total, error = broker.fetch_once(req)
         assert not error and total > 0
-        broker.fetch_answered(req, headers, pieces)
+        broker.fetch_answered(req, headers, pieces, total)
         s = parse_exposition(render(_node(broker)))
         assert value(s, "raftlog_topic_records_in_total", topic="t") == 8
         assert value(s, "raftlog_topic_bytes_in_total", topic="t") == len(batch) + len(
@@ -145,7 +145,7 @@ def test_replica_fetches_count_as_replication_bytes_not_topic_bytes(tmp_path):
     try:
         broker.create_topic("t", 1, 1, {})
         req = Request(Api.FETCH, 0, 1, {"replica_id": 2, "parts": [("t", 0, 0, 100, -1)]}, b"")
-        broker.fetch_answered(req, [FetchPartHeader("t", 0, 0, 0, 0, 70, "")], [None])
+        broker.fetch_answered(req, [FetchPartHeader("t", 0, 0, 0, 0, 70, "")], [None], 70)
         s = parse_exposition(render(_node(broker)))
         assert value(s, "raftlog_replication_bytes_out_total") == 70
         # (a topic's series appear with its first produce or consumer fetch)
