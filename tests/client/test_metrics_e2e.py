@@ -3,6 +3,9 @@ records are produced, consumed and left unconsumed by a group."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 
@@ -14,6 +17,14 @@ from raftlog.client.types import TopicPartition
 from ..conftest import free_port
 from ..node.test_metrics import parse_exposition, value
 from .test_groups_e2e import GROUP_NODE
+
+
+def _status_watch(bootstrap: str, *more: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "raftlog.client.cli", "cluster", "status",
+                          "--watch", "0.1", "--count", "2", *more, "--bootstrap-server", bootstrap],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
 
 
 def scrape(port: int) -> dict:
@@ -69,6 +80,12 @@ def test_scrape_a_node_while_producing_and_consuming(node_factory):
     assert value(after, "raftlog_under_replicated_partitions") == 0
     assert value(after, "raftlog_controller_active") == 1
     admin.close()
+
+    # cluster status --watch: two refreshes, text and JSON lines
+    text = _status_watch(node.bootstrap)
+    assert text.count("cluster raftlog") == 2 and text.count("every partition is fully") == 2
+    lines = _status_watch(node.bootstrap, "--json").splitlines()
+    assert len(lines) == 2 and all(json.loads(x)["nodes"][0]["replicas"] >= 2 for x in lines)
 
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(f"http://127.0.0.1:{port}/nope", timeout=10)
