@@ -32,6 +32,7 @@ from raftlog.protocol import (
     EpochEndOffset,
     FetchPartHeader,
     ListOffsetsPartResult,
+    LogDirPartition,
     NamedResult,
     PartitionMetadata,
     PartitionResult,
@@ -44,6 +45,7 @@ from raftlog.protocol import (
 from .clock import wall_ms
 from .config import NodeConfig
 from .logfmt import EventLog
+from .metrics import NodeMetrics
 from .partition import Partition, partition_dir
 from .routes import SERVED_APIS
 from .throttle import ByteRate
@@ -69,6 +71,8 @@ class Broker:
     def __init__(self, config: NodeConfig, events: EventLog, store=None):
         self.config = config
         self.events = events
+        #: counters bumped while serving; gauges are read at scrape time (metrics.py)
+        self.metrics = NodeMetrics()
         os.makedirs(config.data_dir, exist_ok=True)
         #: Cluster mode: topics and brokers come from the metadata quorum (store given).
         self.cluster_mode = store is not None
@@ -207,9 +211,18 @@ class Broker:
             # Until this node's registration commits, its copy of the metadata may be
             # stale (a restart replays its own journal first): take no role from it.
             leader = p.leader if self.registered else -1
+            was_leader, old_isr = part.is_leader, part.isr
             role = part.update_metadata(leader, p.leader_epoch, tuple(p.replicas),
                                         tuple(p.isr), p.partition_epoch)
+            if role is None and was_leader and part.is_leader and len(part.isr) != len(old_isr):
+                # an ISR change of a partition led here (by its ISR duty or the controller)
+                if len(part.isr) < len(old_isr):
+                    self.metrics.isr_shrinks += 1
+                else:
+                    self.metrics.isr_expands += 1
             if role is not None:
+                if role == "leader":
+                    self.metrics.leader_elections += 1
                 self.events.info("partition_role", partition=part, role=role,
                                  leader=p.leader, leader_epoch=p.leader_epoch,
                                  leo=part.log.log_end_offset, hw=part.high_watermark)
@@ -322,6 +335,9 @@ class Broker:
                         f"min.insync.replicas is {min_isr}",
                     )
             base, last = part.append_as_leader(data, cfg.max_message_bytes)  # copied once, by the log
+            ts = self.metrics.topic(topic)
+            ts.bytes_in += len(data)
+            ts.records_in += last - base + 1
             if waits is not None and part.high_watermark <= last and not self._bug_early_ack:
                 waits.append((part, part.leader_epoch, last, topic, partition))
             return ProducePartResult(topic, partition, 0, base, -1, "")
@@ -517,6 +533,24 @@ class Broker:
                 topic, partition, int(ErrorCode.KAFKA_STORAGE_ERROR), -1, -1, 0,
                 f"{topic}-{partition}: data on disk failed its check: {e}"), None
 
+    def fetch_answered(self, req: Request, headers: list, pieces: list, total: int) -> None:
+        """Count a fetch answer of ``total`` bytes (and offsets, for consumers) per topic:
+        once per answered request, per partition with data, never per record."""
+        m = self.metrics
+        if req.fields["replica_id"] >= 0:
+            m.replication_bytes_out += total
+            return
+        if not total:
+            return
+        slices = iter(pieces)
+        for h, (_t, _p, offset, _max, _e) in zip(headers, req.fields["parts"]):
+            if h.length:
+                sl = next(slices, None)
+                ts = m.topic(h.topic)
+                ts.bytes_out += h.length
+                if sl is not None:
+                    ts.records_out += max(0, sl.next_offset - offset)
+
     def on_replica_fetch(self, req: Request, session=None) -> None:
         """A follower's Fetch: record its progress (once per request, before reading);
         with a fetch ``session``, of the partitions the request names."""
@@ -674,6 +708,37 @@ class Broker:
             keep = {(t, p) for t, p in wanted}
             rows = [r for r in rows if (r.topic, r.partition) in keep]
         return {"reassignments": rows}, []
+
+    def describe_log_dirs(self, req: Request) -> Response:
+        """DescribeLogDirs (kafka-log-dirs): this node's data directory, its disk, and
+        every hosted replica's size, segments and offsets (as leader, its followers'
+        log end offsets). Read-only; O(segments hosted)."""
+        wanted = req.fields["topics"]
+        keep = None if wanted is None else set(wanted)
+        rows = []
+        for (topic, p), part in sorted(self.partitions.items()):
+            if keep is not None and topic not in keep:
+                continue
+            log = part.log
+            st = part.leader_state if part.is_leader else None
+            followers = [] if st is None else sorted([r, f.leo] for r, f in st.followers.items())
+            rows.append(LogDirPartition(topic, p, log.size_bytes, log.segment_count,
+                                        log.log_start_offset, log.log_end_offset,
+                                        part.high_watermark, part.leader_id, part.leader_epoch,
+                                        followers))
+        try:
+            vfs = os.statvfs(self.config.data_dir)
+            total, usable = vfs.f_blocks * vfs.f_frsize, vfs.f_bavail * vfs.f_frsize
+        except OSError:
+            total = usable = -1
+        return {
+            "node_id": self.config.node_id,
+            "roles": list(self.config.process_roles),
+            "log_dir": self.config.data_dir,
+            "total_bytes": total,
+            "usable_bytes": usable,
+            "partitions": rows,
+        }, []
 
     def api_versions(self, req: Request) -> Response:
         return {

@@ -132,6 +132,9 @@ class NodeConfig:
     offsets_topic_num_partitions: int = 16
     offsets_topic_replication_factor: int = 3
     offsets_retention_minutes: int = 10_080
+    #: Prometheus metrics over HTTP (``metrics.listener``); None: no metrics listener.
+    metrics_host: str | None = None
+    metrics_port: int | None = None
     #: Test-only fault flags (never set in production configs).
     test_flags: frozenset = frozenset()
 
@@ -206,6 +209,10 @@ class NodeConfig:
             raise ConfigError("group.min.session.timeout.ms is above group.max.session.timeout.ms")
         if self.min_insync_replicas < 1:
             raise ConfigError("min.insync.replicas must be at least 1")
+        if (self.metrics_port and self.metrics_port == self.port
+                and self.metrics_host == self.host):
+            raise ConfigError(f"metrics.listener {self.metrics_host}:{self.metrics_port} is "
+                              "the client listener's address; give it its own port")
 
 
 def _set(name: str, conv):
@@ -225,6 +232,13 @@ def _set_advertised(kw: dict, key: str, value: str) -> None:
 
 def _set_raft_listener(kw: dict, key: str, value: str) -> None:
     kw["raft_host"], kw["raft_port"] = parse_address(key, value)
+
+
+def _set_metrics_listener(kw: dict, key: str, value: str) -> None:
+    if not str(value).strip():  # an empty value leaves metrics off
+        kw["metrics_host"] = kw["metrics_port"] = None
+        return
+    kw["metrics_host"], kw["metrics_port"] = parse_address(key, value)
 
 
 def _nonempty(key: str, v: str) -> str:
@@ -299,6 +313,7 @@ _NODE_KEYS = {
         "offsets_topic_replication_factor", lambda k, v: _int(k, v, 1, 100)
     ),
     "offsets.retention.minutes": _set("offsets_retention_minutes", lambda k, v: _int(k, v, 1)),
+    "metrics.listener": _set_metrics_listener,
     "test.flags": _set("test_flags", _flags),
 }
 

@@ -28,6 +28,8 @@ class Node:
         self.broker: Broker | None = None
         self.server: Server | None = None
         self.address: tuple[str, int] | None = None
+        #: where the metrics listener (metrics.listener) listens, when configured
+        self.metrics_address: tuple[str, int] | None = None
         self._token = None
         self._reconcile_scheduled = False
 
@@ -60,6 +62,12 @@ class Node:
         try:
             async with trio.open_nursery() as nursery:
                 self.address = await nursery.start(self.server.serve)
+                if self.config.metrics_port is not None:
+                    from .metrics_http import MetricsServer
+
+                    metrics = MetricsServer(self, self.config.metrics_host,
+                                            self.config.metrics_port, self.events)
+                    self.metrics_address = await nursery.start(metrics.serve)
                 if self.store is not None:
                     from .fetcher import FetcherManager
                     from .heartbeat import Heartbeats

@@ -52,6 +52,7 @@ ROUTES: dict[Api, Route] = {
     Api.ALTER_PARTITION_REASSIGNMENTS: Route(Mode.QUORUM, "alter_partition_reassignments"),
     Api.LIST_PARTITION_REASSIGNMENTS: Route(Mode.INLINE, "list_partition_reassignments"),
     Api.UNREGISTER_BROKER: Route(Mode.QUORUM, "unregister_broker"),
+    Api.DESCRIBE_LOG_DIRS: Route(Mode.INLINE, "describe_log_dirs"),
     Api.INIT_PRODUCER_ID: Route(Mode.AWAITS, "init_producer_id"),
     **{api: Route(Mode.AWAITS, "group_api") for api in sorted(GROUP_APIS)},
 }

@@ -20,6 +20,7 @@ through one Outbox, one flush at a time (see Outbox).
 from __future__ import annotations
 
 import socket as _stdsocket
+from time import perf_counter
 
 import trio
 
@@ -77,12 +78,13 @@ class Conn:
 class _Parked(Delayed):
     """A request parked for a connection: its answer fills a Deferred place."""
 
-    __slots__ = ("server", "conn", "req", "place")
+    __slots__ = ("server", "conn", "req", "place", "started")
 
     def __init__(self, server: Server, conn: Conn, req, deadline: float):
         super().__init__(server.purgatory, deadline)
         self.server, self.conn, self.req = server, conn, req
         self.place: Deferred | None = None
+        self.started = perf_counter()  # (request latency metric)
 
     def park(self) -> None:
         """Take this request's place among the connection's answers and start its timer."""
@@ -92,12 +94,14 @@ class _Parked(Delayed):
 
     def answer(self, header: dict, pieces: list) -> None:
         self.conn.parked.discard(self)
+        self.server.broker.metrics.request_done(self.req.api, perf_counter() - self.started)
         header["id"] = self.req.id
         header["error"] = 0
         self.server.send_soon(self.conn, self.place, _response_pieces(header, pieces))
 
     def fail(self, e: Exception) -> None:
         self.conn.parked.discard(self)
+        self.server.broker.metrics.request_done(self.req.api, perf_counter() - self.started, True)
         if isinstance(e, ApiError):
             frame = encode_frame(error_response(self.req.id, e.code, e.message))
         else:
@@ -120,6 +124,7 @@ class ParkedFetch(_Parked):
         broker, req = self.server.broker, self.req
         headers, pieces, total, error = broker.fetch_once(req)
         if error or total >= req.fields["min_bytes"] or expired or not self.rewatch():
+            broker.fetch_answered(req, headers, pieces, total)
             self.answer({"parts": headers}, pieces)
             return True
         return False
@@ -153,6 +158,7 @@ class ParkedSessionFetch(_Parked):
             self.held = [h for h in self.held if (h.topic, h.partition) not in fresh] + headers
         if error or total >= self.req.fields["min_bytes"] or expired:
             _session_sent(self.session, self.held)
+            self.server.broker.metrics.replication_bytes_out += total
             self.answer({"parts": self.held}, pieces)
             return True
         return False
@@ -360,11 +366,16 @@ class Server:
             out.add(encode_frame(error_response(e.request_id, e.code, e.message)))
             return
         mode, handler = self._routes[req.api]
+        started = perf_counter()
+        metrics = self.broker.metrics
         try:
             if mode is Mode.PARKS:
+                parked = len(conn.parked)
                 answer = handler(req, conn)
-                if answer is None:
-                    return  # parked (answered later) or acks=0 (never answered)
+                if answer is None:  # parked (answered later) or acks=0 (never answered)
+                    if len(conn.parked) == parked:
+                        metrics.request_done(req.api, perf_counter() - started)
+                    return
                 header, pieces = answer
             elif mode is Mode.INLINE or (mode is Mode.QUORUM and not self.broker.cluster_mode):
                 header, pieces = handler(req)
@@ -375,12 +386,15 @@ class Server:
             else:  # QUORUM in cluster mode
                 header, pieces = await trio.to_thread.run_sync(handler, req)
         except ApiError as e:
+            metrics.request_done(req.api, perf_counter() - started, True)
             out.add(encode_frame(error_response(req.id, e.code, e.message)))
             return
         except Exception as e:  # a bug of ours: answer, log, keep serving
+            metrics.request_done(req.api, perf_counter() - started, True)
             self.events.error("handler_failed", api=req.api.name, error=repr(e))
             out.add(encode_frame(error_response(req.id, ErrorCode.UNKNOWN_SERVER_ERROR, repr(e))))
             return
+        metrics.request_done(req.api, perf_counter() - started)
         header["id"] = req.id
         header["error"] = 0
         for p in _response_pieces(header, pieces):
@@ -421,10 +435,12 @@ class Server:
             self.broker.on_replica_fetch(req)
         headers, pieces, total, error = self.broker.fetch_once(req)
         if error or total >= req.fields["min_bytes"] or req.fields["max_wait_ms"] == 0:
+            self.broker.fetch_answered(req, headers, pieces, total)
             return {"parts": headers}, pieces
         op = ParkedFetch(self, conn, req, trio.current_time() + req.fields["max_wait_ms"] / 1000)
         if not op.rewatch():  # a partition is gone or has no room for waiters: answer now
             op.cancel()
+            self.broker.fetch_answered(req, headers, pieces, total)
             return {"parts": headers}, pieces
         op.park()
         return None
@@ -451,6 +467,7 @@ class Server:
         headers, pieces, total, error = self.broker.fetch_session_once(session, f["max_bytes"])
         if error or total >= f["min_bytes"] or f["max_wait_ms"] == 0:
             _session_sent(session, headers)
+            self.broker.metrics.replication_bytes_out += total
             return {"parts": headers}, pieces
         op = ParkedSessionFetch(self, conn, req, trio.current_time() + f["max_wait_ms"] / 1000,
                                 session, headers)

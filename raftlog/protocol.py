@@ -64,6 +64,7 @@ class Api(enum.IntEnum):
     ALTER_PARTITION_REASSIGNMENTS = 30
     LIST_PARTITION_REASSIGNMENTS = 31
     UNREGISTER_BROKER = 32
+    DESCRIBE_LOG_DIRS = 35  # (Kafka's key)
 
 
 # Special timestamps of ListOffsets, as Kafka.
@@ -382,6 +383,8 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     },
     Api.LIST_PARTITION_REASSIGNMENTS: {"parts": (_opt(_list(_tuple(_TOPIC, _nonneg))), None)},
     Api.UNREGISTER_BROKER: {"broker_id": (_nonneg, REQUIRED), "timeout_ms": (_nonneg, 30_000)},
+    # topics: only these (None: every partition the node hosts)
+    Api.DESCRIBE_LOG_DIRS: {"topics": (_opt(_list(_TOPIC, 10_000)), None)},
     Api.INIT_PRODUCER_ID: {"timeout_ms": (_nonneg, 30_000)},
     Api.FIND_COORDINATOR: {"key": (_str, REQUIRED)},
     Api.JOIN_GROUP: {
@@ -491,6 +494,22 @@ class ReassignmentRow(NamedTuple):
     isr: tuple
     leader: int
     throttle: int  # bytes/s for the replicas being added, 0 = none
+
+
+class LogDirPartition(NamedTuple):
+    """DESCRIBE_LOG_DIRS ``partitions``: one replica hosted by the answering node."""
+
+    topic: str
+    partition: int
+    size_bytes: int  # the segments' bytes on disk
+    segments: int
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    leader: int  # as this node knows it; == the node's id when it leads
+    leader_epoch: int
+    #: as leader: [[follower id, its log end offset as last fetched (-1: unknown)], ...]
+    followers: list = []
 
 
 class BrokerRow(NamedTuple):
@@ -647,6 +666,7 @@ RESPONSE_PARTS: dict[Api, dict[str, Callable[[Any], Any]]] = {
     Api.ELECT_LEADERS: {"results": _rows_of(PartitionResult)},
     Api.ALTER_PARTITION_REASSIGNMENTS: {"results": _rows_of(PartitionResult)},
     Api.LIST_PARTITION_REASSIGNMENTS: {"reassignments": _rows_of(ReassignmentRow)},
+    Api.DESCRIBE_LOG_DIRS: {"partitions": _rows_of(LogDirPartition)},
     Api.JOIN_GROUP: {"members": _rows_of(JoinMember)},
     Api.OFFSET_COMMIT: {"parts": _rows_of(PartitionResult)},
     Api.OFFSET_FETCH: {"parts": _rows_of(CommittedOffsetRow)},
