@@ -43,6 +43,8 @@ FETCH_MAX_BYTES = 16 * 1024 * 1024
 PARTITION_MAX_BYTES = 4 * 1024 * 1024
 REQUEST_TIMEOUT_S = 10.0
 BACKOFF_S = 0.2
+#: A follower whose disk refused an append tries again this much later.
+STORAGE_RETRY_S = 1.0
 #: A follower whose reassignment budget is spent waits this long before asking again.
 THROTTLE_WAIT_S = 0.1
 #: One socket read (a larger request would allocate that much per read)
@@ -249,11 +251,16 @@ class LeaderFetcher:
                     st.truncated = False
                     st.retry_at = trio.current_time() + BACKOFF_S
                     continue
-                except StorageError as e:
-                    self.events.error("replica_append_failed", partition=part, error=str(e))
-                    st.retry_at = trio.current_time() + 1.0
+                except StorageError:
+                    # logged once per incident by the data dir's health (node/disk.py);
+                    # this replica stops advancing, so its leader drops it from the ISR
+                    # after replica.lag.time.max.ms, and it catches up once space returns
+                    st.retry_at = trio.current_time() + STORAGE_RETRY_S
                     continue
-                part.log.maybe_flush()
+                try:
+                    part.log.maybe_flush()
+                except StorageError as e:  # appended, not yet durable: flushed later
+                    self.broker.disk.write_failed(e, part, op="flush")
             if hw >= 0:
                 part.set_follower_high_watermark(hw)
 
