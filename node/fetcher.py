@@ -119,6 +119,19 @@ class FetcherManager:
                 self.fetchers[leader] = fetcher
                 self.nursery.start_soon(fetcher.run)
 
+    def refetch(self, key) -> bool:
+        """Truncate ``key`` again before its next fetch (to ``Partition.corrupt_from``
+        when set: the scrubber found bad data there) and fetch from there. False if
+        this node does not follow ``key`` now."""
+        st = self.follows.get(key)
+        if st is None:
+            return False
+        st.truncated, st.retry_at = False, 0.0
+        fetcher = self.fetchers.get(st.leader_id)
+        if fetcher is not None:
+            fetcher.wake()
+        return True
+
     def lag(self) -> dict:
         return {k: (st.leader_id, st.truncated) for k, st in self.follows.items()}
 
@@ -146,17 +159,24 @@ class LeaderFetcher:
 
     def assign(self, parts: dict) -> None:
         new = [k for k, v in parts.items() if self.partitions.get(k) is not v]
-        if new or set(parts) != set(self.partitions):
+        if new:
+            # a parked fetch lacks partitions to start (or truncate): resend soon.
+            # Changes within INTERRUPT_DELAY_S share one resend (a burst of topic
+            # creations costs a few rounds, not one per topic); a partition only
+            # dropped waits for the fetch to end.
+            self.wake()
+        elif set(parts) != set(self.partitions):
             self._changed.set()
-            if new and self._fetch_scope is not None:
-                # a parked fetch lacks partitions to start (or truncate): resend soon.
-                # Changes within INTERRUPT_DELAY_S share one resend (a burst of topic
-                # creations costs a few rounds, not one per topic); a partition only
-                # dropped waits for the fetch to end.
-                self._interrupted = True
-                self._fetch_scope.deadline = min(self._fetch_scope.deadline,
-                                                 trio.current_time() + INTERRUPT_DELAY_S)
         self.partitions = dict(parts)
+
+    def wake(self) -> None:
+        """A partition needs attention (start, truncate): end a parked fetch within
+        INTERRUPT_DELAY_S and run a round."""
+        self._changed.set()
+        if self._fetch_scope is not None:
+            self._interrupted = True
+            self._fetch_scope.deadline = min(self._fetch_scope.deadline,
+                                             trio.current_time() + INTERRUPT_DELAY_S)
 
     def cancel(self) -> None:
         self.scope.cancel()
