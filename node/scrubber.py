@@ -108,6 +108,9 @@ class Scrubber:
     def _found(self, part, seg, t: ScrubTarget, check: ScrubCheck) -> None:
         position, offset = t.position + check.consumed, check.next_offset
         seg.verified_position = min(seg.verified_position, position)  # never served
+        pending = part.corrupt_from
+        if pending is not None and pending <= offset:
+            return  # found again before the repair under way truncated it: one line
         self.stats["scrub_corrupt_batches"] += 1
         action = "refused_to_serve"
         if self.on_corrupt is not None:
