@@ -6,11 +6,14 @@ partition that hit it; the next append that succeeds marks it *writable* again a
 logs one line that it recovered. In between nothing more is logged, however many
 produce requests are refused: an operator sees two lines per incident, not a flood.
 
-Appends are always attempted, never refused up front because of this state: the
-first append after space returns succeeds and ends the incident by itself (a failed
-append leaves the log unchanged, see ``LogSegment.append``). A flush that succeeds
-does not count as recovery: on a full disk an fsync of data already written still
-succeeds while every new append fails, so only an append proves there is room.
+Appends are always attempted, never refused up front because of this state: an
+append that succeeds once space returns ends the incident by itself (a failed append
+leaves the log unchanged, see ``LogSegment.append``). A flush that succeeds does not
+count as recovery: on a full disk an fsync of data already written still succeeds
+while every new append fails, so only an append proves there is room. Nor does an
+append within RECOVERY_QUIET_S of the last failure: on a nearly full file system a
+small append may still fit in a file's last block while larger ones fail, and the
+incident must not flap into pairs of lines.
 
 Produce requests refused meanwhile carry :func:`storage_error_message`, which clients
 show as is: ``STORAGE_ERROR: no space left on device on node 2 (data dir /d)``.
@@ -22,8 +25,12 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 from raftlog.errors import StorageError
+
+#: An append counts as recovery only this long after the last failed write.
+RECOVERY_QUIET_S = 1.0
 
 
 def errno_text(err: StorageError) -> str:
@@ -44,10 +51,12 @@ class DiskHealth:
 
     ``stats`` is a small dict of counters for metrics (see :meth:`stats`)."""
 
-    def __init__(self, node_id: int, data_dir: str, events):
+    def __init__(self, node_id: int, data_dir: str, events, clock=time.monotonic):
         self.node_id = node_id
         self.data_dir = data_dir
         self.events = events
+        self._clock = clock
+        self._failed_at = 0.0
         #: the error that made the dir unwritable; None while writable
         self.last_error: StorageError | None = None
         self._lock = threading.Lock()
@@ -63,6 +72,7 @@ class DiskHealth:
         Logs one ERROR line if the dir was writable until now."""
         with self._lock:
             self._write_errors += 1
+            self._failed_at = self._clock()
             first = self.last_error is None
             self.last_error = err
             if first:
@@ -76,7 +86,7 @@ class DiskHealth:
     def write_ok(self, partition) -> None:
         """An append of ``partition`` succeeded. Cheap when nothing was wrong (one
         attribute read): the caller may call it after every append."""
-        if self.last_error is None:
+        if self.last_error is None or self._clock() - self._failed_at < RECOVERY_QUIET_S:
             return
         with self._lock:
             err, self.last_error = self.last_error, None

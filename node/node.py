@@ -140,6 +140,8 @@ class Node:
             if part.corrupt_from is not None:
                 return "resign_in_progress"
             self._on_corrupt_log(nursery, part, offset, why, log=False)
+            if not any(r != part.node_id for r in part.isr):
+                return "refused_to_serve (no other in-sync replica to lead)"
             return "resign_then_refetch"
         part.corrupt_from = offset if part.corrupt_from is None else min(part.corrupt_from, offset)
         if not self.broker.fetchers.refetch((part.topic, part.partition)):

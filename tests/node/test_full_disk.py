@@ -21,8 +21,9 @@ import pytest
 from raftlog.client import Admin, Consumer, DeliveryTimeoutError, KafkaStorageError, Producer
 from raftlog.client.types import TopicPartition
 from raftlog.errors import ApiError, ErrorCode, StorageError
-from raftlog.node.disk import DiskHealth, storage_error_message
+from raftlog.node.disk import RECOVERY_QUIET_S, DiskHealth, storage_error_message
 
+from ..cluster.cluster import until
 from ..conftest import NodeProcess, free_port
 
 UNLIMITED = (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
@@ -50,7 +51,8 @@ def test_storage_error_message_names_the_errno_text_node_and_data_dir():
 
 def test_disk_health_logs_once_per_incident_and_once_on_recovery():
     ev = Recorder()
-    disk = DiskHealth(2, "/data", ev)
+    now = [100.0]
+    disk = DiskHealth(2, "/data", ev, clock=lambda: now[0])
     disk.write_ok("t-0")  # healthy: nothing to say
     assert ev.lines == [] and disk.writable
     full = StorageError("append failed", errno.ENOSPC)
@@ -61,6 +63,10 @@ def test_disk_health_logs_once_per_incident_and_once_on_recovery():
     f = ev.lines[0][2]
     assert (f["data_dir"], f["error"], f["partition"]) == ("/data", "no space left on device", "t-0")
     assert not disk.writable and disk.stats()["log_dir_writable"] == 0
+    now[0] += RECOVERY_QUIET_S / 2
+    disk.write_ok("t-1")  # a small append that still fit, right after failures: not yet
+    assert not disk.writable and len(ev.lines) == 1
+    now[0] += RECOVERY_QUIET_S
     disk.write_ok("t-1")
     disk.write_ok("t-1")
     assert [e for _, e, _ in ev.lines] == ["log_dir_unwritable", "log_dir_recovered"]
@@ -119,6 +125,20 @@ def read_all(bootstrap: str, topic: str, expect: int) -> dict:
     return got
 
 
+def produce_until_recovered(prod: Producer, topic: str, node: NodeProcess, acked: dict) -> None:
+    """Recovery is declared by an append RECOVERY_QUIET_S after the last failed write:
+    produce one record at a time until ``node`` logs it."""
+    n = iter(range(10**6))
+
+    def step():
+        more, errors = send_all(prod, topic, [b"d%06d" % next(n)])
+        assert not errors, errors
+        acked.update(more)
+        return events(node, "log_dir_recovered")
+
+    until(step, timeout_s=30)
+
+
 def events(node: NodeProcess, name: str) -> list[str]:
     return [line for line in node.log_text().splitlines() if f"event={name} " in line]
 
@@ -153,6 +173,7 @@ def test_full_disk_fails_produce_with_the_reason_serves_reads_and_recovers(tmp_p
             after, errors = send_all(prod, "t", [b"c%04d" % i + value for i in range(50)])
             assert not errors and len(after) == 50
             acked.update(after)
+            produce_until_recovered(prod, "t", node, acked)
         assert len(events(node, "log_dir_recovered")) == 1
         assert len(events(node, "log_dir_unwritable")) == 1
         got = read_all(node.bootstrap, "t", len(acked))
@@ -192,6 +213,7 @@ def test_follower_with_a_full_disk_leaves_the_isr_and_catches_up(tmp_path):
             more, errors = send_all(prod, "f", [b"c%04d" % i + value for i in range(50)])
             assert not errors
             acked.update(more)
+            produce_until_recovered(prod, "f", follower, acked)
         assert len(events(follower, "log_dir_recovered")) == 1
         cluster.wait_isr("f", 0, {1, 2, 3})
         cluster.stop()
