@@ -44,6 +44,7 @@ from raftlog.protocol import (
 
 from .clock import wall_ms
 from .config import NodeConfig
+from .disk import DiskHealth
 from .logfmt import EventLog
 from .metrics import NodeMetrics
 from .partition import Partition, partition_dir
@@ -95,6 +96,8 @@ class Broker:
         self.on_heartbeat = None
         #: Cluster mode: False until this incarnation's registration has committed.
         self.registered = not self.cluster_mode
+        #: Whether the data dir takes writes (one log line per incident), node/disk.py.
+        self.disk = DiskHealth(config.node_id, config.data_dir, events)
         #: Cluster mode: the follower fetchers (node/fetcher.py), told what to follow.
         self.fetchers = None
         # Planted bugs for the safety harness's proof that its checkers fire (test.flags;
@@ -206,6 +209,7 @@ class Broker:
                 path = partition_dir(self.config.data_dir, name, p.partition)
                 part = Partition(name, p.partition, PartitionLog.open(path, cfg), p.leader_epoch,
                                  node_id=me)
+                part.disk = self.disk
                 self.partitions[key] = part
             part.log.config = cfg
             # Until this node's registration commits, its copy of the metadata may be
@@ -252,8 +256,8 @@ class Broker:
                 continue
             try:
                 part.log.flush()
-            except StorageError as e:
-                self.events.error("flush_failed", partition=part, error=e)
+            except StorageError as e:  # one line per incident (recovery: the next append)
+                self.disk.write_failed(e, part, op="flush")
 
     def compact_all(self) -> int:
         """Compact every log whose topic has cleanup.policy=compact. Worker thread."""

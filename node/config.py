@@ -104,6 +104,8 @@ class NodeConfig:
     log_flush_interval_ms: int = 1000
     log_retention_check_interval_ms: int = 300_000
     log_cleaner_interval_ms: int = 15_000
+    #: Background CRC re-check of closed segments, bytes/s (0: off); node/scrubber.py.
+    log_scrub_bytes_per_sec: int = 1024 * 1024
     request_timeout_ms: int = 30_000
     #: Raft metadata quorum: {node_id: (host, port)}; empty = single node, no quorum.
     controller_quorum_voters: dict = field(default_factory=dict)
@@ -277,6 +279,7 @@ _NODE_KEYS = {
         "log_retention_check_interval_ms", lambda k, v: _int(k, v, 1)
     ),
     "log.cleaner.interval.ms": _set("log_cleaner_interval_ms", lambda k, v: _int(k, v, 1)),
+    "log.scrub.bytes.per.sec": _set("log_scrub_bytes_per_sec", lambda k, v: _int(k, v, 0)),
     "request.timeout.ms": _set("request_timeout_ms", lambda k, v: _int(k, v, 1)),
     "controller.quorum.voters": _set("controller_quorum_voters", parse_voters),
     "process.roles": _set("process_roles", parse_roles),

@@ -55,6 +55,8 @@ FETCH_MAX_BYTES = 16 * 1024 * 1024
 PARTITION_MAX_BYTES = 4 * 1024 * 1024
 REQUEST_TIMEOUT_S = 10.0
 BACKOFF_S = 0.2
+#: A follower whose disk refused an append tries again this much later.
+STORAGE_RETRY_S = 1.0
 #: A follower whose reassignment budget is spent waits this long before asking again.
 THROTTLE_WAIT_S = 0.1
 #: One socket read (a larger request would allocate that much per read)
@@ -129,6 +131,19 @@ class FetcherManager:
                 self.fetchers[leader] = fetcher
                 self.nursery.start_soon(fetcher.run)
 
+    def refetch(self, key) -> bool:
+        """Truncate ``key`` again before its next fetch (to ``Partition.corrupt_from``
+        when set: the scrubber found bad data there) and fetch from there. False if
+        this node does not follow ``key`` now."""
+        st = self.follows.get(key)
+        if st is None:
+            return False
+        st.truncated, st.retry_at = False, 0.0
+        fetcher = self.fetchers.get(st.leader_id)
+        if fetcher is not None:
+            fetcher.wake([key])
+        return True
+
     def lag(self) -> dict:
         return {k: (st.leader_id, st.truncated) for k, st in self.follows.items()}
 
@@ -162,19 +177,26 @@ class LeaderFetcher:
     def assign(self, parts: dict) -> None:
         new = [k for k, v in parts.items() if self.partitions.get(k) is not v]
         gone = [k for k in self.partitions if k not in parts]
-        self._pending.update(new)
         self._pending.update(gone)
-        if new or gone:
+        if new:
+            # a parked fetch lacks partitions to start (or truncate): resend soon.
+            # Changes within INTERRUPT_DELAY_S share one resend (a burst of topic
+            # creations costs a few rounds, not one per topic); a partition only
+            # dropped waits for the fetch to end.
+            self.wake(new)
+        elif gone:
             self._changed.set()
-            if new and self._fetch_scope is not None:
-                # a parked fetch lacks partitions to start (or truncate): resend soon.
-                # Changes within INTERRUPT_DELAY_S share one resend (a burst of topic
-                # creations costs a few rounds, not one per topic); a partition only
-                # dropped waits for the fetch to end.
-                self._interrupted = True
-                self._fetch_scope.deadline = min(self._fetch_scope.deadline,
-                                                 trio.current_time() + INTERRUPT_DELAY_S)
         self.partitions = dict(parts)
+
+    def wake(self, keys=()) -> None:
+        """Partitions ``keys`` need attention (start, truncate): end a parked fetch
+        within INTERRUPT_DELAY_S and run a round that looks at them."""
+        self._pending.update(keys)
+        self._changed.set()
+        if self._fetch_scope is not None:
+            self._interrupted = True
+            self._fetch_scope.deadline = min(self._fetch_scope.deadline,
+                                             trio.current_time() + INTERRUPT_DELAY_S)
 
     def cancel(self) -> None:
         self.scope.cancel()
@@ -319,11 +341,16 @@ class LeaderFetcher:
                     st.truncated = False
                     st.retry_at = trio.current_time() + BACKOFF_S
                     continue
-                except StorageError as e:
-                    self.events.error("replica_append_failed", partition=part, error=str(e))
-                    st.retry_at = trio.current_time() + 1.0
+                except StorageError:
+                    # logged once per incident by the data dir's health (node/disk.py);
+                    # this replica stops advancing, so its leader drops it from the ISR
+                    # after replica.lag.time.max.ms, and it catches up once space returns
+                    st.retry_at = trio.current_time() + STORAGE_RETRY_S
                     continue
-                part.log.maybe_flush()
+                try:
+                    part.log.maybe_flush()
+                except StorageError as e:  # appended, not yet durable: flushed later
+                    self.broker.disk.write_failed(e, part, op="flush")
             if hw >= 0:
                 part.set_follower_high_watermark(hw)
 

@@ -82,6 +82,8 @@ class Partition:
         # on first use and after every truncation (so never ahead of the log); kept
         # current by leader and follower appends alike, so a new leader has it.
         self._producers: ProducerStateManager | None = None
+        #: the node's data dir health (node/disk.py); None in tools and unit tests
+        self.disk = None
 
     @property
     def high_watermark(self) -> int:
@@ -199,11 +201,17 @@ class Partition:
         except CorruptRecordError as e:
             raise ApiError(ErrorCode.CORRUPT_MESSAGE, str(e)) from None
         except StorageError as e:
-            raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR, str(e)) from None
+            raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR, self._write_failed(e)) from None
+        if self.disk is not None:
+            self.disk.write_ok(self)
         if h is not None:
             self._producers.update(h.producer_id, h.producer_epoch, h.base_sequence,
                                    last - base + 1, base, h.max_timestamp)
-        self.log.maybe_flush(wall_ms())
+        try:
+            self.log.maybe_flush(wall_ms())
+        except StorageError as e:  # (flush.messages/flush.ms) appended, not yet durable
+            self.wake_leo_waiters()
+            raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR, self._write_failed(e)) from None
         self.wake_leo_waiters()
         self.maybe_advance_hw()
         return base, last
@@ -237,9 +245,28 @@ class Partition:
         except OSError:
             pass
 
+    def _write_failed(self, err: StorageError) -> str:
+        """A write of this replica failed: the message for clients (and one log line
+        per incident, see node/disk.py)."""
+        if self.disk is None:
+            return str(err)
+        return self.disk.write_failed(err, self)
+
     def append_as_follower(self, data) -> tuple[int, int]:
-        """Append the leader's batches (offsets kept); producer state follows."""
-        base, last = self.log.append_as_follower(data)
+        """Append the leader's batches (offsets kept); producer state follows.
+
+        Raises:
+            CorruptRecordError: bad CRC or overlapping offsets (nothing written).
+            StorageError: the disk write failed (nothing written; logged once per
+                incident by the data dir's health, see node/disk.py).
+        """
+        try:
+            base, last = self.log.append_as_follower(data)
+        except StorageError as e:
+            self._write_failed(e)
+            raise
+        if self.disk is not None:
+            self.disk.write_ok(self)
         if self._producers is not None:
             for _pos, h in batch_format.iter_batches(data, verify=False):
                 self._producers.apply_header(h)

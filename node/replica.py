@@ -114,6 +114,16 @@ class LeaderState:
                 out.append(r)
         return out
 
+    def below_high_watermark(self, isr, high_watermark: int) -> list[int]:
+        """ISR followers whose last fetch asked for an offset below the HW: they lost
+        committed records (truncated after finding corrupt data, or lost unsynced data
+        in a power loss), so they are not in sync, however recently they fetched.
+        Candidates to remove at once (the HW never lowers; an ISR member below it
+        must not be elected)."""
+        return [r for r in isr if r != self.leader_id
+                and (f := self.followers.get(r)) is not None
+                and f.leo != UNKNOWN and f.leo < high_watermark]
+
     def caught_up(self, isr, high_watermark: int, epoch_start_offset: int, now_ms: int,
                   max_lag_ms: int) -> list[int]:
         """Out-of-ISR followers that are fetching (a fetch within ``max_lag_ms``) and
