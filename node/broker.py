@@ -483,9 +483,8 @@ class Broker:
                 pieces.append(piece)
                 total += header.length
             else:
-                if part is not None and part.throttled is not None and \
-                        replica in part.throttled[0] and part.log.log_end_offset > sp.offset:
-                    session.dirty.add(key)  # data held back by the throttle: ask again
+                if part is not None and part.log.log_end_offset > sp.offset:
+                    session.dirty.add(key)  # data held back (a throttle): ask again
                 if not session.is_news(key, header.high_watermark, header.log_start_offset):
                     continue
             headers.append(header)

@@ -320,17 +320,25 @@ class LeaderFetcher:
             if st is None or sent is None:
                 continue  # no longer followed here
             part = self.broker.partitions.get(key)
-            if part is None or part.is_leader:
-                self._pending.add(key)
-                continue
             if err:
-                self._on_error(key, st, part, ErrorCode(err), msg, sent[0], log_start)
+                if part is not None and not part.is_leader:
+                    self._on_error(key, st, part, ErrorCode(err), msg, sent[0], log_start)
                 continue
-            if sent[2] != st.leader_epoch or not st.truncated:
-                self._pending.add(key)  # re-assigned (a new epoch) while in flight
+            if part is None or part.is_leader or sent[2] != st.leader_epoch or not st.truncated:
+                # re-assigned (a new epoch, a new role) while in flight: what the leader
+                # sent is not applied, so it must be named again (the leader thinks
+                # this answer moved it on)
+                told.pop(key, None)
+                self._pending.add(key)
                 continue
             if key in throttled:
                 self.broker.reassign_in_rate.spend(n)
+            if not n and hw > sent[0]:
+                # committed data past our offset and none sent (held back by a throttle,
+                # or a session out of step): name the partition again, so the leader
+                # looks at it again
+                told.pop(key, None)
+                self._pending.add(key)
             if n:
                 self._pending.add(key)  # its fetch offset moves
                 try:
