@@ -118,7 +118,7 @@ class Node:
 
 
 class Cluster:
-    def __init__(self, n: int, base_dir: str, *, password: str = "jepsen-secret",
+    def __init__(self, n: int, base_dir: str, *, password: str = "jepsen-secret-0123456789",
                  min_isr: int = 1, extra_config: dict | None = None,
                  net: str = "auto", subnet: str | None = None, log=print):
         self.base_dir = os.path.abspath(base_dir)
