@@ -162,6 +162,10 @@ class NodeConfig:
     super_users: frozenset = frozenset()
     allow_everyone_if_no_acl_found: bool = False
     connection_failed_authentication_delay_ms: int = 100
+    #: Failed authentications from one address within a minute before new connections
+    #: from it are refused for connection.failed.authentication.block.ms.
+    connection_failed_authentication_max: int = 5
+    connection_failed_authentication_block_ms: int = 30_000
     #: Test-only fault flags (never set in production configs).
     test_flags: frozenset = frozenset()
 
@@ -441,6 +445,10 @@ _NODE_KEYS = {
     "authorizer.enable": _set("authorizer_enable", _bool),
     "super.users": _set("super_users", _super_users),
     "allow.everyone.if.no.acl.found": _set("allow_everyone_if_no_acl_found", _bool),
+    "connection.failed.authentication.max": _set(
+        "connection_failed_authentication_max", lambda k, v: _int(k, v, 1, 1_000_000)),
+    "connection.failed.authentication.block.ms": _set(
+        "connection_failed_authentication_block_ms", lambda k, v: _int(k, v, 0, 86_400_000)),
     "connection.failed.authentication.delay.ms": _set(
         "connection_failed_authentication_delay_ms", lambda k, v: _int(k, v, 0, 60_000)),
 }
