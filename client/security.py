@@ -22,7 +22,7 @@ from raftlog import scram
 from raftlog.errors import ApiError, ErrorCode
 from raftlog.tls import TlsConfigError, client_context, describe_handshake_error
 
-from .errors import ClientError
+from .errors import BrokerNotAvailableError, ClientError
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 #: The option names Producer, Consumer and Admin accept (kafka-python's).
@@ -116,6 +116,9 @@ class ClientSecurity:
         except (ssl.SSLError, ssl.CertificateError) as e:
             sock.close()
             raise AuthenticationError(describe_handshake_error(e, host)) from None
+        except OSError as e:  # reset or closed during the handshake
+            sock.close()
+            raise BrokerNotAvailableError(f"TLS handshake with {host} failed: {e}") from None
 
     def authenticate(self, request) -> None:
         """Run SASL over ``request(api, fields) -> header`` (a connection's blocking call).

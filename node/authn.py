@@ -94,7 +94,9 @@ class SaslSession:
                 return {"auth": self._scram.first(data), "done": False}
             out = self._scram.final(data)
         except scram.ScramError as e:
-            raise _failed(f"authentication failed ({self.mechanism}): {e}") from None
+            msg = str(e)
+            raise _failed(msg if msg.startswith("authentication failed")
+                          else f"authentication failed ({self.mechanism}): {msg}") from None
         self.principal = "User:" + self._scram.username
         return {"auth": out, "done": True}
 

@@ -290,9 +290,10 @@ class Server:
             guard = None
             if listener is not None and (listener.protocol.tls or listener.protocol.sasl
                                          or self.config.authorizer_enable):
-                sock, guard = await self._secure(sock, peer, listener)
-                if sock is None:
+                secured, guard = await self._secure(sock, peer, listener)
+                if secured is None:
                     return
+                sock = secured  # (wrapping detached the plain socket)
             await self._serve_connection(sock, peer, guard)
         except AuthenticationFailed as e:
             self.events.warning("authentication_failed", peer=peer, reason=str(e))
@@ -307,8 +308,9 @@ class Server:
             self.events.warning("connection_error", peer=peer, error=e)
         finally:
             self.connections -= 1
-            trio.lowlevel.notify_closing(sock)
-            sock.close()
+            if sock.fileno() != -1:
+                trio.lowlevel.notify_closing(sock)
+                sock.close()
 
     async def _secure(self, sock, peer: str, listener: Listener):
         """(socket, Guard): TLS-wrapped and handshaken on SSL listeners. (None, None)
