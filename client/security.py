@@ -150,6 +150,12 @@ class ClientSecurity:
             raise
 
 
+def security_kwargs(args) -> dict:
+    """The CLI's ``--command-config FILE`` as keyword arguments (empty without one)."""
+    path = getattr(args, "command_config", None)
+    return load_command_config(path) if path else {}
+
+
 def load_command_config(path: str) -> dict:
     """Kafka tools' ``--command-config FILE``: properties with Kafka's client keys
     (``security.protocol``, ``ssl.truststore.location``, ``sasl.mechanism``, ...) or

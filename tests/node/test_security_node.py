@@ -274,3 +274,34 @@ def test_expired_certificate_and_rate_limit(tmp_path):
         assert "address_blocked" in node.log_text()
     finally:
         node.stop()
+
+
+def test_cli_users_and_acls_with_command_config(env, tmp_path, capsys, monkeypatch):
+    import io
+
+    from raftlog.client.cli import main
+
+    certs, node = env
+    cfg = tmp_path / "client.properties"
+    cfg.write_text(f"security.protocol=SASL_SSL\nssl.truststore.location={certs.cafile}\n"
+                   f"sasl.mechanism=SCRAM-SHA-512\nsasl.username=admin\n"
+                   f"sasl.password={ADMIN['sasl_plain_password']}\n")
+    base = ["--bootstrap-server", node.bootstrap, "--command-config", str(cfg)]
+    monkeypatch.setattr("sys.stdin", io.StringIO("carol-password\n"))
+    assert main(["users", "create", "carol", "--mechanism", "SCRAM-SHA-256", *base]) == 0
+    assert main(["users", "list", *base]) == 0
+    assert "carol SCRAM-SHA-256(iterations=8192)" in capsys.readouterr().out
+    assert main(["acls", "add", "--principal", "User:carol", "--operation", "read",
+                 "--topic", "cli-", "--pattern", "prefixed", *base]) == 0
+    assert main(["acls", "list", "--principal", "User:carol", *base]) == 0
+    assert "allow User:carol read topic prefixed cli-" in capsys.readouterr().out
+    assert main(["acls", "add", "--principal", "carol", "--topic", "x", *base]) == 1
+    assert "principal" in capsys.readouterr().err
+    assert main(["acls", "remove", "--principal", "User:carol", *base]) == 0
+    assert main(["users", "delete", "carol", *base]) == 0
+    assert main(["topics", "list", *base]) == 0
+    bad = tmp_path / "bad.properties"
+    bad.write_text("sasl.jaas.config=x\n")
+    assert main(["topics", "list", "--bootstrap-server", node.bootstrap,
+                 "--command-config", str(bad)]) == 1
+    assert "unknown client setting 'sasl.jaas.config'" in capsys.readouterr().err
