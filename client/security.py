@@ -147,6 +147,8 @@ class ClientSecurity:
                           ErrorCode.UNSUPPORTED_SASL_MECHANISM, ErrorCode.ILLEGAL_SASL_STATE):
                 raise AuthenticationError(f"SASL {mech} as {self.sasl_plain_username!r}: "
                                           f"{e.message or e.code.name}") from None
+            if e.retriable:  # a node still starting: try another one
+                raise BrokerNotAvailableError(f"SASL: {e.message or e.code.name}") from None
             raise
 
 

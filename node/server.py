@@ -68,7 +68,12 @@ AUTH_TIMEOUT_S = 30.0
 
 
 class AuthenticationFailed(Exception):
-    """The connection failed authentication: it is closed after the error answer."""
+    """The connection failed authentication: it is closed after the error answer.
+    ``counted``: False when the node could not judge (not caught up yet)."""
+
+    def __init__(self, message: str, counted: bool = True):
+        super().__init__(message)
+        self.counted = counted
 
 
 class Guard:
@@ -297,7 +302,7 @@ class Server:
             await self._serve_connection(sock, peer, guard)
         except AuthenticationFailed as e:
             self.events.warning("authentication_failed", peer=peer, reason=str(e))
-            if self.failures.record_failure(peer_ip, trio.current_time()):
+            if e.counted and self.failures.record_failure(peer_ip, trio.current_time()):
                 self.events.warning("address_blocked", peer=peer_ip,
                                     reason="too many failed authentications")
         except RemoteProtocolError as e:
@@ -490,6 +495,12 @@ class Server:
                 raise ApiError(ErrorCode.SASL_AUTHENTICATION_FAILED,
                                f"SASL authentication took longer than {AUTH_TIMEOUT_S:g}s")
             sasl.check_api(req.api)
+            if req.api is Api.SASL_HANDSHAKE and not self.broker.registered:
+                # a restarted node replays the metadata log first: it cannot judge
+                # credentials yet (retriable; not counted as a failed authentication)
+                raise ApiError(ErrorCode.BROKER_NOT_AVAILABLE,
+                               f"node {self.config.node_id} is starting: authenticate with "
+                               "another node or retry")
             if req.api is Api.SASL_HANDSHAKE:
                 header = sasl.handshake(req.fields["mechanism"])
             elif req.api is Api.SASL_AUTHENTICATE:
@@ -517,7 +528,7 @@ class Server:
                 await conn.out.flush(conn.sock)
         except (OSError, trio.ClosedResourceError):
             pass
-        raise AuthenticationFailed(e.message)
+        raise AuthenticationFailed(e.message, counted=e.code is not ErrorCode.BROKER_NOT_AVAILABLE)
 
     def _authorize(self, req, guard: Guard):
         """Check the request against the ACLs (ApiError when denied). Returns

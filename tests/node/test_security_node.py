@@ -119,6 +119,25 @@ def test_sasl_ssl_produce_consume_as_admin(env):
     assert got == [b"v%d" % i for i in range(200)]
 
 
+def test_large_fetches_cross_tls_without_sendfile(env):
+    """Slices big enough for sendfile are read and sent through TLS in chunks."""
+    certs, node = env
+    with Admin(node.bootstrap, **opts(certs)) as a:
+        a.create_topic("big", 1)
+    values = [os.urandom(16) * 4096 for _ in range(64)]  # 64 x 64 KiB
+    with Producer(node.bootstrap, **opts(certs)) as p:
+        for v in values:
+            p.send("big", v)
+    c = Consumer(node.bootstrap, auto_offset_reset="earliest", max_partition_fetch_bytes=8 << 20,
+                 **opts(certs))
+    c.assign([TopicPartition("big", 0)])
+    got, deadline = [], time.monotonic() + 30
+    while len(got) < len(values) and time.monotonic() < deadline:
+        got += [r.value for r in c.poll(500)]
+    c.close()
+    assert got == values
+
+
 def test_wrong_host_and_untrusted_ca_are_clear_errors(env, tmp_path):
     certs, node = env
     with pytest.raises(AuthenticationError, match="not valid for that name"):
