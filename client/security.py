@@ -158,6 +158,35 @@ def security_kwargs(args) -> dict:
     return load_command_config(path) if path else {}
 
 
+#: Kafka's client property names (and a few kafka-python spellings) -> option names.
+PROPERTY_ALIASES = {
+    "security.protocol": "security_protocol",
+    "ssl.truststore.location": "ssl_cafile",
+    "ssl.cafile": "ssl_cafile",
+    "ssl.keystore.location": "ssl_certfile",
+    "ssl.certfile": "ssl_certfile",
+    "ssl.key.location": "ssl_keyfile",
+    "ssl.keyfile": "ssl_keyfile",
+    "ssl.key.password": "ssl_password",
+    "ssl.endpoint.identification.algorithm": "ssl_check_hostname",
+    "ssl.check.hostname": "ssl_check_hostname",
+    "sasl.mechanism": "sasl_mechanism",
+    "sasl.username": "sasl_plain_username",
+    "sasl.password": "sasl_plain_password",
+}
+
+
+def option_from_property(key: str, value: str) -> tuple[str, object] | None:
+    """(option name, value) of one client property, or None when it is not a security
+    property."""
+    name = PROPERTY_ALIASES.get(key, key if key in OPTION_NAMES else None)
+    if name is None:
+        return None
+    if name == "ssl_check_hostname":
+        return name, str(value).strip().lower() in ("https", "true", "1", "yes")
+    return name, str(value).strip()
+
+
 def load_command_config(path: str) -> dict:
     """Kafka tools' ``--command-config FILE``: properties with Kafka's client keys
     (``security.protocol``, ``ssl.truststore.location``, ``sasl.mechanism``, ...) or
@@ -166,21 +195,6 @@ def load_command_config(path: str) -> dict:
     Raises:
         SecurityConfigError: an unknown key, or an unreadable file.
     """
-    aliases = {
-        "security.protocol": "security_protocol",
-        "ssl.truststore.location": "ssl_cafile",
-        "ssl.cafile": "ssl_cafile",
-        "ssl.keystore.location": "ssl_certfile",
-        "ssl.certfile": "ssl_certfile",
-        "ssl.key.location": "ssl_keyfile",
-        "ssl.keyfile": "ssl_keyfile",
-        "ssl.key.password": "ssl_password",
-        "ssl.endpoint.identification.algorithm": "ssl_check_hostname",
-        "ssl.check.hostname": "ssl_check_hostname",
-        "sasl.mechanism": "sasl_mechanism",
-        "sasl.username": "sasl_plain_username",
-        "sasl.password": "sasl_plain_password",
-    }
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
@@ -192,12 +206,10 @@ def load_command_config(path: str) -> dict:
         if not line or line.startswith(("#", "!")):
             continue
         key, sep, value = line.partition("=")
-        key, value = key.strip(), value.strip()
-        name = aliases.get(key, key if key in OPTION_NAMES else None)
-        if not sep or name is None:
-            raise SecurityConfigError(f"{path}:{no}: unknown client setting {key!r} (known: "
-                                      f"{', '.join(sorted(set(aliases) | set(OPTION_NAMES)))})")
-        if name == "ssl_check_hostname":
-            value = value.lower() in ("https", "true", "1", "yes")
-        out[name] = value
+        item = option_from_property(key.strip(), value) if sep else None
+        if item is None:
+            known = ", ".join(sorted(set(PROPERTY_ALIASES) | set(OPTION_NAMES)))
+            raise SecurityConfigError(
+                f"{path}:{no}: unknown client setting {key.strip()!r} (known: {known})")
+        out[item[0]] = item[1]
     return out
