@@ -355,6 +355,8 @@ class Server:
         try:
             async with trio.open_nursery() as nursery:
                 conn = Conn(sock, Outbox(), nursery, guard)
+                if guard is not None and guard.sasl is not None:
+                    nursery.start_soon(self._auth_watchdog, conn, peer)
                 try:
                     await self._read_loop(conn)
                 except Exception as e:  # raised below, outside the nursery (no group wrapping)
@@ -516,6 +518,15 @@ class Server:
         header["error"] = 0
         conn.out.add(encode_frame(header))
         return True
+
+    async def _auth_watchdog(self, conn: Conn, peer: str) -> None:
+        """Close a connection that has not authenticated within AUTH_TIMEOUT_S (it
+        would hold a connection slot doing nothing)."""
+        await trio.sleep_until(conn.guard.auth_deadline)
+        if not conn.guard.sasl.authenticated:
+            self.events.warning("authentication_failed", peer=peer,
+                                reason=f"no SASL authentication within {AUTH_TIMEOUT_S:g}s")
+            trio.lowlevel.notify_closing(conn.sock)  # the reader's next wait raises
 
     async def _fail_auth(self, conn: Conn, req, e: ApiError) -> None:
         """Answer ``e`` after the configured delay, flush, and close the connection."""
