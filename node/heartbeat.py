@@ -24,7 +24,7 @@ from raftlog.protocol import Api, ClientConnection
 
 from . import sockio
 from .clock import node_ms
-from .peer import open_peer
+from .peer import open_peer, peer_address
 
 #: Bound on one heartbeat round trip.
 HEARTBEAT_TIMEOUT_S = 2.0
@@ -130,7 +130,8 @@ class Heartbeats:
                 continue
             try:
                 with trio.fail_after(HEARTBEAT_TIMEOUT_S):
-                    await self._heartbeat(tuple(broker.listeners[0][:2]))
+                    await self._heartbeat(peer_address(
+                        broker.listeners, self.config.listener_config.inter_broker))
             except (OSError, trio.TooSlowError, RemoteProtocolError, ApiError, trio.BrokenResourceError):
                 await self._drop_stream()
 

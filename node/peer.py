@@ -86,6 +86,16 @@ class PeerSecurity:
             raise RemoteProtocolError(f"SASL with the peer failed: {e}") from None
 
 
+def peer_address(listeners, name: str) -> tuple[str, int]:
+    """Where to reach a peer: its registered listener named like our inter-broker
+    listener (so a rolling change of protocols finds the one both sides speak), else
+    its first listener. ``listeners``: RegisterBroker's ((host, port[, name]), ...)."""
+    for x in listeners:
+        if len(x) > 2 and x[2] == name:
+            return x[0], x[1]
+    return tuple(listeners[0][:2])
+
+
 async def open_peer(security: PeerSecurity | None, host: str, port: int, timeout_s: float):
     """``security.connect`` under a timeout, or a plain connection without security."""
     with trio.fail_after(timeout_s):

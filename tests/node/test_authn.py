@@ -72,3 +72,12 @@ def test_limiter_blocks_after_repeated_failures_and_forgets():
     lim.record_failure("e", 203)
     lim.record_failure("f", 204)  # bounded: "d" is forgotten first
     assert not lim.blocked("d", 205)
+
+
+def test_peer_address_prefers_our_inter_broker_listener_name():
+    from raftlog.node.peer import peer_address
+
+    both = (("10.0.0.1", 9092, "PLAINTEXT"), ("10.0.0.1", 9094, "SASL_SSL"))
+    assert peer_address(both, "SASL_SSL") == ("10.0.0.1", 9094)
+    assert peer_address(both, "PLAINTEXT") == ("10.0.0.1", 9092)
+    assert peer_address((("h", 1),), "SASL_SSL") == ("h", 1)  # registered before names
