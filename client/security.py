@@ -113,8 +113,11 @@ class ClientSecurity:
             return sock
         try:
             return self._context.wrap_socket(sock, server_hostname=host)
+        except (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError) as e:
+            sock.close()  # the node went away mid-handshake (stopping?): retriable
+            raise BrokerNotAvailableError(describe_handshake_error(e, host)) from None
         except (ssl.SSLError, ssl.CertificateError) as e:
-            sock.close()
+            sock.close()  # a certificate or the TLS parameters were refused: not retried
             raise AuthenticationError(describe_handshake_error(e, host)) from None
         except OSError as e:  # reset or closed during the handshake
             sock.close()

@@ -120,3 +120,87 @@ def _denied(bootstrap, client) -> bool:
                               ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                               ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     return False
+
+
+def test_rolling_move_from_plaintext_to_sasl_ssl_keeps_the_cluster_available(tmp_path):
+    """Kafka's three rolling restarts: add a SASL_SSL listener, move inter-broker traffic
+    to it, drop PLAINTEXT. A SASL_SSL producer (acks=all) writes throughout; every record
+    it had acknowledged is there at the end."""
+    import threading
+
+    certs = make_certs(str(tmp_path / "certs"))
+    ports = free_ports(9)
+    plain, secure, raft = ports[0:3], ports[3:6], ports[6:9]
+    voters = ",".join(f"{i}@127.0.0.1:{raft[i - 1]}" for i in (1, 2, 3))
+    base = {"controller.quorum.voters": voters, "raft.password": "cluster-secret-0123456789",
+            "broker.session.timeout.ms": "2000", "broker.heartbeat.interval.ms": "200",
+            "replica.lag.time.max.ms": "3000"}
+    nodes = [NodeProcess(str(tmp_path / f"node-{i}"), plain[i - 1], node_id=i, extra=dict(base))
+             for i in (1, 2, 3)]
+    security = {"ssl.truststore.location": certs.cafile,
+                "inter.broker.sasl.username": BROKER[0], "inter.broker.sasl.password": BROKER[1]}
+    for i, n in enumerate(nodes, 1):
+        cert, key = certs.issue(f"node{i}", f"node{i}", hosts=("127.0.0.1",))
+        store = os.path.join(certs.dir, f"node{i}-keystore.pem")
+        with open(store, "w") as f:
+            f.write(open(cert).read() + open(key).read())
+        n.security = {**security, "ssl.keystore.location": store}
+    client = {"security_protocol": "SASL_SSL", "ssl_cafile": certs.cafile,
+              "sasl_plain_username": BROKER[0], "sasl_plain_password": BROKER[1]}
+    plain_boot = ",".join(f"127.0.0.1:{p}" for p in plain)
+    secure_boot = ",".join(f"127.0.0.1:{p}" for p in secure)
+
+    def in_sync(bootstrap, **kw):
+        with Admin(bootstrap, **kw) as a:
+            until(lambda: set(a.describe_topic("mig").partitions[0].isr) == {1, 2, 3}, 60)
+
+    def roll(step, bootstrap, **kw):
+        for i, n in enumerate(nodes, 1):
+            n.stop()
+            n.extra = {**base, **n.security, **step(i)}
+            if "PLAINTEXT://" not in n.extra["listeners"]:
+                n.port = secure[i - 1]
+            n.start()
+            in_sync(bootstrap, **kw)
+
+    try:
+        for n in nodes:
+            n.start()
+        with Admin(plain_boot) as a:
+            until(lambda: len(a.describe_cluster().brokers) == 3, 30)
+            a.create_topic("mig", partitions=1, replication_factor=3)
+        in_sync(plain_boot)
+        roll(lambda i: {"listeners": f"PLAINTEXT://127.0.0.1:{plain[i - 1]},"
+                                     f"SASL_SSL://127.0.0.1:{secure[i - 1]}",
+                        "inter.broker.listener.name": "PLAINTEXT"}, plain_boot)
+        acked, errors, stop = [], [], threading.Event()
+
+        def produce():
+            with Producer(secure_boot, acks="all", linger_ms=1, **client) as p:
+                i = 0
+                while not stop.is_set():
+                    try:
+                        p.send("mig", b"m%d" % i).result(60)
+                        acked.append(b"m%d" % i)
+                    except Exception as e:  # counted: none expected
+                        errors.append(repr(e))
+                    i += 1
+                    time.sleep(0.005)
+
+        t = threading.Thread(target=produce)
+        t.start()
+        try:
+            roll(lambda i: {"listeners": f"PLAINTEXT://127.0.0.1:{plain[i - 1]},"
+                                         f"SASL_SSL://127.0.0.1:{secure[i - 1]}",
+                            "inter.broker.listener.name": "SASL_SSL"}, secure_boot, **client)
+            roll(lambda i: {"listeners": f"SASL_SSL://127.0.0.1:{secure[i - 1]}"},
+                 secure_boot, **client)
+        finally:
+            stop.set()
+            t.join(120)
+        assert not errors and len(acked) >= 10
+        got = {r.value for r in consume(secure_boot, client, "mig", len(acked))}
+        assert set(acked) <= got
+    finally:
+        for n in nodes:
+            n.stop()
