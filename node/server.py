@@ -301,7 +301,8 @@ class Server:
                 sock = secured  # (wrapping detached the plain socket)
             await self._serve_connection(sock, peer, guard)
         except AuthenticationFailed as e:
-            self.events.warning("authentication_failed", peer=peer, reason=str(e))
+            log = self.events.warning if e.counted else self.events.info
+            log("authentication_failed", peer=peer, reason=str(e))
             if e.counted and self.failures.record_failure(peer_ip, trio.current_time()):
                 self.events.warning("address_blocked", peer=peer_ip,
                                     reason="too many failed authentications")
