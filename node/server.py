@@ -48,6 +48,7 @@ from .purgatory import Delayed, Purgatory
 from .routes import ROUTES, SERVED_APIS, Mode
 from .sockio import recv_into as _recv
 from .sockio import tls_handshake
+from .sockio import tls_recv_into as _tls_recv
 
 RECV_BYTES = 256 * 1024
 #: Coalesced response bytes after which we send even if more requests are buffered.
@@ -373,10 +374,11 @@ class Server:
     async def _read_loop(self, conn: Conn) -> None:
         sock, out = conn.sock, conn.out
         decoder = FrameDecoder(self.config.max_frame_bytes)
+        recv = _tls_recv if conn.guard is not None and conn.guard.listener.protocol.tls else _recv
         buf = bytearray(RECV_BYTES)
         run_ready = self.purgatory.run_ready
         while True:
-            data, waited = await _recv(sock, buf)
+            data, waited = await recv(sock, buf)
             if not data:
                 return
             decoder.receive_data(data)

@@ -41,6 +41,26 @@ async def recv_into(sock, buf: bytearray) -> tuple[memoryview, bool]:
             await trio.lowlevel.wait_writable(sock)
 
 
+async def tls_recv_into(sock, buf: bytearray) -> tuple[memoryview, bool]:
+    """recv_into for an SSLSocket: one TLS record per call is at most 16 KiB, so also take
+    the plaintext OpenSSL already holds, up to the buffer's size (fewer turns of the
+    request loop per large request)."""
+    view, waited = await recv_into(sock, buf)
+    n = len(view)
+    if not n:
+        return view, waited
+    whole = memoryview(buf)
+    while n < len(buf) and sock.pending():
+        try:
+            got = sock.recv_into(whole[n:])
+        except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            break
+        if not got:
+            break
+        n += got
+    return whole[:n], waited
+
+
 async def send_all(sock, data) -> None:
     with memoryview(data) as view:
         total, sent = len(view), 0

@@ -88,7 +88,7 @@ async def test_recv_into_reads_all_buffered_tls_records(certs):
     got = b""
     with trio.fail_after(30):
         while len(got) < len(payload):
-            chunk, _ = await sockio.recv_into(server, buf)
+            chunk, _ = await sockio.tls_recv_into(server, buf)
             assert chunk
             got += bytes(chunk)
     assert got == payload
