@@ -57,6 +57,8 @@ class ProducerBatch:
         "retry_at",
         "producer_id",
         "flying",
+        "last_error",
+        "storage_errors",
     )
 
     def __init__(self, topic: str, partition: int, deadline: float, ts_ms: int, seq: int = 0):
@@ -76,6 +78,8 @@ class ProducerBatch:
         self.retry_at = 0.0
         self.producer_id = records.NO_PRODUCER_ID
         self.flying = False  # sent and not yet answered (counts toward the in-flight limit)
+        self.last_error: BaseException | None = None  # the latest retriable error it met
+        self.storage_errors = 0  # KAFKA_STORAGE_ERROR answers so far (see producer.py)
 
     def __len__(self) -> int:
         return len(self.values) if self.values is not None else -1

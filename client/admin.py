@@ -94,6 +94,30 @@ class ClusterDescription:
 
 
 @dataclass(frozen=True, slots=True)
+class LogDirDescription:
+    """One node's answer to DescribeLogDirs (``raftlog log-dirs describe``).
+
+    ``partitions``: LogDirPartition rows (topic, partition, size_bytes, segments,
+    log_start_offset, log_end_offset, high_watermark, leader, leader_epoch,
+    followers). ``error``: why the node could not be asked ("" when it answered).
+    """
+
+    node_id: int
+    host: str
+    port: int
+    roles: tuple = ()
+    log_dir: str = ""
+    total_bytes: int = -1  # the data directory's file system; -1 unknown
+    usable_bytes: int = -1
+    partitions: tuple = ()
+    error: str = ""
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(p.size_bytes for p in self.partitions)
+
+
+@dataclass(frozen=True, slots=True)
 class GroupListing:
     group_id: str
     protocol_type: str  # "consumer" for Consumer groups; "" for a group that only has offsets
@@ -352,12 +376,52 @@ class Admin:
         )
         return TopicDescription(t.name, dict(t.config or {}), parts, t.topic_id)
 
+    def describe_topics(self, names=None, include_internal: bool = True) -> list[TopicDescription]:
+        """Several topics (None: every topic) in one METADATA request, sorted by name;
+        unknown names are left out."""
+        h = self._call(Api.METADATA, {"topics": None if names is None else list(names)})
+        out = []
+        for t in sorted(h["topics"], key=lambda t: t.name):
+            if t.error or (not include_internal and t.name.startswith("__")):
+                continue
+            parts = tuple(
+                PartitionDescription(p.partition, p.leader, tuple(p.replicas), tuple(p.isr),
+                                     p.leader_epoch, tuple(p.offline_replicas))
+                for p in sorted(t.partitions))
+            out.append(TopicDescription(t.name, dict(t.config or {}), parts, t.topic_id))
+        return out
+
     def describe_cluster(self) -> ClusterDescription:
         h = self._call(Api.DESCRIBE_CLUSTER, {})
         brokers = tuple(BrokerDescription(b.node_id, b.host, b.port, b.rack, bool(b.fenced))
                         for b in h["brokers"])
         return ClusterDescription(h["cluster_id"], h["controller_id"], brokers,
                                   h.get("controller_epoch", -1))
+
+    def describe_log_dirs(self, topics=None, broker_ids=None,
+                          timeout_s: float | None = None) -> list[LogDirDescription]:
+        """DescribeLogDirs of every broker (or of ``broker_ids``), sorted by id: each
+        node's data directory, disk space, and per hosted replica its size, segments
+        and offsets; ``topics`` limits the rows to those topics. A node that cannot be
+        reached (or does not answer within ``timeout_s``, default the request timeout)
+        gets a description with ``error`` set instead of failing the call."""
+        wanted = None if topics is None else sorted(set(topics))
+        out = []
+        for b in self.describe_cluster().brokers:
+            if broker_ids is not None and b.id not in broker_ids:
+                continue
+            try:
+                conn = self._node_connection(b.host, b.port, b.id)
+                h = conn.request(Api.DESCRIBE_LOG_DIRS, {"topics": wanted},
+                                 timeout_s=timeout_s or self.timeout_s).header
+            except (BrokerNotAvailableError, ApiError, OSError) as e:
+                out.append(LogDirDescription(b.id, b.host, b.port, error=str(e)))
+                continue
+            out.append(LogDirDescription(
+                b.id, b.host, b.port, tuple(h.get("roles") or ()), h.get("log_dir", ""),
+                h.get("total_bytes", -1), h.get("usable_bytes", -1),
+                tuple(h.get("partitions") or ())))
+        return out
 
     def alter_config(self, topic: str, config: dict) -> None:
         """Set (value) or remove (None) topic config keys."""

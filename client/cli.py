@@ -41,6 +41,10 @@ def cmd_up(args) -> int:
         print(f"raftlog up: --controllers must be an odd number between 1 and --nodes "
               f"({args.nodes}), not {controllers}", file=sys.stderr)
         return 2
+    if args.metrics_port is not None and not 1 <= args.metrics_port <= 65536 - args.nodes:
+        print(f"raftlog up: --metrics-port must leave room for {args.nodes} port(s) below 65536",
+              file=sys.stderr)
+        return 2
     if not args.wait_timeout >= 0:  # (also NaN)
         print(f"raftlog up: --wait-timeout must be 0 or more seconds, not {args.wait_timeout}",
               file=sys.stderr)
@@ -57,9 +61,11 @@ def cmd_up(args) -> int:
     for i in range(1, args.nodes + 1):
         node_dir = os.path.join(data_dir, f"node-{i}")
         os.makedirs(node_dir, exist_ok=True)
-        roles = {"process.roles": "broker"} if i > controllers else {}
+        own = {"process.roles": "broker"} if i > controllers else {}
+        if args.metrics_port is not None:
+            own["metrics.listener"] = f"{args.host}:{args.metrics_port + i - 1}"
         cmd = localnode.node_command(node_id=i, host=args.host, port=args.port + i - 1,
-                                     data_dir=node_dir, overrides={**overrides, **roles})
+                                     data_dir=node_dir, overrides={**overrides, **own})
         proc = localnode.spawn(cmd, new_session=True)  # output: this terminal
         with open(os.path.join(node_dir, "node.pid"), "w") as f:
             f.write(f"{proc.pid}\n")
@@ -95,7 +101,10 @@ def cmd_up(args) -> int:
             f"raftlog is up: bootstrap servers {servers}, data in {data_dir}\n"
             f"  raftlog topics create demo --bootstrap-server {args.host}:{args.port}\n"
             f'  Producer(bootstrap_servers="{servers}")\n'
-            "Ctrl-C stops it.",
+            + (f"  metrics: http://{args.host}:{args.metrics_port}/metrics"
+               f"{f' .. port {args.metrics_port + args.nodes - 1}' if args.nodes > 1 else ''}\n"
+               if args.metrics_port is not None else "")
+            + "Ctrl-C stops it.",
             flush=True,
         )
     rcs = [p.wait() for p in procs]
@@ -235,58 +244,9 @@ def cmd_cluster(args) -> int:
         from .cli_reassign import cmd_decommission
 
         return cmd_decommission(args)
-    with _admin(args) as admin:
-        c = admin.describe_cluster()
-        topics = [admin.describe_topic(t) for t in admin.list_topics(include_internal=True)]
-    parts = [p for t in topics for p in t.partitions]
-    under = sum(p.under_replicated for p in parts)
-    offline = sum(p.offline for p in parts)
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "cluster_id": c.cluster_id,
-                    "controller_id": c.controller_id,
-                    "controller_epoch": c.controller_epoch,
-                    "brokers": [
-                        {"id": b.id, "host": b.host, "port": b.port, "fenced": b.fenced}
-                        for b in c.brokers
-                    ],
-                    "partitions": [
-                        {
-                            "topic": t.name,
-                            "partition": p.partition,
-                            "leader": p.leader,
-                            "replicas": list(p.replicas),
-                            "isr": list(p.isr),
-                            "leader_epoch": p.leader_epoch,
-                            "offline_replicas": list(p.offline_replicas),
-                            "under_replicated": p.under_replicated,
-                            "offline": p.offline,
-                        }
-                        for t in topics
-                        for p in t.partitions
-                    ],
-                    "under_replicated": under,
-                    "offline": offline,
-                }
-            )
-        )
-        return 0
-    print(f"cluster {c.cluster_id}  controller {c.controller_id}")
-    for b in c.brokers:
-        print(f"  broker {b.id}  {b.host}:{b.port}  {'FENCED' if b.fenced else 'active'}")
-    print(f"partitions {len(parts)}  under-replicated {under}  offline {offline}")
-    for t in topics:
-        for p in t.partitions:
-            if p.under_replicated or p.offline:
-                state = "OFFLINE" if p.offline else "UNDER-REPLICATED"
-                print(f"  {state:<16} {t.name}-{p.partition}  leader {p.leader}  "
-                      f"replicas {list(p.replicas)}  isr {list(p.isr)}  "
-                      f"offline replicas {list(p.offline_replicas)}")
-    for t in topics:
-        _print_topic(t, False)
-    return 0
+    from .cli_ops import cmd_status
+
+    return cmd_status(args)
 
 
 def _elect_leaders(args) -> int:
@@ -702,6 +662,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--wait-timeout", type=float, default=30.0,
                     help="seconds to wait for every node to listen and register before "
                          "giving up (default 30)")
+    up.add_argument("--metrics-port", type=int, default=None, metavar="P",
+                    help="serve Prometheus metrics: node i on http://HOST:P+i-1/metrics "
+                         "(metrics.listener; default: off)")
     up.set_defaults(fn=cmd_up)
 
     node = sub.add_parser(
@@ -741,6 +704,11 @@ def build_parser() -> argparse.ArgumentParser:
                               "elect-leaders: give partitions back to their preferred replica; "
                               "decommission: move every replica off --node, then unregister it")
     cluster.add_argument("--json", action="store_true")
+    cluster.add_argument("--watch", type=float, nargs="?", const=2.0, default=None,
+                         metavar="SECONDS", help="status: refresh every SECONDS (default 2) "
+                                                 "until Ctrl-C; with --json one line each")
+    cluster.add_argument("--count", type=int, default=None,
+                         help="status --watch: stop after this many refreshes")
     cluster.add_argument("--topic", help="elect-leaders: only this topic")
     cluster.add_argument("--partition", type=int, action="append",
                          help="elect-leaders: only this partition (repeatable)")
@@ -757,6 +725,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .cli_security import add_parsers as _security_parsers
 
     _security_parsers(sub, with_bootstrap)
+
+    from .cli_ops import add_parsers as _ops_parsers
+
+    _ops_parsers(sub, with_bootstrap)
 
     groups = sub.add_parser(
         "groups", help="list, describe, reset the offsets of, delete consumer groups"

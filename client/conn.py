@@ -144,7 +144,11 @@ class BrokerConnection:
         return self.proto.next_response()
 
     def request(self, api: Api, fields: dict, body: bytes = b"", timeout_s: float = 30.0) -> Frame:
-        """Send and wait; raise the ApiError of a whole-request error."""
+        """Send and wait; raise the ApiError of a whole-request error. Only on a
+        connection with nothing else in flight (the answer would be another's)."""
+        if self.proto.in_flight:
+            raise RuntimeError(f"{self!r}: {api.name} sent while {self.proto.in_flight} "
+                               "other request(s) are in flight")
         self.send(api, fields, body)
         frame = self.receive(timeout_s)
         err = frame.header.get("error", 0)
@@ -203,8 +207,8 @@ class Cluster:
         """A live connection to some node: a known broker first, else a bootstrap server.
         Nodes at the (host, port) addresses in ``avoid`` (just found not ready) are
         taken only when no other node is reachable."""
-        for conn in self._conns.values():
-            if not conn.closed and (conn.host, conn.port) not in avoid:
+        for conn in self._conns.values():  # (not one with pipelined requests in flight)
+            if not conn.closed and not conn.in_flight and (conn.host, conn.port) not in avoid:
                 return conn
         boot = self._bootstrap_conn
         if boot is not None and not boot.closed:

@@ -22,7 +22,14 @@ class BufferFullError(ClientError):
 
 
 class DeliveryTimeoutError(ClientError):
-    """A record was not acknowledged within delivery_timeout_ms (retries included)."""
+    """A record was not acknowledged within delivery_timeout_ms (retries included).
+
+    ``last_error`` is the last error its retries met (None if it never got an answer
+    at all); the message names it too."""
+
+    def __init__(self, message: str, last_error: BaseException | None = None):
+        super().__init__(message)
+        self.last_error = last_error
 
 
 class NoOffsetForPartitionError(ClientError):
@@ -66,7 +73,24 @@ class GroupIdNotFoundError(ApiError):
         super().__init__(ErrorCode.GROUP_ID_NOT_FOUND, message)
 
 
+class KafkaStorageError(ApiError):
+    """The partition leader could not write to its disk (KAFKA_STORAGE_ERROR): full,
+    read-only or failing. ``message`` is the node's own line, shown as is, e.g.
+    ``STORAGE_ERROR: no space left on device on node 2 (data dir /var/lib/raftlog)``.
+    The producer fails a batch with this after a few quick retries instead of retrying
+    until delivery_timeout_ms (see Producer)."""
+
+    def __init__(self, message: str = ""):
+        super().__init__(ErrorCode.KAFKA_STORAGE_ERROR, message)
+
+    def __str__(self) -> str:
+        if self.message.startswith("STORAGE_ERROR"):
+            return self.message
+        return super().__str__()
+
+
 _BY_CODE = {
+    ErrorCode.KAFKA_STORAGE_ERROR: KafkaStorageError,
     ErrorCode.TOPIC_ALREADY_EXISTS: TopicAlreadyExistsError,
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: UnknownTopicOrPartitionError,
     ErrorCode.OFFSET_OUT_OF_RANGE: OffsetOutOfRangeError,

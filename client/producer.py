@@ -47,6 +47,11 @@ MAX_BATCHES_PER_REQUEST = 1000
 PENDING_POLL_S = 0.005
 #: Longest I/O-thread sleep while requests are in flight (to check request timeouts).
 IN_FLIGHT_POLL_S = 0.1
+#: Retries of a batch the leader answered with KAFKA_STORAGE_ERROR (its disk is full or
+#: failing) before its future fails with KafkaStorageError. A few, each after
+#: retry_backoff_ms and a metadata refresh, in case leadership moves off that node;
+#: then the application learns why at once instead of after delivery_timeout_ms.
+STORAGE_ERROR_RETRIES = 3
 #: Longest I/O-thread sleep at all: a send() may have sent a request while it slept.
 IDLE_POLL_S = 0.1
 
@@ -87,6 +92,14 @@ class Producer:
             True with acks other than "all" raises ValueError.
         buffer_memory: bytes of unsent records at most; max_block_ms: how long
             send() waits for room before raising BufferFullError.
+
+    Errors: retriable errors are retried (``retries``, ``retry_backoff_ms``) until
+    ``delivery_timeout_ms``; then the future fails with DeliveryTimeoutError, whose
+    message and ``last_error`` name the last error seen. One exception: a leader
+    that cannot write to its disk (KAFKA_STORAGE_ERROR) gets STORAGE_ERROR_RETRIES
+    (3) quick retries, then the future fails with KafkaStorageError carrying the
+    node's message (``STORAGE_ERROR: no space left on device on node N (data dir
+    ...)``): a full disk takes an operator, not a retry loop. Later sends try again.
     """
 
     def __init__(
@@ -465,6 +478,8 @@ class _ProducerIO:
                 DeliveryTimeoutError(
                     f"{b.topic}-{b.partition}: not acknowledged within delivery_timeout_ms "
                     f"({self.p.delivery_timeout_s * 1000:.0f} ms) after {b.attempts} attempt(s)"
+                    + (f"; last error: {b.last_error}" if b.last_error is not None else ""),
+                    b.last_error,
                 ),
             )
         if sendable and self.in_order and not self._ensure_producer_id():
@@ -670,6 +685,11 @@ class _ProducerIO:
         retriable = isinstance(err, BrokerNotAvailableError) or (
             isinstance(err, ApiError) and err.retriable
         )
+        b.last_error = err
+        if isinstance(err, ApiError) and err.code == ErrorCode.KAFKA_STORAGE_ERROR:
+            b.storage_errors += 1
+            retriable = b.storage_errors <= STORAGE_ERROR_RETRIES
+            self.cluster.topics.pop(b.topic, None)  # leadership may move off that disk
         if retriable and b.attempts <= self.p.retries and time.monotonic() < b.deadline:
             if isinstance(err, BrokerNotAvailableError) or isinstance(err, ApiError) and err.code in (
                 ErrorCode.NOT_LEADER_OR_FOLLOWER,

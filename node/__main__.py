@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import signal
 import sys
 
 from raftlog.errors import ApiError, ConfigError
@@ -85,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     from .node import serve_until_signalled
 
     _tune_gc()
+    # A file-size limit (RLIMIT_FSIZE) must give a write error the node reports
+    # (KAFKA_STORAGE_ERROR, see node/disk.py), not SIGXFSZ's default: a core dump.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
         try:
             trio.run(serve_until_signalled, config)

@@ -8,6 +8,7 @@ client sends yields an error response, never an exception out of here.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
@@ -31,6 +32,7 @@ from raftlog.protocol import (
     EpochEndOffset,
     FetchPartHeader,
     ListOffsetsPartResult,
+    LogDirPartition,
     NamedResult,
     PartitionMetadata,
     PartitionResult,
@@ -42,7 +44,9 @@ from raftlog.protocol import (
 
 from .clock import wall_ms
 from .config import NodeConfig
+from .disk import DiskHealth
 from .logfmt import EventLog
+from .metrics import NodeMetrics
 from .partition import Partition, partition_dir
 from .routes import SERVED_APIS
 from .throttle import ByteRate
@@ -68,6 +72,8 @@ class Broker:
     def __init__(self, config: NodeConfig, events: EventLog, store=None):
         self.config = config
         self.events = events
+        #: counters bumped while serving; gauges are read at scrape time (metrics.py)
+        self.metrics = NodeMetrics()
         os.makedirs(config.data_dir, exist_ok=True)
         #: Cluster mode: topics and brokers come from the metadata quorum (store given).
         self.cluster_mode = store is not None
@@ -90,6 +96,8 @@ class Broker:
         self.on_heartbeat = None
         #: Cluster mode: False until this incarnation's registration has committed.
         self.registered = not self.cluster_mode
+        #: Whether the data dir takes writes (one log line per incident), node/disk.py.
+        self.disk = DiskHealth(config.node_id, config.data_dir, events)
         #: Cluster mode: the follower fetchers (node/fetcher.py), told what to follow.
         self.fetchers = None
         # Planted bugs for the safety harness's proof that its checkers fire (test.flags;
@@ -211,14 +219,24 @@ class Broker:
                 path = partition_dir(self.config.data_dir, name, p.partition)
                 part = Partition(name, p.partition, PartitionLog.open(path, cfg), p.leader_epoch,
                                  node_id=me)
+                part.disk = self.disk
                 self.partitions[key] = part
             part.log.config = cfg
             # Until this node's registration commits, its copy of the metadata may be
             # stale (a restart replays its own journal first): take no role from it.
             leader = p.leader if self.registered else -1
+            was_leader, old_isr = part.is_leader, part.isr
             role = part.update_metadata(leader, p.leader_epoch, tuple(p.replicas),
                                         tuple(p.isr), p.partition_epoch)
+            if role is None and was_leader and part.is_leader and len(part.isr) != len(old_isr):
+                # an ISR change of a partition led here (by its ISR duty or the controller)
+                if len(part.isr) < len(old_isr):
+                    self.metrics.isr_shrinks += 1
+                else:
+                    self.metrics.isr_expands += 1
             if role is not None:
+                if role == "leader":
+                    self.metrics.leader_elections += 1
                 self.events.info("partition_role", partition=part, role=role,
                                  leader=p.leader, leader_epoch=p.leader_epoch,
                                  leo=part.log.log_end_offset, hw=part.high_watermark)
@@ -248,8 +266,8 @@ class Broker:
                 continue
             try:
                 part.log.flush()
-            except StorageError as e:
-                self.events.error("flush_failed", partition=part, error=e)
+            except StorageError as e:  # one line per incident (recovery: the next append)
+                self.disk.write_failed(e, part, op="flush")
 
     def compact_all(self) -> int:
         """Compact every log whose topic has cleanup.policy=compact. Worker thread."""
@@ -331,6 +349,9 @@ class Broker:
                         f"min.insync.replicas is {min_isr}",
                     )
             base, last = part.append_as_leader(data, cfg.max_message_bytes)  # copied once, by the log
+            ts = self.metrics.topic(topic)
+            ts.bytes_in += len(data)
+            ts.records_in += last - base + 1
             if waits is not None and part.high_watermark <= last and not self._bug_early_ack:
                 waits.append((part, part.leader_epoch, last, topic, partition))
             return ProducePartResult(topic, partition, 0, base, -1, "")
@@ -430,56 +451,123 @@ class Broker:
         budget = req.fields["max_bytes"]
         headers, pieces, total, error = [], [], 0, False
         for topic, partition, offset, part_max, epoch in req.fields["parts"]:
-            try:
-                part = self.leader_partition(topic, partition)
-                if epoch >= 0 and epoch != part.leader_epoch:
-                    _epoch_mismatch(part, epoch)
-                if replica >= 0 and replica not in part.replicas:
-                    # (a new replica whose metadata is ahead of this leader's: nothing
-                    # until the leader knows it, and the throttle that comes with it)
-                    raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                                   f"broker {replica} is not a replica of {part} here (yet)")
-                log = part.log
-                max_offset = part.high_watermark if consumer else None
-                limit = min(part_max, budget - total) if total else part_max
-                throttled = part.throttled is not None and replica in part.throttled[0]
-                if throttled:  # a replica a reassignment adds: the node's byte budget
-                    limit = min(limit, self.reassign_rate.allowance(part.throttled[1],
-                                                                    time.monotonic()))
-                if limit <= 0 or (max_offset is not None and offset >= max_offset):
-                    if offset > log.log_end_offset or offset < log.log_start_offset:
-                        raise OffsetOutOfRangeError(offset, log.log_start_offset, log.log_end_offset)
-                    n = 0
-                else:
-                    sl = log.read(offset, limit, max_offset=max_offset)
-                    n = sl.length
-                    if n:
-                        pieces.append(sl)
-                    if throttled:
-                        self.reassign_rate.spend(n)
-                total += n
-                headers.append(FetchPartHeader(topic, partition, 0, part.high_watermark,
-                                               log.log_start_offset, n, ""))
-            except ApiError as e:
-                error = True
-                headers.append(FetchPartHeader(topic, partition, int(e.code), -1, -1, 0, e.message))
-            except OffsetOutOfRangeError as e:
-                error = True
-                headers.append(FetchPartHeader(topic, partition, int(ErrorCode.OFFSET_OUT_OF_RANGE),
-                                               -1, e.log_start_offset, 0, str(e)))
-            except CorruptRecordError as e:
-                # Never served. Tell this client, keep its other partitions, and let the
-                # node hand leadership to an intact replica (see on_corrupt_log).
-                error = True
-                headers.append(FetchPartHeader(
-                    topic, partition, int(ErrorCode.KAFKA_STORAGE_ERROR), -1, -1, 0,
-                    f"{topic}-{partition}: data on disk failed its check: {e}"))
-                if self.on_corrupt_log is not None:
-                    self.on_corrupt_log(self.partitions.get((topic, partition)), offset, e)
+            limit = min(part_max, budget - total) if total else part_max
+            header, piece = self._read_part(topic, partition, offset, limit, epoch, replica,
+                                            consumer)
+            headers.append(header)
+            if piece is not None:
+                pieces.append(piece)
+                total += header.length
+            error = error or header.error != 0
         return headers, pieces, total, error
 
-    def on_replica_fetch(self, req: Request) -> None:
-        """A follower's Fetch: record its progress (once per request, before reading)."""
+    def fetch_session_once(self, session, max_bytes: int) -> tuple[list, list, int, bool]:
+        """Read the marked partitions of a follower's fetch session: (part headers,
+        pieces, bytes, any_error), only rows with news. Errored partitions leave the
+        session; partitions the byte budget left out stay marked."""
+        replica = session.replica
+        headers, pieces, total, error = [], [], 0, False
+        for key in session.take_dirty():
+            sp = session.parts.get(key)
+            if sp is None:
+                continue
+            limit = min(sp.max_bytes, max_bytes - total) if total else sp.max_bytes
+            if limit <= 0:
+                session.dirty.add(key)  # the next answer reads it
+                continue
+            header, piece = self._read_part(key[0], key[1], sp.offset, limit, sp.epoch,
+                                            replica, False)
+            if header.error:
+                error = True
+                session.drop(key)
+                continue
+            part = self.partitions.get(key)
+            st = part.leader_state if part is not None else None
+            f = st.followers.get(replica) if st is not None else None
+            if f is not None and f.session is not session:
+                # a leadership (or replica entry) newer than the follower's last word:
+                # its session's offset is its progress here
+                with contextlib.suppress(ApiError):
+                    part.on_follower_fetch(replica, sp.offset, session)
+            if piece is not None:
+                pieces.append(piece)
+                total += header.length
+            else:
+                if part is not None and part.throttled is not None and \
+                        replica in part.throttled[0] and part.log.log_end_offset > sp.offset:
+                    session.dirty.add(key)  # data held back by the throttle: ask again
+                if not session.is_news(key, header.high_watermark, header.log_start_offset):
+                    continue
+            headers.append(header)
+        return headers, pieces, total, error
+
+    def _read_part(self, topic: str, partition: int, offset: int, limit: int, epoch: int,
+                   replica: int, consumer: bool):
+        """One partition of a fetch: (FetchPartHeader, a file slice or None)."""
+        piece = None
+        try:
+            part = self.leader_partition(topic, partition)
+            if epoch >= 0 and epoch != part.leader_epoch:
+                _epoch_mismatch(part, epoch)
+            if replica >= 0 and replica not in part.replicas:
+                # (a new replica whose metadata is ahead of this leader's: nothing
+                # until the leader knows it, and the throttle that comes with it)
+                raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                               f"broker {replica} is not a replica of {part} here (yet)")
+            log = part.log
+            max_offset = part.high_watermark if consumer else None
+            throttled = part.throttled is not None and replica in part.throttled[0]
+            if throttled:  # a replica a reassignment adds: the node's byte budget
+                limit = min(limit, self.reassign_rate.allowance(part.throttled[1],
+                                                                time.monotonic()))
+            if limit <= 0 or (max_offset is not None and offset >= max_offset):
+                if offset > log.log_end_offset or offset < log.log_start_offset:
+                    raise OffsetOutOfRangeError(offset, log.log_start_offset, log.log_end_offset)
+                n = 0
+            else:
+                sl = log.read(offset, limit, max_offset=max_offset)
+                n = sl.length
+                if n:
+                    piece = sl
+                if throttled:
+                    self.reassign_rate.spend(n)
+            return FetchPartHeader(topic, partition, 0, part.high_watermark,
+                                   log.log_start_offset, n, ""), piece
+        except ApiError as e:
+            return FetchPartHeader(topic, partition, int(e.code), -1, -1, 0, e.message), None
+        except OffsetOutOfRangeError as e:
+            return FetchPartHeader(topic, partition, int(ErrorCode.OFFSET_OUT_OF_RANGE),
+                                   -1, e.log_start_offset, 0, str(e)), None
+        except CorruptRecordError as e:
+            # Never served. Tell this client, keep its other partitions, and let the
+            # node hand leadership to an intact replica (see on_corrupt_log).
+            if self.on_corrupt_log is not None:
+                self.on_corrupt_log(self.partitions.get((topic, partition)), offset, e)
+            return FetchPartHeader(
+                topic, partition, int(ErrorCode.KAFKA_STORAGE_ERROR), -1, -1, 0,
+                f"{topic}-{partition}: data on disk failed its check: {e}"), None
+
+    def fetch_answered(self, req: Request, headers: list, pieces: list, total: int) -> None:
+        """Count a fetch answer of ``total`` bytes (and offsets, for consumers) per topic:
+        once per answered request, per partition with data, never per record."""
+        m = self.metrics
+        if req.fields["replica_id"] >= 0:
+            m.replication_bytes_out += total
+            return
+        if not total:
+            return
+        slices = iter(pieces)
+        for h, (_t, _p, offset, _max, _e) in zip(headers, req.fields["parts"]):
+            if h.length:
+                sl = next(slices, None)
+                ts = m.topic(h.topic)
+                ts.bytes_out += h.length
+                if sl is not None:
+                    ts.records_out += max(0, sl.next_offset - offset)
+
+    def on_replica_fetch(self, req: Request, session=None) -> None:
+        """A follower's Fetch: record its progress (once per request, before reading);
+        with a fetch ``session``, of the partitions the request names."""
         replica = req.fields["replica_id"]
         for topic, partition, offset, _max, epoch in req.fields["parts"]:
             part = self.partitions.get((topic, partition))
@@ -487,7 +575,7 @@ class Broker:
                 continue  # fetch_once answers with the error
             try:
                 was_in_isr = replica in part.isr
-                part.on_follower_fetch(replica, offset)
+                part.on_follower_fetch(replica, offset, session)
                 if not was_in_isr and self.isr_changed is not None:
                     self.isr_changed()
             except ApiError:
@@ -650,6 +738,37 @@ class Broker:
             keep = {(t, p) for t, p in wanted}
             rows = [r for r in rows if (r.topic, r.partition) in keep]
         return {"reassignments": rows}, []
+
+    def describe_log_dirs(self, req: Request) -> Response:
+        """DescribeLogDirs (kafka-log-dirs): this node's data directory, its disk, and
+        every hosted replica's size, segments and offsets (as leader, its followers'
+        log end offsets). Read-only; O(segments hosted)."""
+        wanted = req.fields["topics"]
+        keep = None if wanted is None else set(wanted)
+        rows = []
+        for (topic, p), part in sorted(self.partitions.items()):
+            if keep is not None and topic not in keep:
+                continue
+            log = part.log
+            st = part.leader_state if part.is_leader else None
+            followers = [] if st is None else sorted([r, f.leo] for r, f in st.followers.items())
+            rows.append(LogDirPartition(topic, p, log.size_bytes, log.segment_count,
+                                        log.log_start_offset, log.log_end_offset,
+                                        part.high_watermark, part.leader_id, part.leader_epoch,
+                                        followers))
+        try:
+            vfs = os.statvfs(self.config.data_dir)
+            total, usable = vfs.f_blocks * vfs.f_frsize, vfs.f_bavail * vfs.f_frsize
+        except OSError:
+            total = usable = -1
+        return {
+            "node_id": self.config.node_id,
+            "roles": list(self.config.process_roles),
+            "log_dir": self.config.data_dir,
+            "total_bytes": total,
+            "usable_bytes": usable,
+            "partitions": rows,
+        }, []
 
     def api_versions(self, req: Request) -> Response:
         return {

@@ -107,6 +107,8 @@ class NodeConfig:
     log_flush_interval_ms: int = 1000
     log_retention_check_interval_ms: int = 300_000
     log_cleaner_interval_ms: int = 15_000
+    #: Background CRC re-check of closed segments, bytes/s (0: off); node/scrubber.py.
+    log_scrub_bytes_per_sec: int = 1024 * 1024
     request_timeout_ms: int = 30_000
     #: Raft metadata quorum: {node_id: (host, port)}; empty = single node, no quorum.
     controller_quorum_voters: dict = field(default_factory=dict)
@@ -166,6 +168,9 @@ class NodeConfig:
     #: from it are refused for connection.failed.authentication.block.ms.
     connection_failed_authentication_max: int = 5
     connection_failed_authentication_block_ms: int = 30_000
+    #: Prometheus metrics over HTTP (``metrics.listener``); None: no metrics listener.
+    metrics_host: str | None = None
+    metrics_port: int | None = None
     #: Test-only fault flags (never set in production configs).
     test_flags: frozenset = frozenset()
 
@@ -266,6 +271,10 @@ class NodeConfig:
             raise ConfigError("group.min.session.timeout.ms is above group.max.session.timeout.ms")
         if self.min_insync_replicas < 1:
             raise ConfigError("min.insync.replicas must be at least 1")
+        if (self.metrics_port and self.metrics_port == self.port
+                and self.metrics_host == self.host):
+            raise ConfigError(f"metrics.listener {self.metrics_host}:{self.metrics_port} is "
+                              "the client listener's address; give it its own port")
         self._validate_security()
 
     def _validate_security(self) -> None:
@@ -354,6 +363,13 @@ def _set_raft_listener(kw: dict, key: str, value: str) -> None:
     kw["raft_host"], kw["raft_port"] = parse_address(key, value)
 
 
+def _set_metrics_listener(kw: dict, key: str, value: str) -> None:
+    if not str(value).strip():  # an empty value leaves metrics off
+        kw["metrics_host"] = kw["metrics_port"] = None
+        return
+    kw["metrics_host"], kw["metrics_port"] = parse_address(key, value)
+
+
 def _nonempty(key: str, v: str) -> str:
     s = str(v).strip()
     if not s:
@@ -390,6 +406,7 @@ _NODE_KEYS = {
         "log_retention_check_interval_ms", lambda k, v: _int(k, v, 1)
     ),
     "log.cleaner.interval.ms": _set("log_cleaner_interval_ms", lambda k, v: _int(k, v, 1)),
+    "log.scrub.bytes.per.sec": _set("log_scrub_bytes_per_sec", lambda k, v: _int(k, v, 0)),
     "request.timeout.ms": _set("request_timeout_ms", lambda k, v: _int(k, v, 1)),
     "controller.quorum.voters": _set("controller_quorum_voters", parse_voters),
     "process.roles": _set("process_roles", parse_roles),
@@ -426,6 +443,7 @@ _NODE_KEYS = {
         "offsets_topic_replication_factor", lambda k, v: _int(k, v, 1, 100)
     ),
     "offsets.retention.minutes": _set("offsets_retention_minutes", lambda k, v: _int(k, v, 1)),
+    "metrics.listener": _set_metrics_listener,
     "test.flags": _set("test_flags", _flags),
     "listener.security.protocol.map": _set("listener_security_protocol_map", _raw),
     "inter.broker.listener.name": _set("inter_broker_listener_name", _raw),

@@ -8,12 +8,19 @@ long-polls Fetch with ``replica_id`` = this node and its log end offset, appends
 arrives with :meth:`PartitionLog.append_as_follower` (offsets and epochs kept, CRC
 checked), and takes the high watermark from the response.
 
+Fetches go through a fetch session on the leader (node/fetch_session.py): the first
+fetch of a connection names every partition, later ones only those whose offset,
+epoch or byte limit changed (and ``forgotten`` those no longer fetched here), and the
+leader answers only partitions with news -- so a round costs what moved, not the
+number of partitions followed.
+
 Bounded: one request in flight per leader, ``FETCH_MAX_BYTES`` per response,
 ``PARTITION_MAX_BYTES`` per partition; failures back off (``BACKOFF_S``).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -26,7 +33,12 @@ from raftlog.errors import (
     RemoteProtocolError,
     StorageError,
 )
-from raftlog.protocol import Api, ClientConnection
+from raftlog.protocol import (
+    FETCH_SESSION_FULL,
+    FETCH_SESSION_INCREMENTAL,
+    Api,
+    ClientConnection,
+)
 
 from . import sockio
 from .peer import open_peer, peer_address
@@ -44,6 +56,8 @@ FETCH_MAX_BYTES = 16 * 1024 * 1024
 PARTITION_MAX_BYTES = 4 * 1024 * 1024
 REQUEST_TIMEOUT_S = 10.0
 BACKOFF_S = 0.2
+#: A follower whose disk refused an append tries again this much later.
+STORAGE_RETRY_S = 1.0
 #: A follower whose reassignment budget is spent waits this long before asking again.
 THROTTLE_WAIT_S = 0.1
 #: One socket read (a larger request would allocate that much per read)
@@ -118,6 +132,19 @@ class FetcherManager:
                 self.fetchers[leader] = fetcher
                 self.nursery.start_soon(fetcher.run)
 
+    def refetch(self, key) -> bool:
+        """Truncate ``key`` again before its next fetch (to ``Partition.corrupt_from``
+        when set: the scrubber found bad data there) and fetch from there. False if
+        this node does not follow ``key`` now."""
+        st = self.follows.get(key)
+        if st is None:
+            return False
+        st.truncated, st.retry_at = False, 0.0
+        fetcher = self.fetchers.get(st.leader_id)
+        if fetcher is not None:
+            fetcher.wake([key])
+        return True
+
     def lag(self) -> dict:
         return {k: (st.leader_id, st.truncated) for k, st in self.follows.items()}
 
@@ -142,20 +169,35 @@ class LeaderFetcher:
         #: the cancel scope of the FETCH in flight (None between fetches)
         self._fetch_scope: trio.CancelScope | None = None
         self._interrupted = False
+        #: what the leader's fetch session on this connection holds:
+        #: {key: (fetch offset, max bytes, leader epoch)}; None before the full fetch
+        self._told: dict[tuple, tuple] | None = None
+        #: partitions to look at in the next round (what may have changed)
+        self._pending: set[tuple] = set()
 
     def assign(self, parts: dict) -> None:
         new = [k for k, v in parts.items() if self.partitions.get(k) is not v]
-        if new or set(parts) != set(self.partitions):
+        gone = [k for k in self.partitions if k not in parts]
+        self._pending.update(gone)
+        if new:
+            # a parked fetch lacks partitions to start (or truncate): resend soon.
+            # Changes within INTERRUPT_DELAY_S share one resend (a burst of topic
+            # creations costs a few rounds, not one per topic); a partition only
+            # dropped waits for the fetch to end.
+            self.wake(new)
+        elif gone:
             self._changed.set()
-            if new and self._fetch_scope is not None:
-                # a parked fetch lacks partitions to start (or truncate): resend soon.
-                # Changes within INTERRUPT_DELAY_S share one resend (a burst of topic
-                # creations costs a few rounds, not one per topic); a partition only
-                # dropped waits for the fetch to end.
-                self._interrupted = True
-                self._fetch_scope.deadline = min(self._fetch_scope.deadline,
-                                                 trio.current_time() + INTERRUPT_DELAY_S)
         self.partitions = dict(parts)
+
+    def wake(self, keys=()) -> None:
+        """Partitions ``keys`` need attention (start, truncate): end a parked fetch
+        within INTERRUPT_DELAY_S and run a round that looks at them."""
+        self._pending.update(keys)
+        self._changed.set()
+        if self._fetch_scope is not None:
+            self._interrupted = True
+            self._fetch_scope.deadline = min(self._fetch_scope.deadline,
+                                             trio.current_time() + INTERRUPT_DELAY_S)
 
     def cancel(self) -> None:
         self.scope.cancel()
@@ -185,9 +227,23 @@ class LeaderFetcher:
 
     async def _round(self) -> None:
         now = trio.current_time()
-        ready = {k: st for k, st in self.partitions.items()
-                 if st.retry_at <= now and k in self.broker.partitions}
-        if not ready:
+        told = self._told
+        # Only what may have changed is looked at: everything on a new connection (a
+        # full fetch), else the partitions marked since the last round.
+        keys = list(self.partitions) if told is None else list(self._pending)
+        self._pending = set()
+        ready, later, retry_at = {}, [], math.inf
+        for k in keys:
+            st = self.partitions.get(k)
+            if st is None:
+                continue  # no longer followed here: forgotten below
+            if st.retry_at > now or k not in self.broker.partitions:
+                later.append(k)
+                retry_at = min(retry_at, st.retry_at)
+            else:
+                ready[k] = st
+        if not ready and not told:
+            self._pending.update(later)
             self._changed = trio.Event()
             with trio.move_on_after(BACKOFF_S):
                 await self._changed.wait()
@@ -196,7 +252,7 @@ class LeaderFetcher:
         todo = [k for k, st in ready.items() if not st.truncated]
         if todo:
             await self._truncate(todo, ready)
-        parts, throttled, spent = [], set(), 0
+        want, throttled, spent = {}, set(), 0
         me, budget = self.broker.config.node_id, None
         for key, st in ready.items():
             part = self.broker.partitions.get(key)
@@ -204,44 +260,80 @@ class LeaderFetcher:
                 limit = PARTITION_MAX_BYTES
                 th = part.throttled
                 if th is not None and me in th[0]:  # a replica a reassignment adds here
+                    throttled.add(key)
                     if budget is None:  # (one budget per node: Kafka's follower throttle)
                         budget = self.broker.reassign_in_rate.allowance(th[1], time.monotonic())
                     if budget <= 0:
                         spent = th[1]
                         continue
                     limit = min(limit, budget)
-                    throttled.add(key)
-                parts.append([key[0], key[1], part.log.log_end_offset, limit, st.leader_epoch])
-        if not parts:
+                want[key] = (part.log.log_end_offset, limit, st.leader_epoch)
+            else:
+                later.append(key)  # a failed truncation (retry_at) or a role in flux
+                retry_at = min(retry_at, max(st.retry_at, now + BACKOFF_S))
+        self._pending.update(later)
+        self._pending.update(throttled)  # their byte limit changes round to round
+        if not want and not told:
             if spent:  # until the budget allows a useful step again
                 await trio.sleep(min(THROTTLE_WAIT_S,
                                      self.broker.reassign_in_rate.wait_s(spent)))
             return
+        if told is None:
+            mode, forgotten = FETCH_SESSION_FULL, []
+            upserts = list(want.items())
+            told = {}
+        else:
+            mode = FETCH_SESSION_INCREMENTAL
+            forgotten = [k for k in keys if k in told and k not in want]
+            upserts = [(k, v) for k, v in want.items() if told.get(k) != v]
+            for k in forgotten:
+                del told[k]
+        for k, v in upserts:
+            told[k] = v
+        self._told = told  # (the leader applies the request even if its answer is lost)
+        # a partition left out (its retry time, its throttle budget) is looked at again
+        # in time: the long poll waits no longer than that
+        wait_ms = self.max_wait_ms
+        if spent:
+            wait_ms = min(wait_ms, int(THROTTLE_WAIT_S * 1000))
+        if retry_at < math.inf:
+            wait_ms = min(wait_ms, max(int((retry_at - now) * 1000), 10))
         try:
             header, body = await self._call(Api.FETCH, {
-                "replica_id": self.broker.config.node_id, "max_wait_ms": self.max_wait_ms,
-                "min_bytes": 1, "max_bytes": FETCH_MAX_BYTES, "parts": parts},
-                timeout_s=REQUEST_TIMEOUT_S + self.max_wait_ms / 1000, interruptible=True)
+                "replica_id": self.broker.config.node_id, "max_wait_ms": wait_ms,
+                "min_bytes": 1, "max_bytes": FETCH_MAX_BYTES, "session": mode,
+                "parts": [[k[0], k[1], *v] for k, v in upserts],
+                "forgotten": [list(k) for k in forgotten]},
+                timeout_s=REQUEST_TIMEOUT_S + wait_ms / 1000, interruptible=True)
         except _Interrupted:  # the answer would be for the old set: the stream is dropped
             await self._close()
             return
         pos = 0
-        for (topic, partition, err, hw, log_start, n, msg), sent in zip(header["parts"], parts):
+        for topic, partition, err, hw, log_start, n, msg in header["parts"]:
             data = body[pos:pos + n]
             pos += n
             key = (topic, partition)
-            st = ready.get(key)
-            if st is None or self.partitions.get(key) is not st:
-                continue  # reassigned while the fetch was in flight
+            sent = told.get(key)
+            if err:
+                told.pop(key, None)  # the leader dropped it from the session
+                self._pending.add(key)  # named again once it may be retried
+            st = self.partitions.get(key)
+            if st is None or sent is None:
+                continue  # no longer followed here
             part = self.broker.partitions.get(key)
             if part is None or part.is_leader:
+                self._pending.add(key)
                 continue
             if err:
-                self._on_error(key, st, part, ErrorCode(err), msg, sent[2], log_start)
+                self._on_error(key, st, part, ErrorCode(err), msg, sent[0], log_start)
+                continue
+            if sent[2] != st.leader_epoch or not st.truncated:
+                self._pending.add(key)  # re-assigned (a new epoch) while in flight
                 continue
             if key in throttled:
                 self.broker.reassign_in_rate.spend(n)
             if n:
+                self._pending.add(key)  # its fetch offset moves
                 try:
                     part.append_as_follower(data)
                 except CorruptRecordError as e:
@@ -250,11 +342,16 @@ class LeaderFetcher:
                     st.truncated = False
                     st.retry_at = trio.current_time() + BACKOFF_S
                     continue
-                except StorageError as e:
-                    self.events.error("replica_append_failed", partition=part, error=str(e))
-                    st.retry_at = trio.current_time() + 1.0
+                except StorageError:
+                    # logged once per incident by the data dir's health (node/disk.py);
+                    # this replica stops advancing, so its leader drops it from the ISR
+                    # after replica.lag.time.max.ms, and it catches up once space returns
+                    st.retry_at = trio.current_time() + STORAGE_RETRY_S
                     continue
-                part.log.maybe_flush()
+                try:
+                    part.log.maybe_flush()
+                except StorageError as e:  # appended, not yet durable: flushed later
+                    self.broker.disk.write_failed(e, part, op="flush")
             if hw >= 0:
                 part.set_follower_high_watermark(hw)
 
@@ -348,6 +445,7 @@ class LeaderFetcher:
         return frame.header, frame.body
 
     async def _close(self) -> None:
+        self._told = None  # the leader's session dies with the connection
         if self._sock is not None:
             sock, self._sock = self._sock, None
             sockio.close(sock)

@@ -1,8 +1,9 @@
 """The leader's ISR duty (cluster mode): shrink and expand, always through the controller.
 
 Every ``check_s`` (a tenth of replica.lag.time.max.ms, 0.1-1 s; or at once when a follower catches up) each partition this
-node leads is checked: ISR followers not caught up within ``replica.lag.time.max.ms``
-are proposed for removal, out-of-sync followers that reached the high watermark
+node leads is checked: ISR followers not caught up within ``replica.lag.time.max.ms``,
+or fetching below the high watermark (they lost committed records, e.g. truncated to
+repair a corrupt segment), are proposed for removal, out-of-sync followers that reached the high watermark
 for addition. A change is an AlterPartition, a compare-and-set on the partition
 epoch committed through the metadata quorum; the partition uses the new ISR only
 when the committed record comes back (``Partition.update_metadata``). While a
@@ -52,7 +53,9 @@ class IsrManager:
             st = part.leader_state
             if not part.is_leader or st is None or part.pending_isr is not None:
                 continue
-            remove = st.lagging(part.isr, now_ms, self.max_lag_ms)
+            remove = st.lagging(part.isr, now_ms, self.max_lag_ms, part.log.log_end_offset)
+            remove += [r for r in st.below_high_watermark(part.isr, part.high_watermark)
+                       if r not in remove]
             start = next((o for e, o in part.log.epochs if e == part.leader_epoch), 0)
             add = st.caught_up(part.isr, part.high_watermark, start, now_ms, self.max_lag_ms)
             if not remove and not add:

@@ -28,8 +28,20 @@ class Node:
         self.broker: Broker | None = None
         self.server: Server | None = None
         self.address: tuple[str, int] | None = None
+        #: where the metrics listener (metrics.listener) listens, when configured
+        self.metrics_address: tuple[str, int] | None = None
         self._token = None
         self._reconcile_scheduled = False
+        #: the segment scrubber (node/scrubber.py); None when log.scrub.bytes.per.sec=0
+        self.scrubber = None
+
+    def stats(self) -> dict:
+        """Storage counters for metrics: the data dir's health (node/disk.py) and the
+        scrubber's (node/scrubber.py). One flat dict of numbers."""
+        out = dict(self.broker.disk.stats()) if self.broker is not None else {}
+        if self.scrubber is not None:
+            out.update(self.scrubber.stats)
+        return out
 
     def _on_commit(self, state, record, result) -> None:
         """pysyncobj's thread: hand the change to trio. Cheap, never raises."""
@@ -62,6 +74,12 @@ class Node:
         try:
             async with trio.open_nursery() as nursery:
                 self.address = await nursery.start(self.server.serve)
+                if self.config.metrics_port is not None:
+                    from .metrics_http import MetricsServer
+
+                    metrics = MetricsServer(self, self.config.metrics_host,
+                                            self.config.metrics_port, self.events)
+                    self.metrics_address = await nursery.start(metrics.serve)
                 if self.store is not None:
                     from .fetcher import FetcherManager
                     from .heartbeat import Heartbeats
@@ -79,6 +97,7 @@ class Node:
                     nursery.start_soon(beats.send_loop)
                     nursery.start_soon(beats.controller_duty)
                 self._start_groups(nursery)
+                self._start_scrubber(nursery)
                 nursery.start_soon(self._every_in_thread, self.config.log_flush_interval_ms, self._flush)
                 nursery.start_soon(
                     self._every, self.config.log_retention_check_interval_ms, self._retention
@@ -111,7 +130,35 @@ class Node:
         nursery.start_soon(host.run)
         host.on_reconcile()
 
-    def _on_corrupt_log(self, nursery, part, offset: int, err) -> None:
+    def _start_scrubber(self, nursery) -> None:
+        rate = self.config.log_scrub_bytes_per_sec
+        if rate <= 0:
+            return
+        from .scrubber import Scrubber
+
+        self.scrubber = Scrubber(self.broker, self.events, rate,
+                                 lambda part, offset, why: self._on_scrub_corrupt(
+                                     nursery, part, offset, why))
+        nursery.start_soon(self.scrubber.run)
+
+    def _on_scrub_corrupt(self, nursery, part, offset: int, why: str) -> str:
+        """The scrubber found bad data in ``part`` from ``offset``: repair it from
+        another replica. Returns what was done (the scrubber logs it, one line)."""
+        if self.broker.fetchers is None:
+            return "refused_to_serve (no other replica: single node)"
+        if part.is_leader:
+            if part.corrupt_from is not None:
+                return "resign_in_progress"
+            self._on_corrupt_log(nursery, part, offset, why, log=False)
+            if not any(r != part.node_id for r in part.isr):
+                return "refused_to_serve (no other in-sync replica to lead)"
+            return "resign_then_refetch"
+        part.corrupt_from = offset if part.corrupt_from is None else min(part.corrupt_from, offset)
+        if not self.broker.fetchers.refetch((part.topic, part.partition)):
+            return "refetch_when_following"  # (no leader now: done when one is known)
+        return "truncate_and_refetch"
+
+    def _on_corrupt_log(self, nursery, part, offset: int, err, log: bool = True) -> None:
         """A leader found corrupt data in its log: hand leadership to an intact in-sync
         replica (a compare-and-set through the quorum), then, as follower, truncate to
         the bad data and fetch it again. With no other in-sync replica the partition
@@ -119,7 +166,8 @@ class Node:
         if part is None or part.corrupt_from is not None:
             return
         part.corrupt_from = offset
-        self.events.error("log_corrupt", partition=part, offset=offset, error=str(err))
+        if log:
+            self.events.error("log_corrupt", partition=part, offset=offset, error=str(err))
         if part.is_leader:
             nursery.start_soon(self._resign, part)
 

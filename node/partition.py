@@ -55,6 +55,7 @@ class Partition:
                  node_id: int = 0):
         self.topic = topic
         self.partition = partition
+        self.key = (topic, partition)
         self.log = log
         self.node_id = node_id
         self.leader_epoch = leader_epoch
@@ -69,6 +70,9 @@ class Partition:
         self.pending_isr: tuple | None = None
         self._waiters: set[trio.Event] = set()
         self._leo_waiters: set[trio.Event] = set()
+        #: followers' fetch sessions that hold this partition (node/fetch_session.py):
+        #: marked, not emptied, at every wake
+        self._sessions: set = set()
         #: first offset of data found corrupt on disk: truncated and re-fetched as follower
         self.corrupt_from: int | None = None
         #: as leader of a partition being reassigned with a throttle: (the replicas
@@ -78,6 +82,8 @@ class Partition:
         # on first use and after every truncation (so never ahead of the log); kept
         # current by leader and follower appends alike, so a new leader has it.
         self._producers: ProducerStateManager | None = None
+        #: the node's data dir health (node/disk.py); None in tools and unit tests
+        self.disk = None
 
     @property
     def high_watermark(self) -> int:
@@ -140,8 +146,9 @@ class Partition:
                 return False
         return self.maybe_increment_high_watermark(hw)
 
-    def on_follower_fetch(self, replica: int, fetch_offset: int) -> None:
-        """A follower fetched at ``fetch_offset``: it holds everything below it.
+    def on_follower_fetch(self, replica: int, fetch_offset: int, session=None) -> None:
+        """A follower fetched at ``fetch_offset`` (through ``session``, if any): it
+        holds everything below it.
 
         Raises:
             ApiError: NOT_LEADER_OR_FOLLOWER (not the leader, or ``replica`` is not a
@@ -149,7 +156,8 @@ class Partition:
         """
         if not self.is_leader or self.leader_state is None:
             raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"not the leader of {self}")
-        if not self.leader_state.on_fetch(replica, fetch_offset, self.log.log_end_offset, node_ms()):
+        if not self.leader_state.on_fetch(replica, fetch_offset, self.log.log_end_offset,
+                                          node_ms(), session):
             raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                            f"broker {replica} is not a replica of {self}")
         self.maybe_advance_hw()
@@ -193,11 +201,17 @@ class Partition:
         except CorruptRecordError as e:
             raise ApiError(ErrorCode.CORRUPT_MESSAGE, str(e)) from None
         except StorageError as e:
-            raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR, str(e)) from None
+            raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR, self._write_failed(e)) from None
+        if self.disk is not None:
+            self.disk.write_ok(self)
         if h is not None:
             self._producers.update(h.producer_id, h.producer_epoch, h.base_sequence,
                                    last - base + 1, base, h.max_timestamp)
-        self.log.maybe_flush(wall_ms())
+        try:
+            self.log.maybe_flush(wall_ms())
+        except StorageError as e:  # (flush.messages/flush.ms) appended, not yet durable
+            self.wake_leo_waiters()
+            raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR, self._write_failed(e)) from None
         self.wake_leo_waiters()
         self.maybe_advance_hw()
         return base, last
@@ -231,9 +245,28 @@ class Partition:
         except OSError:
             pass
 
+    def _write_failed(self, err: StorageError) -> str:
+        """A write of this replica failed: the message for clients (and one log line
+        per incident, see node/disk.py)."""
+        if self.disk is None:
+            return str(err)
+        return self.disk.write_failed(err, self)
+
     def append_as_follower(self, data) -> tuple[int, int]:
-        """Append the leader's batches (offsets kept); producer state follows."""
-        base, last = self.log.append_as_follower(data)
+        """Append the leader's batches (offsets kept); producer state follows.
+
+        Raises:
+            CorruptRecordError: bad CRC or overlapping offsets (nothing written).
+            StorageError: the disk write failed (nothing written; logged once per
+                incident by the data dir's health, see node/disk.py).
+        """
+        try:
+            base, last = self.log.append_as_follower(data)
+        except StorageError as e:
+            self._write_failed(e)
+            raise
+        if self.disk is not None:
+            self.disk.write_ok(self)
         if self._producers is not None:
             for _pos, h in batch_format.iter_batches(data, verify=False):
                 self._producers.apply_header(h)
@@ -261,12 +294,22 @@ class Partition:
         waiters, self._waiters = self._waiters, set()
         for ev in waiters:
             ev.set()
+        for s in self._sessions:  # (a HW move: news for followers, not worth a wake)
+            s.mark(self.key, False)
 
     def wake_leo_waiters(self) -> None:
         if self._leo_waiters:
             waiters, self._leo_waiters = self._leo_waiters, set()
             for ev in waiters:
                 ev.set()
+        for s in self._sessions:
+            s.mark(self.key, True)
+
+    def add_session(self, session) -> None:
+        self._sessions.add(session)
+
+    def remove_session(self, session) -> None:
+        self._sessions.discard(session)
 
     def add_waiter(self, ev: trio.Event, leo: bool = False) -> bool:
         waiters = self._leo_waiters if leo else self._waiters

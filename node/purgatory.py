@@ -103,6 +103,10 @@ class Purgatory:
         if self._scope is not None and op.deadline < self._scope.deadline:
             self._scope.deadline = op.deadline
 
+    def live_ops(self) -> list[Delayed]:
+        """The requests parked now (for metrics; O(parked))."""
+        return [e[2] for e in self._heap if not e[2].done]
+
     def kick(self) -> None:
         if self._kicked is not None:
             self._kicked.set()

@@ -28,6 +28,7 @@ from raftlog.metadata.state import OK
 from raftlog.protocol import BrokerRow, PartitionResult, ReassignmentRow
 
 from .config import NodeConfig
+from .metrics import LockedHistogram
 from .topics import PartitionInfo, TopicInfo
 
 #: Pause between registration attempts (bounded by broker.registration.timeout.ms).
@@ -66,6 +67,8 @@ class QuorumTopicStore:
         #: (state, (fenced ids, registered ids), {name: TopicInfo}) -- see topics
         self._cache: tuple = (None, None, {}, None)
         self._bug_ack_before_commit = "bug-ack-before-commit" in config.test_flags
+        #: seconds from proposing a metadata write here to its commit (metrics)
+        self.commit_seconds = LockedHistogram()
 
     # ------------------------------------------------------------------ reads
 
@@ -132,8 +135,10 @@ class QuorumTopicStore:
                 return self.quorum.propose(record, 0.0)
             except (NotControllerError, QuorumTimeoutError):
                 return OK
+        started = time.monotonic()
         try:
             result = self.quorum.propose(record, PROPOSE_TIMEOUT_S)
+            self.commit_seconds.observe(time.monotonic() - started)
         except NotControllerError as e:
             raise ApiError(ErrorCode.NOT_CONTROLLER, str(e)) from None
         except QuorumTimeoutError as e:

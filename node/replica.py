@@ -12,6 +12,12 @@ holds every record below ``o``. From that the leader derives
   a continuous stream is never considered lagging);
 - which out-of-sync replicas have caught up and may rejoin the ISR.
 
+A follower fetching through a fetch session (node/fetch_session.py) names a
+partition only when its offset changes; between those fetches its entry points at
+the session (anything with ``last_fetch_ms`` and ``closed``): a follower whose
+recorded LEO equals the leader's counts as caught up, and as fetching, at the
+session's last fetch -- nothing was appended since it asked, so it had everything.
+
 Nothing here changes the ISR: the leader proposes a change to the controller
 (a compare-and-set on the partition epoch) and applies it only once committed.
 Time is an argument; there is no clock inside.
@@ -30,6 +36,23 @@ class FollowerState:
     last_caught_up_ms: int = 0
     last_fetch_ms: int = 0
     last_fetch_leader_leo: int = UNKNOWN
+    #: the fetch session this follower last fetched through (None: plain fetches)
+    session: object = None
+
+    def fetched_ms(self) -> int:
+        """When this follower last fetched (through its live session, if any)."""
+        s = self.session
+        if s is not None and not s.closed and s.last_fetch_ms > self.last_fetch_ms:
+            return s.last_fetch_ms
+        return self.last_fetch_ms
+
+    def caught_up_ms(self, leader_leo: int | None) -> int:
+        """When this follower was last caught up with the leader's log end."""
+        s = self.session
+        if (s is not None and not s.closed and leader_leo is not None
+                and self.leo >= leader_leo and s.last_fetch_ms > self.last_caught_up_ms):
+            return s.last_fetch_ms
+        return self.last_caught_up_ms
 
 
 class LeaderState:
@@ -49,12 +72,15 @@ class LeaderState:
         for r in [r for r in self.followers if r not in replicas]:
             del self.followers[r]
 
-    def on_fetch(self, replica: int, fetch_offset: int, leader_leo: int, now_ms: int) -> bool:
-        """Record a follower's fetch. False if ``replica`` is not a follower of this
-        partition (the caller answers with an error)."""
+    def on_fetch(self, replica: int, fetch_offset: int, leader_leo: int, now_ms: int,
+                 session=None) -> bool:
+        """Record a follower's fetch (through ``session``, if one). False if
+        ``replica`` is not a follower of this partition (the caller answers with an
+        error)."""
         f = self.followers.get(replica)
         if f is None:
             return False
+        f.session = session
         if fetch_offset >= leader_leo:
             f.last_caught_up_ms = now_ms
         elif f.last_fetch_leader_leo != UNKNOWN and fetch_offset >= f.last_fetch_leader_leo:
@@ -76,14 +102,27 @@ class LeaderState:
             hw = min(hw, f.leo)
         return hw
 
-    def lagging(self, isr, now_ms: int, max_lag_ms: int) -> list[int]:
-        """ISR followers not caught up within ``max_lag_ms``: candidates to remove."""
+    def lagging(self, isr, now_ms: int, max_lag_ms: int,
+                leader_leo: int | None = None) -> list[int]:
+        """ISR followers not caught up within ``max_lag_ms``: candidates to remove.
+        ``leader_leo`` lets a session's fetches count (see FollowerState)."""
         out = []
         for r in isr:
             f = self.followers.get(r)
-            if r != self.leader_id and f is not None and now_ms - f.last_caught_up_ms > max_lag_ms:
+            if (r != self.leader_id and f is not None
+                    and now_ms - f.caught_up_ms(leader_leo) > max_lag_ms):
                 out.append(r)
         return out
+
+    def below_high_watermark(self, isr, high_watermark: int) -> list[int]:
+        """ISR followers whose last fetch asked for an offset below the HW: they lost
+        committed records (truncated after finding corrupt data, or lost unsynced data
+        in a power loss), so they are not in sync, however recently they fetched.
+        Candidates to remove at once (the HW never lowers; an ISR member below it
+        must not be elected)."""
+        return [r for r in isr if r != self.leader_id
+                and (f := self.followers.get(r)) is not None
+                and f.leo != UNKNOWN and f.leo < high_watermark]
 
     def caught_up(self, isr, high_watermark: int, epoch_start_offset: int, now_ms: int,
                   max_lag_ms: int) -> list[int]:
@@ -95,7 +134,7 @@ class LeaderState:
         return sorted(
             r for r, f in self.followers.items()
             if r not in isr and f.leo != UNKNOWN and f.leo >= need
-            and now_ms - f.last_fetch_ms <= max_lag_ms
+            and now_ms - f.fetched_ms() <= max_lag_ms
         )
 
 

@@ -76,6 +76,7 @@ ROUTES: dict[Api, Route] = {
     Api.UNREGISTER_BROKER: Route(Mode.QUORUM, "unregister_broker", Z.cluster(Z.ALTER)),
     Api.INIT_PRODUCER_ID: Route(Mode.AWAITS, "init_producer_id", "check_init_producer_id"),
     **{api: Route(Mode.AWAITS, "group_api", _GROUP_ACL[api]) for api in sorted(GROUP_APIS)},
+    Api.DESCRIBE_LOG_DIRS: Route(Mode.INLINE, "describe_log_dirs", Z.cluster(Z.DESCRIBE)),
     # SASL is handled by the server itself (node/authn.py) before any route is used.
     Api.SASL_HANDSHAKE: Route(Mode.INLINE, "sasl"),
     Api.SASL_AUTHENTICATE: Route(Mode.INLINE, "sasl"),

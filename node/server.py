@@ -22,12 +22,14 @@ from __future__ import annotations
 import dataclasses
 import secrets
 import socket as _stdsocket
+from time import perf_counter
 
 import trio
 
 from raftlog.errors import ApiError, ErrorCode, RemoteProtocolError
 from raftlog.listeners import Listener
 from raftlog.protocol import (
+    FETCH_SESSION_FULL,
     Api,
     BadRequest,
     FrameDecoder,
@@ -41,7 +43,9 @@ from raftlog.tls import describe_handshake_error, principal_from_cert, server_co
 from .authn import ANONYMOUS, FailureLimiter, SaslSession
 from .authz import AclCheck
 from .broker import Broker
+from .clock import node_ms
 from .config import NodeConfig
+from .fetch_session import FetchSession
 from .logfmt import EventLog
 from .outbox import Deferred, Outbox
 from .purgatory import Delayed, Purgatory
@@ -93,7 +97,7 @@ class Conn:
     """One client connection as the purgatory sees it: where a parked request's answer
     goes, and the requests parked for it (dropped when it closes)."""
 
-    __slots__ = ("sock", "out", "nursery", "parked", "guard")
+    __slots__ = ("sock", "out", "nursery", "parked", "guard", "session")
 
     def __init__(self, sock, out: Outbox, nursery, guard: Guard | None = None) -> None:
         self.sock = sock
@@ -101,17 +105,20 @@ class Conn:
         self.nursery = nursery
         self.parked: set[Delayed] = set()
         self.guard = guard
+        #: a follower's fetch session on this connection (node/fetch_session.py)
+        self.session: FetchSession | None = None
 
 
 class _Parked(Delayed):
     """A request parked for a connection: its answer fills a Deferred place."""
 
-    __slots__ = ("server", "conn", "req", "place")
+    __slots__ = ("server", "conn", "req", "place", "started")
 
     def __init__(self, server: Server, conn: Conn, req, deadline: float):
         super().__init__(server.purgatory, deadline)
         self.server, self.conn, self.req = server, conn, req
         self.place: Deferred | None = None
+        self.started = perf_counter()  # (request latency metric)
 
     def park(self) -> None:
         """Take this request's place among the connection's answers and start its timer."""
@@ -121,12 +128,14 @@ class _Parked(Delayed):
 
     def answer(self, header: dict, pieces: list) -> None:
         self.conn.parked.discard(self)
+        self.server.broker.metrics.request_done(self.req.api, perf_counter() - self.started)
         header["id"] = self.req.id
         header["error"] = 0
         self.server.send_soon(self.conn, self.place, _response_pieces(header, pieces))
 
     def fail(self, e: Exception) -> None:
         self.conn.parked.discard(self)
+        self.server.broker.metrics.request_done(self.req.api, perf_counter() - self.started, True)
         if isinstance(e, ApiError):
             frame = encode_frame(error_response(self.req.id, e.code, e.message))
         else:
@@ -149,6 +158,7 @@ class ParkedFetch(_Parked):
         broker, req = self.server.broker, self.req
         headers, pieces, total, error = broker.fetch_once(req)
         if error or total >= req.fields["min_bytes"] or expired or not self.rewatch():
+            broker.fetch_answered(req, headers, pieces, total)
             self.answer({"parts": headers}, pieces)
             return True
         return False
@@ -161,6 +171,42 @@ class ParkedFetch(_Parked):
         if any(p is None for p in parts):
             return False
         return self.watch(parts, leo=self.req.fields["replica_id"] >= 0)
+
+
+class ParkedSessionFetch(_Parked):
+    """A follower's session fetch with nothing to send yet: woken when a partition of
+    the session gets data (or changes role), answered with every row of news
+    gathered meanwhile, or when max_wait passes."""
+
+    __slots__ = ("session", "held")
+
+    def __init__(self, server, conn, req, deadline, session: FetchSession, held: list):
+        super().__init__(server, conn, req, deadline)
+        self.session, self.held = session, held
+
+    def try_complete(self, expired: bool) -> bool:
+        headers, pieces, total, error = self.server.broker.fetch_session_once(
+            self.session, self.req.fields["max_bytes"])
+        if headers:
+            fresh = {(h.topic, h.partition) for h in headers}
+            self.held = [h for h in self.held if (h.topic, h.partition) not in fresh] + headers
+        if error or total >= self.req.fields["min_bytes"] or expired:
+            _session_sent(self.session, self.held)
+            self.server.broker.metrics.replication_bytes_out += total
+            self.answer({"parts": self.held}, pieces)
+            return True
+        return False
+
+    def finish(self) -> None:
+        if self.session.waiter is self:
+            self.session.waiter = None
+        super().finish()
+
+
+def _session_sent(session: FetchSession, headers: list) -> None:
+    for h in headers:
+        if not h.error:
+            session.sent((h.topic, h.partition), h.high_watermark, h.log_start_offset)
 
 
 class ParkedProduce(_Parked):
@@ -368,6 +414,8 @@ class Server:
             if conn is not None:
                 for op in list(conn.parked):
                     op.cancel()
+                if conn.session is not None:
+                    conn.session.close()
         if failure is not None:
             raise failure
 
@@ -450,11 +498,16 @@ class Server:
             out.add(encode_frame(error_response(req.id, ErrorCode.ILLEGAL_SASL_STATE,
                                                 "this listener does not use SASL")))
             return
+        started = perf_counter()
+        metrics = self.broker.metrics
         try:
             if mode is Mode.PARKS:
+                parked = len(conn.parked)
                 answer = handler(req, conn)
-                if answer is None:
-                    return  # parked (answered later) or acks=0 (never answered)
+                if answer is None:  # parked (answered later) or acks=0 (never answered)
+                    if len(conn.parked) == parked:
+                        metrics.request_done(req.api, perf_counter() - started)
+                    return
                 header, pieces = answer
             elif mode is Mode.INLINE or (mode is Mode.QUORUM and not self.broker.cluster_mode):
                 header, pieces = handler(req)
@@ -465,14 +518,17 @@ class Server:
             else:  # QUORUM in cluster mode
                 header, pieces = await trio.to_thread.run_sync(handler, req)
         except ApiError as e:
+            metrics.request_done(req.api, perf_counter() - started, True)
             out.add(encode_frame(error_response(req.id, e.code, e.message)))
             return
         except Exception as e:  # a bug of ours: answer, log, keep serving
+            metrics.request_done(req.api, perf_counter() - started, True)
             self.events.error("handler_failed", api=req.api.name, error=repr(e))
             out.add(encode_frame(error_response(req.id, ErrorCode.UNKNOWN_SERVER_ERROR, repr(e))))
             return
         if guard is not None:
             header = self._filter(req, guard, header, hidden)
+        metrics.request_done(req.api, perf_counter() - started)
         header["id"] = req.id
         header["error"] = 0
         for p in _response_pieces(header, pieces):
@@ -598,14 +654,48 @@ class Server:
 
     def fetch(self, req, conn: Conn):
         """(header, pieces) answered now, or None: parked in the purgatory."""
+        if req.fields["session"]:
+            return self._session_fetch(req, conn)
         if req.fields["replica_id"] >= 0:
             self.broker.on_replica_fetch(req)
         headers, pieces, total, error = self.broker.fetch_once(req)
         if error or total >= req.fields["min_bytes"] or req.fields["max_wait_ms"] == 0:
+            self.broker.fetch_answered(req, headers, pieces, total)
             return {"parts": headers}, pieces
         op = ParkedFetch(self, conn, req, trio.current_time() + req.fields["max_wait_ms"] / 1000)
         if not op.rewatch():  # a partition is gone or has no room for waiters: answer now
             op.cancel()
+            self.broker.fetch_answered(req, headers, pieces, total)
             return {"parts": headers}, pieces
+        op.park()
+        return None
+
+    def _session_fetch(self, req, conn: Conn):
+        """A follower's fetch through its session on this connection (full: a new one)."""
+        f = req.fields
+        replica = f["replica_id"]
+        if replica < 0:
+            raise ApiError(ErrorCode.INVALID_REQUEST, "fetch sessions are for replicas")
+        session = conn.session
+        if f["session"] == FETCH_SESSION_FULL:
+            if session is not None:
+                session.close()
+            session = conn.session = FetchSession(replica)
+        elif session is None or session.replica != replica:
+            raise ApiError(ErrorCode.INVALID_REQUEST,
+                           "no fetch session on this connection: send a full fetch")
+        if session.waiter is not None:  # one fetch of a session at a time
+            raise ApiError(ErrorCode.INVALID_REQUEST, "a fetch of this session is parked")
+        session.update(f["parts"], f["forgotten"], self.broker.partitions.get)
+        session.last_fetch_ms = node_ms()
+        self.broker.on_replica_fetch(req, session)
+        headers, pieces, total, error = self.broker.fetch_session_once(session, f["max_bytes"])
+        if error or total >= f["min_bytes"] or f["max_wait_ms"] == 0:
+            _session_sent(session, headers)
+            self.broker.metrics.replication_bytes_out += total
+            return {"parts": headers}, pieces
+        op = ParkedSessionFetch(self, conn, req, trio.current_time() + f["max_wait_ms"] / 1000,
+                                session, headers)
+        session.waiter = op
         op.park()
         return None

@@ -84,7 +84,7 @@ def _replace(path: str, data: bytes, durable: bool) -> None:
             os.unlink(tmp)
         except OSError:
             pass
-        raise StorageError(f"cannot write {path}: {e}") from e
+        raise StorageError(f"cannot write {path}: {e}", e.errno) from e
 
 
 @dataclass

@@ -30,7 +30,15 @@ class CorruptRecordError(RaftlogError):
 
 
 class StorageError(RaftlogError):
-    """The log could not complete an operation on disk (full disk, I/O error)."""
+    """The log could not complete an operation on disk (full disk, I/O error).
+
+    ``errno`` is the operating system's error number when there was one (``ENOSPC``,
+    ``EFBIG``, ``EIO`` ...), so a node can say *why* in one line without parsing.
+    """
+
+    def __init__(self, message: str, errno: int | None = None):
+        super().__init__(message)
+        self.errno = errno
 
 
 class OffsetOutOfRangeError(RaftlogError):

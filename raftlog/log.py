@@ -100,7 +100,7 @@ class PartitionLog:
             os.makedirs(path, exist_ok=True)
             log._load()
         except OSError as e:
-            raise StorageError(f"cannot open log {path}: {e}") from e
+            raise StorageError(f"cannot open log {path}: {e}", e.errno) from e
         return log
 
     def _load(self) -> None:
@@ -483,7 +483,7 @@ class PartitionLog:
                 for seg in dirty:
                     seg.dirty = True
                 self._dir_dirty = self._dir_dirty or dir_dirty
-            raise StorageError(f"fsync of {self.path} failed: {e}") from e
+            raise StorageError(f"fsync of {self.path} failed: {e}", e.errno) from e
         with self._lock:
             if truncations == self._truncations:
                 self.recovery_point = max(self.recovery_point, min(leo, self.log_end_offset))

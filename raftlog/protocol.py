@@ -64,6 +64,7 @@ class Api(enum.IntEnum):
     ALTER_PARTITION_REASSIGNMENTS = 30
     LIST_PARTITION_REASSIGNMENTS = 31
     UNREGISTER_BROKER = 32
+    DESCRIBE_LOG_DIRS = 35  # (Kafka's key)
     # Security (issue 19): SASL before any other API on a SASL listener, then admin.
     SASL_HANDSHAKE = 40
     SASL_AUTHENTICATE = 41
@@ -206,6 +207,20 @@ def _bool(v):
     return v
 
 
+def _one_of(*allowed):
+    def check(v):
+        if type(v) is not int or v not in allowed:
+            raise ValueError(f"must be one of {list(allowed)}")
+        return v
+
+    return check
+
+
+#: FETCH ``session`` values
+FETCH_SESSION_FULL = 1
+FETCH_SESSION_INCREMENTAL = 2
+
+
 def _opt(f):
     def check(v):
         return None if v is None else f(v)
@@ -345,6 +360,12 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "min_bytes": (_nonneg, 1),
         "max_bytes": (_nonneg, 50 * 1024 * 1024),
         "parts": (_list(_FETCH_PART, 10_000), REQUIRED),
+        # A follower's fetch session (KIP-227's idea, one per connection): 0 none,
+        # FETCH_SESSION_FULL starts one with ``parts``, FETCH_SESSION_INCREMENTAL
+        # names only what changed (``parts`` upserted, ``forgotten`` dropped) and the
+        # answer holds only partitions with news. See node/fetch_session.py.
+        "session": (_one_of(0, FETCH_SESSION_FULL, FETCH_SESSION_INCREMENTAL), 0),
+        "forgotten": (_list(_tuple(_TOPIC, _nonneg), 10_000), []),
     },
     Api.LIST_OFFSETS: {"parts": (_list(_LIST_PART, 10_000), REQUIRED)},
     Api.METADATA: {
@@ -393,6 +414,8 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     },
     Api.LIST_PARTITION_REASSIGNMENTS: {"parts": (_opt(_list(_tuple(_TOPIC, _nonneg))), None)},
     Api.UNREGISTER_BROKER: {"broker_id": (_nonneg, REQUIRED), "timeout_ms": (_nonneg, 30_000)},
+    # topics: only these (None: every partition the node hosts)
+    Api.DESCRIBE_LOG_DIRS: {"topics": (_opt(_list(_TOPIC, 10_000)), None)},
     Api.INIT_PRODUCER_ID: {"timeout_ms": (_nonneg, 30_000)},
     Api.FIND_COORDINATOR: {"key": (_str, REQUIRED)},
     Api.JOIN_GROUP: {
@@ -515,6 +538,22 @@ class ReassignmentRow(NamedTuple):
     isr: tuple
     leader: int
     throttle: int  # bytes/s for the replicas being added, 0 = none
+
+
+class LogDirPartition(NamedTuple):
+    """DESCRIBE_LOG_DIRS ``partitions``: one replica hosted by the answering node."""
+
+    topic: str
+    partition: int
+    size_bytes: int  # the segments' bytes on disk
+    segments: int
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    leader: int  # as this node knows it; == the node's id when it leads
+    leader_epoch: int
+    #: as leader: [[follower id, its log end offset as last fetched (-1: unknown)], ...]
+    followers: list = []
 
 
 class BrokerRow(NamedTuple):
@@ -671,6 +710,7 @@ RESPONSE_PARTS: dict[Api, dict[str, Callable[[Any], Any]]] = {
     Api.ELECT_LEADERS: {"results": _rows_of(PartitionResult)},
     Api.ALTER_PARTITION_REASSIGNMENTS: {"results": _rows_of(PartitionResult)},
     Api.LIST_PARTITION_REASSIGNMENTS: {"reassignments": _rows_of(ReassignmentRow)},
+    Api.DESCRIBE_LOG_DIRS: {"partitions": _rows_of(LogDirPartition)},
     Api.JOIN_GROUP: {"members": _rows_of(JoinMember)},
     Api.OFFSET_COMMIT: {"parts": _rows_of(PartitionResult)},
     Api.OFFSET_FETCH: {"parts": _rows_of(CommittedOffsetRow)},

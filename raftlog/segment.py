@@ -144,7 +144,7 @@ class LogSegment:
             self.file = SegmentFile(self.path)
             self.size = os.fstat(self.file.fd).st_size
         except OSError as e:
-            raise StorageError(f"cannot open segment {self.path}: {e}") from e
+            raise StorageError(f"cannot open segment {self.path}: {e}", e.errno) from e
         self.index = OffsetIndex()
         self.time_index = TimeIndex()
         self.next_offset = base_offset
@@ -201,7 +201,7 @@ class LogSegment:
                 written += n
         except OSError as e:
             self._cut_back(start)
-            raise StorageError(f"append to {self.path} failed: {e}") from e
+            raise StorageError(f"append to {self.path} failed: {e}", e.errno) from e
         for pos, h in headers:
             self._index_batch(start + pos, h)
         self.tail = (start, data) if len(data) <= TAIL_CACHE_MAX_BYTES else None
@@ -324,7 +324,7 @@ class LogSegment:
                 os.ftruncate(self.file.fd, valid)
                 os.fsync(self.file.fd)
             except OSError as e:
-                raise StorageError(f"cannot truncate {self.path} to {valid}: {e}") from e
+                raise StorageError(f"cannot truncate {self.path} to {valid}: {e}", e.errno) from e
             self.size = valid
             self.generation += 1
         self.verified_position = valid
@@ -509,7 +509,7 @@ class LogSegment:
         try:
             os.ftruncate(self.file.fd, position)
         except OSError as e:
-            raise StorageError(f"cannot truncate {self.path}: {e}") from e
+            raise StorageError(f"cannot truncate {self.path}: {e}", e.errno) from e
         self.size = position
         self.generation += 1
         self.index.truncate_to_position(position)
@@ -567,7 +567,7 @@ class LogSegment:
         try:
             os.fsync(self.file.fd)
         except OSError as e:
-            raise StorageError(f"flush of {self.path} failed: {e}") from e
+            raise StorageError(f"flush of {self.path} failed: {e}", e.errno) from e
         self.dirty = False
         self.write_indexes(sync=True)
 

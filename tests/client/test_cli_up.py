@@ -12,10 +12,10 @@ import pytest
 
 from raftlog.client import Admin, Producer
 
-from ..conftest import free_port, wait_for_port
+from ..conftest import free_port, free_ports, wait_for_port
 
 
-def _up(data_dir: str, port: int) -> subprocess.Popen:
+def _up(data_dir: str, port: int, *more: str) -> subprocess.Popen:
     return subprocess.Popen(
         [
             sys.executable,
@@ -26,6 +26,7 @@ def _up(data_dir: str, port: int) -> subprocess.Popen:
             data_dir,
             "--port",
             str(port),
+            *more,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -54,6 +55,22 @@ def test_up_serves_writes_pid_and_stops_cleanly(tmp_path):
         assert Admin(f"127.0.0.1:{port}").list_topics() == ["demo"]
     finally:
         proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+    assert proc.returncode == 0
+
+
+def test_up_with_metrics_port_serves_prometheus_text(tmp_path):
+    import urllib.request
+
+    port, metrics_port = free_ports(2)
+    proc = _up(str(tmp_path / "data"), port, "--metrics-port", str(metrics_port))
+    try:
+        assert proc.stdout.readline().startswith(b"raftlog is up")
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        assert 'raftlog_node_info{node_id="1"' in text and "raftlog_controller_active 1" in text
+    finally:
+        proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
     assert proc.returncode == 0
 

@@ -140,3 +140,30 @@ def test_batches_go_to_each_partition_leader(fake):
         p.send("t", b"one", partition=1).result(10)
     assert a.appended == [("t", 0, [b"zero"])]
     assert b.appended == [("t", 1, [b"one"])]
+
+
+def test_delivery_timeout_names_the_last_error(fake):
+    node = fake(produce_error=lambda t, p, attempt: ErrorCode.NOT_ENOUGH_REPLICAS)
+    with Producer(node.bootstrap, acks="all", delivery_timeout_ms=300, retry_backoff_ms=20) as p:
+        f = p.send("t", b"v", partition=0)
+        with pytest.raises(DeliveryTimeoutError, match="last error: NOT_ENOUGH_REPLICAS") as e:
+            f.result(10)
+    assert isinstance(e.value.last_error, ApiError)
+    assert e.value.last_error.code == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert node.attempts[("t", 0)] >= 2
+
+
+def test_storage_error_fails_the_future_after_a_few_retries_not_the_delivery_timeout(fake):
+    from raftlog.client import KafkaStorageError
+    from raftlog.client.producer import STORAGE_ERROR_RETRIES
+
+    node = fake(produce_error=lambda t, p, attempt: ErrorCode.KAFKA_STORAGE_ERROR)
+    with Producer(node.bootstrap, acks="all", retry_backoff_ms=5) as p:  # default: 120 s
+        f = p.send("t", b"v", partition=0)
+        with pytest.raises(KafkaStorageError) as e:
+            f.result(10)
+        assert e.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+        assert node.attempts[("t", 0)] == STORAGE_ERROR_RETRIES + 1
+        # the disk is back: a later send goes through
+        node.produce_error = lambda t, p, attempt: ErrorCode.NONE
+        assert p.send("t", b"w", partition=0).result(10).offset == 0

@@ -80,3 +80,15 @@ def test_hw_never_exceeds_any_isr_members_leo(fetches):
         assert hw == UNKNOWN
     else:
         assert hw == min(leo, *seen.values())
+
+
+def test_an_isr_follower_fetching_below_the_hw_is_not_in_sync():
+    s = LeaderState(1, (1, 2, 3), now_ms=0)
+    for r in (2, 3):
+        s.on_fetch(r, 10, leader_leo=10, now_ms=1)
+    hw = s.high_watermark(10, (1, 2, 3))
+    assert hw == 10 and s.below_high_watermark((1, 2, 3), hw) == []
+    s.on_fetch(3, 4, leader_leo=10, now_ms=2)  # truncated (repair of a corrupt segment)
+    assert s.below_high_watermark((1, 2, 3), hw) == [3]
+    assert s.lagging((1, 2, 3), now_ms=3, max_lag_ms=LAG) == []  # fetching, yet behind
+    assert s.below_high_watermark((1, 2), hw) == []  # out of the ISR already
