@@ -50,7 +50,7 @@ class Cluster:
         argv = node_command(node_id=i, port=self.ports[i],
                             data_dir=os.path.join(self.dir, f"node-{i}"),
                             overrides={"controller.quorum.voters": self.voters,
-                                       "raft.password": "bench"})
+                                       "raft.password": "bench-password-0123456789"})
         self.procs[i] = spawn(argv, os.path.join(self.dir, f"node-{i}.log"))
         if not wait_listening("127.0.0.1", self.ports[i], 20, self.procs[i]):
             raise SystemExit(f"node {i} did not start; see {self.dir}/node-{i}.log")

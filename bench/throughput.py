@@ -74,7 +74,7 @@ def start_cluster(n: int) -> tuple[list, str, str]:
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "raftlog.node", "--node-id", str(i), "--port", str(ports[i - 1]),
              "--data-dir", os.path.join(d, f"node-{i}"),
-             "--set", f"controller.quorum.voters={voters}", "--set", "raft.password=bench"],
+             "--set", f"controller.quorum.voters={voters}", "--set", "raft.password=bench-password-0123456789"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     bootstrap = ",".join(f"127.0.0.1:{p}" for p in ports[:n])
     deadline = time.monotonic() + 60

@@ -21,6 +21,7 @@ from .assignors import assignment_from_wire
 from .conn import BrokerConnection, Cluster
 from .errors import BrokerNotAvailableError, GroupNotEmptyError, api_error
 from .offsets import list_offsets, list_offsets_strict
+from .security import ClientSecurity
 from .types import TopicPartition
 
 #: Tries of a read-only admin request when the node it went to is gone.
@@ -296,10 +297,13 @@ class Admin:
     """Administrative operations; each call is synchronous and raises ApiError subclasses."""
 
     def __init__(
-        self, bootstrap_servers: str = "127.0.0.1:9092", *, request_timeout_ms: int = 30_000
+        self, bootstrap_servers: str = "127.0.0.1:9092", *, request_timeout_ms: int = 30_000,
+        **security_options,
     ):
+        """``security_options``: kafka-python's names (see client/security.py)."""
         self.timeout_s = request_timeout_ms / 1000
-        self._cluster = Cluster(bootstrap_servers, self.timeout_s)
+        self.security = ClientSecurity.from_options(**security_options)
+        self._cluster = Cluster(bootstrap_servers, self.timeout_s, security=self.security)
         #: group id -> (node_id, host, port) of its coordinator, as last found
         self._coordinators: dict[str, tuple[int, str, int]] = {}
         #: (host, port) -> connection, for coordinators and LIST_GROUPS to every broker
@@ -661,7 +665,7 @@ class Admin:
     def _node_connection(self, host: str, port: int, node_id: int | None = None) -> BrokerConnection:
         conn = self._node_conns.get((host, port))
         if conn is None or conn.closed:
-            conn = BrokerConnection(host, port, self.timeout_s, node_id)
+            conn = BrokerConnection(host, port, self.timeout_s, node_id, security=self.security)
             self._node_conns[(host, port)] = conn
         return conn
 
@@ -743,6 +747,54 @@ class Admin:
         return {tp: r[0] for tp, r in list_offsets_strict(
             self._cluster, wanted, self.timeout_s, rounds=LIST_OFFSETS_ATTEMPTS,
             backoff_s=READ_BACKOFF_S).items()}
+
+    # ------------------------------------------------------------------ security
+
+    def create_user(self, user: str, password: str, mechanism: str = "SCRAM-SHA-256", *,
+                    iterations: int = 8192) -> None:
+        """Set ``user``'s SCRAM credential for ``mechanism`` (replacing any). The salted
+        keys are derived here: the password never leaves this process."""
+        from raftlog import scram
+
+        c = scram.derive_credential(mechanism, password, iterations=iterations)
+        self._alter_users([[user, mechanism, c.salt, c.iterations, c.stored_key,
+                            c.server_key]], [])
+
+    def delete_user(self, user: str, mechanism: str = "SCRAM-SHA-256") -> None:
+        """Remove ``user``'s credential for ``mechanism``; ApiError RESOURCE_NOT_FOUND if none."""
+        self._alter_users([], [[user, mechanism]])
+
+    def _alter_users(self, upsertions: list, deletions: list) -> None:
+        h = self._call(Api.ALTER_USER_SCRAM_CREDENTIALS, {
+            "upsertions": upsertions, "deletions": deletions,
+            "timeout_ms": int(self.timeout_s * 1000)})
+        for r in h["results"]:
+            if r.error:
+                raise api_error(r.error, r.message)
+
+    def describe_users(self, users: list[str] | None = None) -> dict[str, list[tuple]]:
+        """{user: [(mechanism, iterations), ...]} (never a key or salt)."""
+        h = self._call(Api.DESCRIBE_USER_SCRAM_CREDENTIALS, {"users": users})
+        return {u: [tuple(m) for m in mechs] for u, mechs in h["users"]}
+
+    def create_acls(self, bindings) -> int:
+        """Add ACL bindings: raftlog.acl.AclBinding objects or six-field tuples
+        (principal, resource type, name, pattern type, operation, permission).
+        Returns how many were new."""
+        rows = [list(b.as_tuple()) if hasattr(b, "as_tuple") else list(b) for b in bindings]
+        h = self._call(Api.CREATE_ACLS, {"acls": rows, "timeout_ms": int(self.timeout_s * 1000)})
+        return h.get("created") or 0
+
+    def describe_acls(self, **acl_filter) -> list[tuple]:
+        """Bindings matching the filter (principal=, resource_type=, resource_name=,
+        pattern_type=, operation=, permission=; left out = any), as six-field tuples."""
+        h = self._call(Api.DESCRIBE_ACLS, acl_filter)
+        return [tuple(b) for b in h["acls"]]
+
+    def delete_acls(self, **acl_filter) -> list[tuple]:
+        """Delete the bindings matching the filter (as describe_acls); returns them."""
+        h = self._call(Api.DELETE_ACLS, {**acl_filter, "timeout_ms": int(self.timeout_s * 1000)})
+        return [tuple(b) for b in h["deleted"]]
 
     def close(self) -> None:
         self._cluster.close()

@@ -16,6 +16,8 @@ import time
 from raftlog import localnode
 from raftlog.errors import ErrorCode, RaftlogError
 
+from .security import security_kwargs
+
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
@@ -170,7 +172,7 @@ def cmd_node(args) -> int:
 def _admin(args):
     from .admin import Admin
 
-    return Admin(args.bootstrap_server)
+    return Admin(args.bootstrap_server, **security_kwargs(args))
 
 
 def _parse_kv(items: list[str], what: str) -> dict:
@@ -445,7 +447,8 @@ def cmd_produce(args) -> int:
 
     sep = args.key_separator.encode() if args.key_separator else None
     n = 0
-    with Producer(args.bootstrap_server, acks=args.acks, linger_ms=5) as p:
+    with Producer(args.bootstrap_server, acks=args.acks, linger_ms=5,
+                  **security_kwargs(args)) as p:
         futures = []
         for line in sys.stdin.buffer:
             line = line.rstrip(b"\r\n")
@@ -466,7 +469,8 @@ def cmd_consume(args) -> int:
     from .types import TopicPartition
 
     c = Consumer(
-        args.bootstrap_server, auto_offset_reset="earliest" if args.from_beginning else "latest"
+        args.bootstrap_server, auto_offset_reset="earliest" if args.from_beginning else "latest",
+        **security_kwargs(args),
     )
     try:
         parts = (
@@ -557,7 +561,8 @@ def perf_produce(args) -> int:
     start = time.perf_counter()
     last_report = start
     with Producer(
-        args.bootstrap_server, acks=args.acks, linger_ms=args.linger_ms, batch_size=args.batch_size
+        args.bootstrap_server, acks=args.acks, linger_ms=args.linger_ms, batch_size=args.batch_size,
+        **security_kwargs(args),
     ) as p:
         interval = 1.0 / args.throughput if args.throughput > 0 else 0
         # a callback per record costs ~1 us: sample every record only when rate-capped
@@ -593,7 +598,7 @@ def perf_consume(args) -> int:
     from .consumer import Consumer
     from .types import TopicPartition
 
-    c = Consumer(args.bootstrap_server, auto_offset_reset="earliest")
+    c = Consumer(args.bootstrap_server, auto_offset_reset="earliest", **security_kwargs(args))
     try:
         parts = sorted(c.partitions_for_topic(args.topic))
         c.assign([TopicPartition(args.topic, p) for p in parts])
@@ -677,6 +682,11 @@ def build_parser() -> argparse.ArgumentParser:
             default=DEFAULT_BOOTSTRAP,
             help=f"host:port (default {DEFAULT_BOOTSTRAP})",
         )
+        sp.add_argument(
+            "--command-config", metavar="FILE",
+            help="client security settings (security.protocol, ssl.truststore.location, "
+                 "sasl.mechanism, sasl.username, sasl.password, ...), as Kafka's tools",
+        )
         return sp
 
     topics = with_bootstrap(sub.add_parser("topics", help="create, list, describe, delete topics"))
@@ -712,6 +722,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .cli_reassign import add_parsers as _reassign_parsers
 
     _reassign_parsers(sub, with_bootstrap)
+    from .cli_security import add_parsers as _security_parsers
+
+    _security_parsers(sub, with_bootstrap)
 
     from .cli_ops import add_parsers as _ops_parsers
 

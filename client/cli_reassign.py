@@ -9,6 +9,7 @@ import time
 from raftlog.errors import ErrorCode
 
 from .reassign import PlanError, decommission, generate, parse_plan, plan_json, progress
+from .security import security_kwargs
 
 #: How often a waiting command asks for the reassignments in progress.
 POLL_S = 0.5
@@ -85,7 +86,7 @@ def cmd_partitions(args) -> int:
     from .admin import Admin
 
     try:
-        with Admin(args.bootstrap_server) as admin:
+        with Admin(args.bootstrap_server, **security_kwargs(args)) as admin:
             if args.generate:
                 if not args.brokers:
                     raise PlanError("--generate needs --brokers 1,2,3")
@@ -138,7 +139,7 @@ def cmd_decommission(args) -> int:
         print("raftlog cluster decommission: --node N is required", file=sys.stderr)
         return 2
     try:
-        with Admin(args.bootstrap_server) as admin:
+        with Admin(args.bootstrap_server, **security_kwargs(args)) as admin:
             brokers = _brokers(admin)
             if node not in brokers:
                 raise PlanError(f"broker {node} is not registered (brokers: {brokers})")

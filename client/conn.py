@@ -48,7 +48,14 @@ def parse_servers(servers: str | list[str]) -> list[tuple[str, int]]:
 class BrokerConnection:
     """One blocking connection; pipelined requests, in-order responses."""
 
-    def __init__(self, host: str, port: int, timeout_s: float = 30.0, node_id: int | None = None):
+    def __init__(self, host: str, port: int, timeout_s: float = 30.0, node_id: int | None = None,
+                 security=None):
+        """``security``: a client.security.ClientSecurity (TLS and SASL), or None.
+
+        Raises:
+            BrokerNotAvailableError: the node cannot be reached.
+            AuthenticationError: TLS or SASL failed (client/security.py).
+        """
         self.host, self.port, self.node_id = host, port, node_id
         try:
             self.sock = socket.create_connection((host, port), timeout=timeout_s)
@@ -62,6 +69,20 @@ class BrokerConnection:
         # receive into one reusable buffer and copy out only what arrived.
         self._rbuf = bytearray(RECV_BYTES)
         self._rview = memoryview(self._rbuf)
+        self._tls = False
+        if security is not None:
+            self._secure(security, timeout_s)
+
+    def _secure(self, security, timeout_s: float) -> None:
+        try:
+            self.sock = security.wrap(self.sock, self.host)
+            self._tls = security.tls
+            if security.sasl:
+                security.authenticate(
+                    lambda api, fields: self.request(api, fields, timeout_s=timeout_s).header)
+        except BaseException:
+            self.close()
+            raise
 
     def __repr__(self) -> str:
         return f"BrokerConnection({self.host}:{self.port}, node={self.node_id})"
@@ -111,6 +132,12 @@ class BrokerConnection:
                 f"connection to {self.host}:{self.port} closed by the node"
             )
         self.proto.receive_data(self._rview[:n])
+        # TLS: plaintext OpenSSL already decrypted is invisible to select(): take it now
+        while self._tls and self.sock.pending():
+            n = self.sock.recv_into(self._rbuf)
+            if not n:
+                break
+            self.proto.receive_data(self._rview[:n])
 
     def poll_response(self) -> Frame | None:
         """A response already received, or None (never blocks)."""
@@ -158,11 +185,13 @@ class Cluster:
         *,
         metadata_attempts: int = MAX_METADATA_ATTEMPTS,
         unknown_topic_wait_s: float = UNKNOWN_TOPIC_WAIT_S,
+        security=None,
     ):
         """``metadata_attempts`` and ``unknown_topic_wait_s`` bound how long one lookup
         blocks; a background I/O thread with its own retry loop sets them to 1 and 0."""
         self.bootstrap = parse_servers(bootstrap_servers)
         self.timeout_s = timeout_s
+        self.security = security  # client/security.py ClientSecurity or None
         self.metadata_attempts = metadata_attempts
         self.unknown_topic_wait_s = unknown_topic_wait_s
         self.brokers: dict[int, tuple[str, int]] = {}
@@ -191,7 +220,8 @@ class Cluster:
         for host, port in ([a for a in addresses if a not in avoid]
                            + [a for a in addresses if a in avoid]):
             try:
-                self._bootstrap_conn = BrokerConnection(host, port, self.timeout_s)
+                self._bootstrap_conn = BrokerConnection(host, port, self.timeout_s,
+                                                        security=self.security)
                 return self._bootstrap_conn
             except BrokerNotAvailableError as e:
                 errors.append(str(e))
@@ -209,7 +239,8 @@ class Cluster:
         addr = self.brokers.get(broker_id)
         if addr is None:
             raise BrokerNotAvailableError(f"broker {broker_id} is not in the cluster metadata")
-        conn = BrokerConnection(addr[0], addr[1], self.timeout_s, broker_id)
+        conn = BrokerConnection(addr[0], addr[1], self.timeout_s, broker_id,
+                                security=self.security)
         self._conns[broker_id] = conn
         return conn
 

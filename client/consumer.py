@@ -34,6 +34,7 @@ from .errors import (
     api_error,
 )
 from .offsets import list_offsets_strict, requests_by_leader
+from .security import ClientSecurity
 from .types import OffsetAndTimestamp, TopicPartition
 
 #: Record lists buffered ahead of poll() at most.
@@ -92,6 +93,7 @@ class Consumer:
         group_instance_id: str | None = None,
         client_id: str = "raftlog-consumer",
         heartbeat_interval_ms: int | None = None,
+        **security_options,
     ):
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise ValueError(
@@ -125,8 +127,11 @@ class Consumer:
         self.max_partition_fetch_bytes = max_partition_fetch_bytes
         self.fetch_max_bytes = fetch_max_bytes
         self.request_timeout_s = request_timeout_ms / 1000
+        #: TLS/SASL (kafka-python's option names; see client/security.py)
+        self.security = ClientSecurity.from_options(**security_options)
         self._cluster = Cluster(
-            bootstrap_servers, self.request_timeout_s + fetch_max_wait_ms / 1000
+            bootstrap_servers, self.request_timeout_s + fetch_max_wait_ms / 1000,
+            security=self.security,
         )
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
@@ -542,6 +547,10 @@ class _GroupSide:
         return self._c._cluster.bootstrap
 
     @property
+    def security(self):
+        return self._c.security
+
+    @property
     def auto_commit(self) -> bool:
         return self._c.enable_auto_commit
 
@@ -573,9 +582,11 @@ class _Fetcher:
             consumer._cluster.timeout_s,
             metadata_attempts=1,
             unknown_topic_wait_s=0,
+            security=consumer.security,
         )
         # ListOffsets for out-of-range resets on connections with no fetch in flight
-        self.offsets_cluster = Cluster(consumer._cluster.bootstrap, consumer.request_timeout_s)
+        self.offsets_cluster = Cluster(consumer._cluster.bootstrap, consumer.request_timeout_s,
+                                       security=consumer.security)
         self.sel = selectors.DefaultSelector()
         #: leader id -> (conn, generation, partitions, positions, sent_at)
         self.in_flight: dict[int, tuple] = {}

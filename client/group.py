@@ -114,7 +114,9 @@ class GroupMember:
         self._closed = False
         self._thread: threading.Thread | None = None
         # Its own connections: a Cluster is not shared between threads.
-        self._cluster = Cluster(consumer.bootstrap, request_timeout_s)
+        self._cluster = Cluster(consumer.bootstrap, request_timeout_s,
+                                security=consumer.security)
+        self._security = consumer.security
         self._partition_counts: dict[str, int] = {}
         self._next_metadata_check = 0.0
         self.error: BaseException | None = None
@@ -250,7 +252,7 @@ class GroupMember:
             raise
         try:
             self._conn = BrokerConnection(h["host"], h["port"], self.request_timeout_s,
-                                          node_id=h["node_id"])
+                                          node_id=h["node_id"], security=self._security)
         except BrokerNotAvailableError as e:
             raise _CoordinatorGone(str(e)) from None
         return self._conn

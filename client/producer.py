@@ -37,6 +37,7 @@ from .errors import (
 )
 from .future import RecordFuture
 from .partitioner import StickyPartitioner, partition_for_key
+from .security import ClientSecurity
 
 #: In-flight requests per connection at most with idempotence (what the nodes retain).
 MAX_IN_FLIGHT_IDEMPOTENT = BATCHES_RETAINED
@@ -118,7 +119,12 @@ class Producer:
         buffer_memory: int = 32 * 1024 * 1024,
         max_block_ms: int = 60_000,
         client_id: str = "raftlog-producer",
+        **security_options,
     ):
+        """``security_options``: kafka-python's security_protocol, ssl_cafile,
+        ssl_certfile, ssl_keyfile, ssl_password, ssl_check_hostname, sasl_mechanism,
+        sasl_plain_username, sasl_plain_password (see client/security.py)."""
+        self.security = ClientSecurity.from_options(**security_options)
         self.acks = _acks(acks)
         if enable_idempotence is None:
             enable_idempotence = self.acks == -1
@@ -146,13 +152,14 @@ class Producer:
         self.client_id = client_id
 
         self._meta = Cluster(
-            bootstrap_servers, self.request_timeout_s
+            bootstrap_servers, self.request_timeout_s, security=self.security
         )  # caller threads (under _meta_lock)
         self._meta_lock = threading.Lock()
         self._partition_counts: dict[str, int] = {}
         # I/O thread only; never blocks it for long: its own loop retries with backoff
         self._io_cluster = Cluster(
-            bootstrap_servers, self.request_timeout_s, metadata_attempts=1, unknown_topic_wait_s=0
+            bootstrap_servers, self.request_timeout_s, metadata_attempts=1, unknown_topic_wait_s=0,
+            security=self.security,
         )
         self._sticky = StickyPartitioner()
 
@@ -563,7 +570,8 @@ class _ProducerIO:
         last: Exception | None = None
         for host, port in addrs:
             try:
-                conn = BrokerConnection(host, port, self.p.request_timeout_s)
+                conn = BrokerConnection(host, port, self.p.request_timeout_s,
+                                        security=self.p.security)
             except BrokerNotAvailableError as e:
                 last = e
                 continue

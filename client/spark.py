@@ -190,6 +190,7 @@ def read_range(opts: ReadOptions, rng: OffsetRange, schema: StructType) -> Itera
     tp = TopicPartition(rng.topic, rng.partition)
     config = {"max_partition_fetch_bytes": FETCH_PARTITION_BYTES_DEFAULT, "fetch_max_wait_ms": 100}
     config.update(dict(opts.consumer_config))
+    config.update(dict(opts.security))
     consumer = Consumer(
         opts.bootstrap_servers, auto_offset_reset="none", client_id="raftlog-spark", **config
     )
@@ -323,6 +324,7 @@ def write_batches(opts: WriteOptions, batches: Iterable) -> WriteCommit:
 
     config = {"acks": "all", "enable_idempotence": True, "linger_ms": 5}
     config.update(dict(opts.producer_config))
+    config.update(dict(opts.security))
     producer = Producer(opts.bootstrap_servers, client_id="raftlog-spark", **config)
     futures: list = []
     commit = WriteCommit()
@@ -424,7 +426,7 @@ class RaftlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[TP, int] | None = None  # availableNow: never read past it
 
     def initialOffset(self) -> dict:
-        log = _Log(self.opts.bootstrap_servers)
+        log = _Log(self.opts.bootstrap_servers, self.opts.security)
         try:
             tps = log.resolve(self.opts.subscription)
             earliest, latest = log.earliest(tps), log.latest(tps)
@@ -441,7 +443,7 @@ class RaftlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offsets_to_json(start)
 
     def _latest(self) -> dict[TP, int]:
-        log = _Log(self.opts.bootstrap_servers)
+        log = _Log(self.opts.bootstrap_servers, self.opts.security)
         try:
             return log.latest(log.resolve(self.opts.subscription))
         finally:
@@ -477,7 +479,7 @@ class RaftlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         begin, until = offsets_from_json(start), offsets_from_json(end)
-        log = _Log(self.opts.bootstrap_servers)
+        log = _Log(self.opts.bootstrap_servers, self.opts.security)
         try:
             earliest = log.earliest(sorted(until))
         finally:

@@ -120,6 +120,9 @@ class ReadOptions:
     starting_timestamp_strategy: str = "error"  # "error" | "latest"
     poll_timeout_ms: int = POLL_TIMEOUT_MS_DEFAULT
     consumer_config: tuple[tuple[str, int], ...] = ()
+    #: TLS/SASL client options from kafka.security.protocol, kafka.sasl.* ... (see
+    #: client/security.py), for every client the source opens
+    security: tuple[tuple[str, object], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,7 @@ class WriteOptions:
     bootstrap_servers: str
     topic: str | None = None
     producer_config: tuple[tuple[str, object], ...] = ()
+    security: tuple[tuple[str, object], ...] = ()
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -146,6 +150,19 @@ def _bootstrap(opts: dict[str, str]) -> str:
         if not sep or not host or not port.isdigit():
             raise RaftlogOptionError(f"option 'bootstrap.servers': {hp.strip()!r} is not host:port")
     return servers.strip()
+
+
+def _security(opts: dict[str, str]) -> tuple:
+    """Client security options from Kafka's property names, with or without the
+    ``kafka.`` prefix (``kafka.security.protocol``, ``kafka.sasl.mechanism``, ...)."""
+    from .security import option_from_property
+
+    out = {}
+    for key, value in opts.items():
+        item = option_from_property(key[6:] if key.startswith("kafka.") else key, value)
+        if item is not None:
+            out[item[0]] = item[1]
+    return tuple(sorted(out.items()))
 
 
 def _bool(opts: dict, name: str, default: bool) -> bool:
@@ -329,6 +346,7 @@ def parse_read_options(options: Mapping[str, str], streaming: bool = False) -> R
             else POLL_TIMEOUT_MS_DEFAULT
         ),
         consumer_config=consumer,
+        security=_security(opts),
     )
 
 
@@ -359,6 +377,7 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         bootstrap_servers=_bootstrap(opts),
         topic=topic.strip() if topic else None,
         producer_config=tuple(sorted(config)),
+        security=_security(opts),
     )
 
 
@@ -577,11 +596,11 @@ def offsets_from_json(obj: Mapping) -> dict[TP, int]:
 class _Log:
     """Driver-side questions about the log, through the public client API only."""
 
-    def __init__(self, bootstrap_servers: str):
+    def __init__(self, bootstrap_servers: str, security: tuple = ()):
         from raftlog.client import Admin, Consumer
 
-        self.admin = Admin(bootstrap_servers)
-        self.consumer = Consumer(bootstrap_servers)
+        self.admin = Admin(bootstrap_servers, **dict(security))
+        self.consumer = Consumer(bootstrap_servers, **dict(security))
 
     def topics(self) -> list[str]:
         return self.admin.list_topics()
@@ -631,7 +650,7 @@ def plan_batch(opts: ReadOptions) -> list[OffsetRange]:
     """A batch read's input ranges: the subscription and the starting/ending offsets
     resolved against the log now, checked (``plan_batch_ranges``) and split by
     ``minPartitions``. Runs on the driver."""
-    log = _Log(opts.bootstrap_servers)
+    log = _Log(opts.bootstrap_servers, opts.security)
     try:
         tps = log.resolve(opts.subscription)
         earliest, latest = log.earliest(tps), log.latest(tps)

@@ -68,8 +68,12 @@ class Node:
             "replica.lag.time.max.ms": 3000,
             "min.insync.replicas": c.min_isr,
             **c.extra_config,
+            **(c.security.node_config(self.id, self.host, self.port) if c.security else {}),
         }
-        with open(self.config_path, "w", encoding="utf-8") as f:
+        # it holds raft.password: readable by the owner only (the node refuses otherwise)
+        fd = os.open(self.config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write("# written by raftlog.jepsen\n")
             for k, v in props.items():
                 f.write(f"{k}={v}\n")
@@ -118,10 +122,23 @@ class Node:
 
 
 class Cluster:
-    def __init__(self, n: int, base_dir: str, *, password: str = "jepsen-secret",
+    def __init__(self, n: int, base_dir: str, *, password: str = "jepsen-secret-0123456789",
                  min_isr: int = 1, extra_config: dict | None = None,
-                 net: str = "auto", subnet: str | None = None, log=print):
+                 net: str = "auto", subnet: str | None = None, log=print,
+                 security_protocol: str = "PLAINTEXT"):
+        """``security_protocol`` SASL_SSL: every listener is TLS + SCRAM (jepsen/security.py);
+        harness clients take :attr:`client_options`."""
         self.base_dir = os.path.abspath(base_dir)
+        self.security = None
+        #: TLS/SASL options for every harness client (empty: PLAINTEXT)
+        self.client_options: dict = {}
+        if security_protocol == "SASL_SSL":
+            from .security import SaslSslMaterial
+
+            self.security = SaslSslMaterial(os.path.join(self.base_dir, "tls"))
+            self.client_options = self.security.client_options()
+        elif security_protocol != "PLAINTEXT":
+            raise ValueError(f"security_protocol {security_protocol!r}: PLAINTEXT or SASL_SSL")
         self.subnet = subnet or pick_subnet()
         self.password = password
         self.min_isr = min_isr
@@ -166,7 +183,7 @@ class Cluster:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:
-                with Admin(self.bootstrap, request_timeout_ms=2000) as a:
+                with Admin(self.bootstrap, request_timeout_ms=2000, **self.client_options) as a:
                     brokers = a.describe_cluster().brokers
                 if len(brokers) == len(self.nodes) and not any(b.fenced for b in brokers):
                     return True

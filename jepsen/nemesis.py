@@ -268,7 +268,8 @@ class Nemesis:
         if not self.partitions:
             raise RuntimeError("the workload has no partitions to move")
         ids = [n.id for n in self.cluster.nodes]
-        with Admin(self.cluster.bootstrap, request_timeout_ms=5000) as admin:
+        with Admin(self.cluster.bootstrap, request_timeout_ms=5000,
+                       **self.cluster.client_options) as admin:
             moving = {(r.topic, r.partition) for r in admin.list_partition_reassignments()}
             idle = [tp for tp in self.partitions if tp not in moving]
             if not idle:
@@ -302,7 +303,8 @@ class Nemesis:
             deadline = time.monotonic() + 30
             while True:  # the shrink may still be completing (the leader may be away)
                 try:
-                    with Admin(self.cluster.bootstrap, request_timeout_ms=5000) as admin:
+                    with Admin(self.cluster.bootstrap, request_timeout_ms=5000,
+                       **self.cluster.client_options) as admin:
                         _start(admin, {tp: current})
                     self.log(f"nemesis: reassign {tp[0]}-{tp[1]} back to {current}")
                     return

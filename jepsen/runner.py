@@ -67,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "auto.leader.rebalance.enable=false")
     r.add_argument("--poll-fraction", type=float, default=0.0, help=argparse.SUPPRESS)
     r.add_argument("--topics", type=int, default=3, help="topic names (metadata workload)")
+    r.add_argument("--security-protocol", default="PLAINTEXT", choices=("PLAINTEXT", "SASL_SSL"),
+                   help="SASL_SSL: TLS + SCRAM on every listener (clients and replication)")
     r.add_argument("--net", default="auto", choices=("auto", "iptables", "proxy", "none"),
                    help="network fault mechanism: iptables (kernel, all traffic; root), proxy "
                         "(userspace, Raft links only), auto (iptables when root allows, else "
@@ -153,13 +155,16 @@ class LeaderObserver:
         """One METADATA to every live node. Each partition's leader is the one of the
         highest leader epoch seen (a lagging node reports an older one)."""
         from raftlog.client.conn import BrokerConnection
+        from raftlog.client.security import ClientSecurity
         from raftlog.protocol import Api
 
         for n in self.cluster.nodes:
             if not n.alive() or n.paused:
                 continue
             try:
-                conn = BrokerConnection(n.host, n.port, 1.0)
+                conn = BrokerConnection(n.host, n.port, 1.0,
+                                        security=ClientSecurity.from_options(
+                                            **self.cluster.client_options))
                 try:
                     h = conn.request(Api.METADATA, {"topics": [self.topic] if self.topic
                                                     else None}, timeout_s=1.0).header
@@ -207,6 +212,7 @@ def final_read(cluster, keys: list[str], timeout_s: float = FINAL_READ_TIMEOUT_S
             consumer = None
             try:
                 consumer = Consumer(cluster.bootstrap, auto_offset_reset="earliest",
+                                    **cluster.client_options,
                                     request_timeout_ms=5000, fetch_max_wait_ms=100)
                 consumer.assign([tp])
                 hw = consumer.end_offsets([tp])[tp]
@@ -248,7 +254,8 @@ def replica_sets(cluster, keys: list[str], wait_s: float = 20.0) -> dict:
     while True:
         moving = True
         try:
-            with Admin(cluster.bootstrap, request_timeout_ms=5000) as admin:
+            with Admin(cluster.bootstrap, request_timeout_ms=5000,
+                       **cluster.client_options) as admin:
                 moving = any(f"{r.topic}-{r.partition}" in keys
                              for r in admin.list_partition_reassignments())
                 for topic in topics:
@@ -395,7 +402,8 @@ def run(args) -> int:
                         f"{','.join(args.node_flag)}")
     cluster = Cluster(args.nodes, os.path.join(out, "data"),
                       min_isr=args.min_insync_replicas, extra_config=extra,
-                      net="none" if args.net == "none" else args.net, log=log)
+                      net="none" if args.net == "none" else args.net, log=log,
+                      security_protocol=args.security_protocol)
     workload.cluster = cluster
     if "partition" in kinds and cluster.net is None:
         msg = f"partition nemesis disabled: no network control ({cluster.net_error})"

@@ -168,7 +168,7 @@ class QueueWorkload(Workload):
         deadline = time.monotonic() + 60
         while True:
             try:
-                with Admin(self.cluster.bootstrap, request_timeout_ms=10_000) as admin:
+                with Admin(self.cluster.bootstrap, **self.cluster.client_options, request_timeout_ms=10_000) as admin:
                     self.create_topic(admin, QUEUE_TOPIC, a.partitions,
                                       {"segment.bytes": a.segment_bytes} if a.segment_bytes
                                       else None)
@@ -196,7 +196,7 @@ class QueueWorkload(Workload):
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:
-                with Admin(self.cluster.bootstrap, request_timeout_ms=3000) as admin:
+                with Admin(self.cluster.bootstrap, **self.cluster.client_options, request_timeout_ms=3000) as admin:
                     d = admin.describe_topic(topic)
                 if len(d.partitions) == n and all(p.leader >= 0 for p in d.partitions):
                     return
@@ -209,7 +209,7 @@ class QueueWorkload(Workload):
             return next(self.values)
 
     def _producer(self) -> Producer:
-        return Producer(self.cluster.bootstrap, acks="all", linger_ms=0,
+        return Producer(self.cluster.bootstrap, **self.cluster.client_options, acks="all", linger_ms=0,
                         request_timeout_ms=3000, delivery_timeout_ms=int(SEND_TIMEOUT_S * 1000),
                         retry_backoff_ms=100, max_block_ms=2000)
 
@@ -282,7 +282,7 @@ class QueueWorkload(Workload):
             if consumer is None:
                 op = h.invoke(process, "assign", {"keys": self.keys})
                 try:
-                    consumer = Consumer(self.cluster.bootstrap, auto_offset_reset="earliest",
+                    consumer = Consumer(self.cluster.bootstrap, **self.cluster.client_options, auto_offset_reset="earliest",
                                         request_timeout_ms=3000, fetch_max_wait_ms=200)
                     tps = [TopicPartition(*split_key(k)) for k in self.keys]
                     consumer.assign(tps)
@@ -370,7 +370,7 @@ class IdempotentWorkload(QueueWorkload):
         # short request timeouts: a paused or killed leader makes the producer retry
         # batches (same producer id, epoch and sequence numbers) well within the
         # delivery timeout; several batches in flight per connection
-        return Producer(self.cluster.bootstrap, acks="all", enable_idempotence=True,
+        return Producer(self.cluster.bootstrap, **self.cluster.client_options, acks="all", enable_idempotence=True,
                         linger_ms=2, request_timeout_ms=1500,
                         delivery_timeout_ms=int(SEND_TIMEOUT_S * 1000), retry_backoff_ms=50,
                         max_in_flight_requests_per_connection=5, max_block_ms=2000)
@@ -456,7 +456,7 @@ class GroupsWorkload(QueueWorkload):
     # ------------------------------------------------------------------ members
 
     def _consumer(self, group: str, auto: bool) -> Consumer:
-        return Consumer(self.cluster.bootstrap, group_id=group, auto_offset_reset="earliest",
+        return Consumer(self.cluster.bootstrap, **self.cluster.client_options, group_id=group, auto_offset_reset="earliest",
                         enable_auto_commit=auto, auto_commit_interval_ms=300,
                         session_timeout_ms=3000, heartbeat_interval_ms=300,
                         max_poll_interval_ms=10_000, request_timeout_ms=3000,
@@ -557,7 +557,7 @@ class GroupsWorkload(QueueWorkload):
                 op = self.history.invoke(process, "committed", {"group": group})
                 c = None
                 try:
-                    c = Consumer(self.cluster.bootstrap, group_id=group,
+                    c = Consumer(self.cluster.bootstrap, **self.cluster.client_options, group_id=group,
                                  enable_auto_commit=False, request_timeout_ms=3000)
                     offs = {k: c.committed(TopicPartition(*split_key(k))) for k in self.keys}
                     self.history.ok(op, {"group": group, "offsets": offs},
@@ -580,7 +580,7 @@ class GroupsWorkload(QueueWorkload):
     def _end_offsets(self) -> dict | None:
         c = None
         try:
-            c = Consumer(self.cluster.bootstrap, request_timeout_ms=3000)
+            c = Consumer(self.cluster.bootstrap, **self.cluster.client_options, request_timeout_ms=3000)
             tps = [TopicPartition(*split_key(k)) for k in self.keys]
             return {key_of(tp.topic, tp.partition): o for tp, o in c.end_offsets(tps).items()}
         except Exception:
@@ -649,7 +649,7 @@ class MetadataWorkload(Workload):
             self.threads.append(threading.Thread(target=self._worker, args=(i, pacer),
                                                  name=f"jepsen-meta-{i}", daemon=True))
         # probe the replication factor once
-        with Admin(self.cluster.bootstrap, request_timeout_ms=10_000) as admin:
+        with Admin(self.cluster.bootstrap, **self.cluster.client_options, request_timeout_ms=10_000) as admin:
             self.create_topic(admin, "jm-probe", 1)
 
     def _worker(self, process: int, pacer: Pacer) -> None:
@@ -662,7 +662,7 @@ class MetadataWorkload(Workload):
             if self.stop_flag.is_set():
                 break
             if admin is None:
-                admin = Admin(self.cluster.bootstrap, request_timeout_ms=5000)
+                admin = Admin(self.cluster.bootstrap, **self.cluster.client_options, request_timeout_ms=5000)
             topic = rnd.choice(self.topics)
             f = rnd.choice(["create", "create", "delete", "grow", "describe", "describe"])
             value = {"topic": topic}

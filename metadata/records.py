@@ -137,6 +137,40 @@ class AllocateProducerIds:
 
 
 @dataclass(frozen=True, slots=True)
+class UpsertScramCredential:
+    """Set a user's SCRAM credential for one mechanism (salted, iterated keys: the
+    password is never stored; see raftlog/scram.py)."""
+
+    user: str
+    mechanism: str
+    salt: bytes
+    iterations: int
+    stored_key: bytes
+    server_key: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteScramCredential:
+    user: str
+    mechanism: str
+
+
+@dataclass(frozen=True, slots=True)
+class CreateAcls:
+    """Add ACL bindings, each the six-string form of raftlog.acl.AclBinding.as_tuple().
+    Bindings that exist already are left as they are."""
+
+    bindings: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteAcls:
+    """Remove exactly these ACL bindings (six-string form); absent ones are ignored."""
+
+    bindings: tuple
+
+
+@dataclass(frozen=True, slots=True)
 class NoOp:
     """Committed before a linearizable read."""
 
@@ -158,6 +192,10 @@ RECORD_TYPES = {
         CompleteReassignment,
         ConfigChange,
         AllocateProducerIds,
+        UpsertScramCredential,
+        DeleteScramCredential,
+        CreateAcls,
+        DeleteAcls,
         NoOp,
     )
 }
@@ -168,6 +206,7 @@ _CHECKS = {
     "str": lambda v: type(v) is str,
     "str | None": lambda v: v is None or type(v) is str,
     "tuple": lambda v: isinstance(v, (list, tuple)),
+    "bytes": lambda v: type(v) is bytes,
 }
 
 

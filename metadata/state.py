@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, replace
 
 import cbor2
 
+from raftlog import acl as A
+from raftlog import scram as S
 from raftlog.errors import ErrorCode
 
 from . import records as R
@@ -84,6 +86,10 @@ class MetadataState:
     topics: dict = field(default_factory=dict)  # name -> Topic
     next_producer_id: int = 0
     last_term: int = 0
+    #: SCRAM credentials: {(user, mechanism): raftlog.scram.ScramCredential}
+    scram: dict = field(default_factory=dict)
+    #: ACL bindings (raftlog.acl.AclBinding), sorted by their tuple form, no duplicates
+    acls: tuple = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -431,6 +437,61 @@ def _allocate_producer_ids(s: MetadataState, r: R.AllocateProducerIds, term: int
     return replace(s, next_producer_id=first + r.count), Result(True, value=first)
 
 
+# --------------------------------------------------------------------------- security
+
+
+def _upsert_scram(s: MetadataState, r: R.UpsertScramCredential, term: int):
+    if not r.user or len(r.user) > S.MAX_USERNAME_CHARS:
+        return s, _fail(f"user name must have 1..{S.MAX_USERNAME_CHARS} characters")
+    hash_name = S.SCRAM_MECHANISMS.get(r.mechanism)
+    if hash_name is None:
+        return s, _fail(f"unknown SCRAM mechanism {r.mechanism!r}",
+                        ErrorCode.UNSUPPORTED_SASL_MECHANISM)
+    if not S.MIN_ITERATIONS <= r.iterations <= S.MAX_ITERATIONS:
+        return s, _fail(f"iteration count {r.iterations} is outside "
+                        f"{S.MIN_ITERATIONS}..{S.MAX_ITERATIONS}")
+    size = {"sha256": 32, "sha512": 64}[hash_name]
+    if not 8 <= len(r.salt) <= 256 or len(r.stored_key) != size or len(r.server_key) != size:
+        return s, _fail(f"{r.mechanism} credential needs a salt of 8..256 bytes and "
+                        f"{size}-byte keys")
+    scram = dict(s.scram)
+    scram[(r.user, r.mechanism)] = S.ScramCredential(r.mechanism, r.salt, r.iterations,
+                                                     r.stored_key, r.server_key)
+    return replace(s, scram=scram), OK
+
+
+def _delete_scram(s: MetadataState, r: R.DeleteScramCredential, term: int):
+    if (r.user, r.mechanism) not in s.scram:
+        return s, _fail(f"user {r.user!r} has no {r.mechanism} credential",
+                        ErrorCode.RESOURCE_NOT_FOUND)
+    scram = dict(s.scram)
+    del scram[(r.user, r.mechanism)]
+    return replace(s, scram=scram), OK
+
+
+def _bindings(raw) -> list:
+    """Validated AclBindings of a record's six-string tuples (raises AclError)."""
+    return [A.from_tuple(b) for b in raw]
+
+
+def _create_acls(s: MetadataState, r: R.CreateAcls, term: int):
+    try:
+        new = _bindings(r.bindings)
+    except A.AclError as e:
+        return s, _fail(str(e))
+    acls = sorted(set(s.acls) | set(new), key=A.AclBinding.as_tuple)
+    return replace(s, acls=tuple(acls)), Result(True, value=len(set(new) - set(s.acls)))
+
+
+def _delete_acls(s: MetadataState, r: R.DeleteAcls, term: int):
+    try:
+        gone = set(_bindings(r.bindings))
+    except A.AclError as e:
+        return s, _fail(str(e))
+    kept = tuple(b for b in s.acls if b not in gone)
+    return replace(s, acls=kept), Result(True, value=len(s.acls) - len(kept))
+
+
 def _noop(s: MetadataState, r: R.NoOp, term: int):
     return s, OK
 
@@ -448,6 +509,10 @@ _HANDLERS = {
     R.ReassignPartition: _reassign,
     R.CompleteReassignment: _complete_reassignment,
     R.AllocateProducerIds: _allocate_producer_ids,
+    R.UpsertScramCredential: _upsert_scram,
+    R.DeleteScramCredential: _delete_scram,
+    R.CreateAcls: _create_acls,
+    R.DeleteAcls: _delete_acls,
     R.NoOp: _noop,
 }
 
@@ -484,32 +549,36 @@ def check_invariants(s: MetadataState, before: MetadataState | None = None) -> N
 
 def snapshot(s: MetadataState) -> bytes:
     """Canonical CBOR bytes: equal states give equal bytes."""
-    return cbor2.dumps(
-        {
-            "v": SNAPSHOT_VERSION,
-            "last_term": s.last_term,
-            "next_producer_id": s.next_producer_id,
-            "brokers": [
-                [b.broker_id, b.incarnation_id, [list(x) for x in b.listeners], b.rack, b.fenced,
-                 list(b.roles)]
-                for _, b in sorted(s.brokers.items())
-            ],
-            "topics": [
+    body = {
+        "v": SNAPSHOT_VERSION,
+        "last_term": s.last_term,
+        "next_producer_id": s.next_producer_id,
+        "brokers": [
+            [b.broker_id, b.incarnation_id, [list(x) for x in b.listeners], b.rack, b.fenced,
+             list(b.roles)]
+            for _, b in sorted(s.brokers.items())
+        ],
+        "topics": [
+            [
+                t.name,
+                t.topic_id,
+                [list(c) for c in t.configs],
                 [
-                    t.name,
-                    t.topic_id,
-                    [list(c) for c in t.configs],
-                    [
-                        [list(p.replicas), list(p.isr), p.leader, p.leader_epoch, p.partition_epoch]
-                        + ([list(p.target), list(p.previous), p.throttle] if p.target else [])
-                        for p in t.partitions
-                    ],
-                ]
-                for _, t in sorted(s.topics.items())
-            ],
-        },
-        canonical=True,
-    )
+                    [list(p.replicas), list(p.isr), p.leader, p.leader_epoch, p.partition_epoch]
+                    + ([list(p.target), list(p.previous), p.throttle] if p.target else [])
+                    for p in t.partitions
+                ],
+            ]
+            for _, t in sorted(s.topics.items())
+        ],
+    }
+    # (written only when present, so a snapshot without them stays what it was)
+    if s.scram:
+        body["scram"] = [[user, mech, c.salt, c.iterations, c.stored_key, c.server_key]
+                         for (user, mech), c in sorted(s.scram.items())]
+    if s.acls:
+        body["acls"] = [list(b.as_tuple()) for b in s.acls]
+    return cbor2.dumps(body, canonical=True)
 
 
 def restore(data: bytes) -> MetadataState:
@@ -532,6 +601,9 @@ def restore(data: bytes) -> MetadataState:
             ),
             tuple(map(tuple, configs)),
         )
-    s = MetadataState(brokers, topics, d["next_producer_id"], d["last_term"])
+    scram = {(u, m): S.ScramCredential(m, salt, i, sk, srv)
+             for u, m, salt, i, sk, srv in d.get("scram", ())}
+    acls = tuple(sorted({A.from_tuple(b) for b in d.get("acls", ())}, key=A.AclBinding.as_tuple))
+    s = MetadataState(brokers, topics, d["next_producer_id"], d["last_term"], scram, acls)
     check_invariants(s)
     return s

@@ -39,7 +39,7 @@ def overrides_from_args(args) -> dict[str, str]:
         o[key.strip()] = value
     if args.node_id is not None:
         o["node.id"] = str(args.node_id)
-    if args.host is not None or args.port is not None:
+    if (args.host is not None or args.port is not None) and "://" not in o.get("listeners", ""):
         o["listeners"] = f"{args.host or '127.0.0.1'}:{args.port if args.port is not None else 9092}"
     if args.data_dir is not None:
         o["log.dirs"] = args.data_dir

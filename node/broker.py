@@ -122,6 +122,16 @@ class Broker:
 
         #: InitProducerId (idempotent producers).
         self.producer_ids = ProducerIdService(self.store, events, self.cluster_mode)
+        from .security import Security
+
+        #: SCRAM credentials and ACLs (node/security.py).
+        self.security = Security(config, store)
+        #: How fetchers and heartbeats reach peers (inter-broker listener's protocol).
+        self.peer_security = None
+        if self.cluster_mode and config.listener_config.inter_broker_protocol.value != "PLAINTEXT":
+            from .peer import PeerSecurity
+
+            self.peer_security = PeerSecurity(config)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -614,6 +624,22 @@ class Broker:
             return self.store.brokers()
         host, port = self.config.advertised
         return [BrokerRow(self.config.node_id, host, port, None, False)]
+
+    def brokers_for_listener(self, rows, name: str, bound: dict) -> list:
+        """Broker rows with each broker's advertised address on listener ``name`` (a
+        client is told the addresses of the listener it came through, as Kafka does)."""
+        if not self.cluster_mode:
+            adv = self.config.listener_config.advertised_by_name(name)
+            port = adv.port or bound.get(name, (None, 0))[1]
+            return [r._replace(host=adv.host, port=port) for r in rows]
+        brokers = self.store.quorum.state.brokers
+        out = []
+        for r in rows:
+            b = brokers.get(r.node_id)
+            addr = next((x[:2] for x in (b.listeners if b else ()) if len(x) > 2 and x[2] == name),
+                        None)
+            out.append(r if addr is None else r._replace(host=addr[0], port=addr[1]))
+        return out
 
     @property
     def controller_id(self) -> int:

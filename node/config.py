@@ -9,10 +9,13 @@ naming the key.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
+import stat
 from dataclasses import dataclass, field, fields
 
+from raftlog import listeners as L
 from raftlog.errors import ConfigError
 
 
@@ -134,11 +137,62 @@ class NodeConfig:
     offsets_topic_num_partitions: int = 16
     offsets_topic_replication_factor: int = 3
     offsets_retention_minutes: int = 10_080
+    #: Security (issue 19; see raftlog/listeners.py, tls.py, scram.py, acl.py). The raw
+    #: listener keys; the validated form is :attr:`listener_config`.
+    listeners_spec: str = ""
+    advertised_listeners_spec: str = ""
+    listener_security_protocol_map: str = ""
+    inter_broker_listener_name: str = ""
+    allow_plaintext_listeners: bool = False
+    #: PEM files: this node's certificate chain with its private key (the key may be in
+    #: ssl_key_location instead), and the CAs it trusts (peers' and clients' certificates).
+    ssl_keystore_location: str | None = None
+    ssl_key_location: str | None = None
+    ssl_key_password: str | None = None
+    ssl_truststore_location: str | None = None
+    ssl_client_auth: str = "none"
+    #: "https": verify the host names of the peers' certificates (inter-broker); "": don't.
+    ssl_endpoint_identification_algorithm: str = "https"
+    sasl_enabled_mechanisms: tuple = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+    sasl_mechanism_inter_broker_protocol: str = "SCRAM-SHA-256"
+    #: The principal nodes authenticate as to each other over SASL listeners. Each node
+    #: writes this user's SCRAM credential to the quorum at start (it is also the first
+    #: user an operator can log in with); make it a super user.
+    inter_broker_sasl_username: str | None = None
+    inter_broker_sasl_password: str | None = None
+    authorizer_enable: bool = False
+    super_users: frozenset = frozenset()
+    allow_everyone_if_no_acl_found: bool = False
+    connection_failed_authentication_delay_ms: int = 100
+    #: Failed authentications from one address within a minute before new connections
+    #: from it are refused for connection.failed.authentication.block.ms.
+    connection_failed_authentication_max: int = 5
+    connection_failed_authentication_block_ms: int = 30_000
     #: Prometheus metrics over HTTP (``metrics.listener``); None: no metrics listener.
     metrics_host: str | None = None
     metrics_port: int | None = None
     #: Test-only fault flags (never set in production configs).
     test_flags: frozenset = frozenset()
+
+    @functools.cached_property
+    def listener_config(self) -> L.ListenerConfig:
+        """The validated listeners (``host:port`` alone is one PLAINTEXT listener)."""
+        spec = self.listeners_spec or f"PLAINTEXT://{_bracket(self.host)}:{self.port}"
+        pmap = self.listener_security_protocol_map or None
+        advertised = self.advertised_listeners_spec
+        if not advertised and (self.advertised_host or self.advertised_port):
+            first = L.parse_listeners("listeners", spec, L.parse_protocol_map(
+                "listener.security.protocol.map", pmap))[0]
+            host, port = self.advertised
+            advertised = f"{first.name}://{_bracket(host)}:{port}"
+        return L.resolve(spec, advertised or None, pmap, self.inter_broker_listener_name or None,
+                         allow_plaintext=self.allow_plaintext_listeners)
+
+    @property
+    def security_enabled(self) -> bool:
+        """Whether any listener uses TLS or SASL (or ACLs are on)."""
+        return self.authorizer_enable or any(
+            x.protocol is not L.SecurityProtocol.PLAINTEXT for x in self.listener_config.listeners)
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -154,6 +208,7 @@ class NodeConfig:
         props: dict[str, str] = {}
         if path is not None:
             props.update(read_properties(path))
+            check_secret_file(path, [k for k in SECRET_KEYS if k in props])
         props.update({k: str(v) for k, v in (overrides or {}).items() if v is not None})
         return cls.from_properties(props)
 
@@ -204,6 +259,11 @@ class NodeConfig:
                 raise ConfigError(
                     "raft.password is required when controller.quorum.voters has more than one node"
                 )
+            if (len(voters) > 1 or not self.is_voter) and self.raft_password and len(
+                    self.raft_password.encode()) < RAFT_PASSWORD_MIN_BYTES:
+                raise ConfigError(
+                    f"raft.password is shorter than {RAFT_PASSWORD_MIN_BYTES} bytes: use a long "
+                    "random secret (for example: openssl rand -hex 16)")
             addrs = list(voters.values())
             if len(set(addrs)) != len(addrs):
                 raise ConfigError("controller.quorum.voters: two voters share one address")
@@ -215,6 +275,44 @@ class NodeConfig:
                 and self.metrics_host == self.host):
             raise ConfigError(f"metrics.listener {self.metrics_host}:{self.metrics_port} is "
                               "the client listener's address; give it its own port")
+        self._validate_security()
+
+    def _validate_security(self) -> None:
+        lc = self.listener_config  # raises ConfigError for bad listener keys
+        protocols = {x.protocol for x in lc.listeners}
+        if any(p.tls for p in protocols) and not self.ssl_keystore_location:
+            raise ConfigError("ssl.keystore.location (PEM certificate and key) is required by "
+                              "an SSL or SASL_SSL listener")
+        if self.ssl_client_auth not in ("none", "requested", "required"):
+            raise ConfigError(f"ssl.client.auth: {self.ssl_client_auth!r} is not one of none, "
+                              "requested, required")
+        if self.ssl_client_auth != "none" and not self.ssl_truststore_location:
+            raise ConfigError(f"ssl.client.auth={self.ssl_client_auth} needs "
+                              "ssl.truststore.location")
+        ib = lc.inter_broker_protocol
+        if self.controller_quorum_voters and ib.sasl and not (
+                self.inter_broker_sasl_username and self.inter_broker_sasl_password):
+            raise ConfigError(f"inter.broker.listener.name {lc.inter_broker} is {ib.value}: "
+                              "set inter.broker.sasl.username and inter.broker.sasl.password")
+        if ib.sasl and self.sasl_mechanism_inter_broker_protocol not in self.sasl_enabled_mechanisms:
+            raise ConfigError(f"sasl.mechanism.inter.broker.protocol "
+                              f"{self.sasl_mechanism_inter_broker_protocol} is not in "
+                              "sasl.enabled.mechanisms")
+        if "PLAIN" in self.sasl_enabled_mechanisms and any(
+                x.protocol is L.SecurityProtocol.SASL_PLAINTEXT
+                and not L.is_loopback(x.host) for x in lc.listeners):
+            raise ConfigError("sasl.enabled.mechanisms: PLAIN would send passwords in the clear "
+                              "on a SASL_PLAINTEXT listener: use SASL_SSL or SCRAM only")
+
+
+#: Shortest raft.password accepted when the quorum has more than one member.
+RAFT_PASSWORD_MIN_BYTES = 16
+#: Keys holding secrets: a config file with one of them must not be world-readable.
+SECRET_KEYS = ("raft.password", "inter.broker.sasl.password", "ssl.key.password")
+
+
+def _bracket(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 def _set(name: str, conv):
@@ -226,10 +324,39 @@ def _set(name: str, conv):
 
 def _set_listener(kw: dict, key: str, value: str) -> None:
     kw["host"], kw["port"] = parse_address(key, value.split(",")[0])
+    kw["listeners_spec"] = value.strip() if "://" in value or "," in value else ""
 
 
 def _set_advertised(kw: dict, key: str, value: str) -> None:
     kw["advertised_host"], kw["advertised_port"] = parse_address(key, value.split(",")[0])
+    kw["advertised_listeners_spec"] = value.strip() if "://" in value or "," in value else ""
+
+
+def _mechanisms(key: str, v: str) -> tuple:
+    from raftlog.scram import MECHANISMS
+
+    items = tuple(x.strip().upper() for x in str(v).split(",") if x.strip())
+    for m in items:
+        if m not in MECHANISMS:
+            raise ConfigError(f"{key}: {m!r} is not one of {', '.join(MECHANISMS)}")
+    return items
+
+
+def _super_users(key: str, v: str) -> frozenset:
+    from raftlog.acl import AclError, parse_super_users
+
+    try:
+        return parse_super_users(v)
+    except AclError as e:
+        raise ConfigError(f"{key}: {e}") from None
+
+
+def _path(key: str, v: str) -> str:
+    return os.path.abspath(os.path.expanduser(_nonempty(key, v)))
+
+
+def _raw(key: str, v: str) -> str:
+    return str(v).strip()
 
 
 def _set_raft_listener(kw: dict, key: str, value: str) -> None:
@@ -318,6 +445,30 @@ _NODE_KEYS = {
     "offsets.retention.minutes": _set("offsets_retention_minutes", lambda k, v: _int(k, v, 1)),
     "metrics.listener": _set_metrics_listener,
     "test.flags": _set("test_flags", _flags),
+    "listener.security.protocol.map": _set("listener_security_protocol_map", _raw),
+    "inter.broker.listener.name": _set("inter_broker_listener_name", _raw),
+    "allow.plaintext.listeners": _set("allow_plaintext_listeners", _bool),
+    "ssl.keystore.location": _set("ssl_keystore_location", _path),
+    "ssl.key.location": _set("ssl_key_location", _path),
+    "ssl.key.password": _set("ssl_key_password", _nonempty),
+    "ssl.truststore.location": _set("ssl_truststore_location", _path),
+    "ssl.client.auth": _set("ssl_client_auth", lambda k, v: str(v).strip().lower()),
+    "ssl.endpoint.identification.algorithm": _set(
+        "ssl_endpoint_identification_algorithm", lambda k, v: str(v).strip().lower()),
+    "sasl.enabled.mechanisms": _set("sasl_enabled_mechanisms", _mechanisms),
+    "sasl.mechanism.inter.broker.protocol": _set(
+        "sasl_mechanism_inter_broker_protocol", lambda k, v: _mechanisms(k, v)[0]),
+    "inter.broker.sasl.username": _set("inter_broker_sasl_username", _nonempty),
+    "inter.broker.sasl.password": _set("inter_broker_sasl_password", _nonempty),
+    "authorizer.enable": _set("authorizer_enable", _bool),
+    "super.users": _set("super_users", _super_users),
+    "allow.everyone.if.no.acl.found": _set("allow_everyone_if_no_acl_found", _bool),
+    "connection.failed.authentication.max": _set(
+        "connection_failed_authentication_max", lambda k, v: _int(k, v, 1, 1_000_000)),
+    "connection.failed.authentication.block.ms": _set(
+        "connection_failed_authentication_block_ms", lambda k, v: _int(k, v, 0, 86_400_000)),
+    "connection.failed.authentication.delay.ms": _set(
+        "connection_failed_authentication_delay_ms", lambda k, v: _int(k, v, 0, 60_000)),
 }
 
 #: Every key a node config may hold (besides ``log.<topic config>`` defaults).
@@ -346,6 +497,23 @@ def read_properties(path: str) -> dict[str, str]:
             raise ConfigError(f"{path}:{no}: key {key!r} is set twice")
         props[key] = value.strip()
     return props
+
+
+def check_secret_file(path: str, secret_keys: list[str]) -> None:
+    """A file holding secrets must not be readable by every user.
+
+    Raises:
+        ConfigError: naming the file, the keys and the fix.
+    """
+    if not secret_keys:
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        raise ConfigError(f"cannot stat config file {path}: {e.strerror}") from None
+    if mode & stat.S_IROTH:
+        raise ConfigError(f"{path} holds {', '.join(secret_keys)} but is world-readable: "
+                          f"chmod o-r {path}")
 
 
 def config_field_names() -> list[str]:

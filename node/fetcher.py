@@ -41,6 +41,7 @@ from raftlog.protocol import (
 )
 
 from . import sockio
+from .peer import open_peer, peer_address
 
 #: How long a follower's fetch may park on its leader when nothing is new: half of
 #: replica.lag.time.max.ms (the leader counts a parked, caught-up follower as caught
@@ -429,9 +430,8 @@ class LeaderFetcher:
         broker = self.broker.store.quorum.state.brokers.get(self.leader_id)
         if broker is None or not broker.listeners:
             raise OSError(f"leader {self.leader_id} has no known address")
-        host, port = broker.listeners[0]
-        with trio.fail_after(REQUEST_TIMEOUT_S):
-            self._sock = await sockio.connect(host, port)
+        host, port = peer_address(broker.listeners, self.broker.config.listener_config.inter_broker)
+        self._sock = await open_peer(self.broker.peer_security, host, port, REQUEST_TIMEOUT_S)
         self._proto = ClientConnection(max_in_flight=1)
 
     async def _call(self, api: Api, fields: dict, timeout_s: float, interruptible=False):

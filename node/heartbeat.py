@@ -22,7 +22,9 @@ from raftlog.metadata.controller import (
 from raftlog.metadata.errors import QuorumError
 from raftlog.protocol import Api, ClientConnection
 
+from . import sockio
 from .clock import node_ms
+from .peer import open_peer, peer_address
 
 #: Bound on one heartbeat round trip.
 HEARTBEAT_TIMEOUT_S = 2.0
@@ -39,8 +41,9 @@ class Heartbeats:
         self.events = events
         self.config = node.config
         self.liveness: BrokerLiveness | None = None
-        self._stream = None
+        self._stream = None  # a plain or TLS socket to the controller (node/peer.py)
         self._stream_target = None
+        self._buf = bytearray(65536)
         self._last_balance_ms = node_ms()
         self._reassign_checked = (None, 0)  # (state, node ms) last looked at for completions
 
@@ -127,29 +130,32 @@ class Heartbeats:
                 continue
             try:
                 with trio.fail_after(HEARTBEAT_TIMEOUT_S):
-                    await self._heartbeat(tuple(broker.listeners[0]))
+                    await self._heartbeat(peer_address(
+                        broker.listeners, self.config.listener_config.inter_broker))
             except (OSError, trio.TooSlowError, RemoteProtocolError, ApiError, trio.BrokenResourceError):
                 await self._drop_stream()
 
     async def _heartbeat(self, target: tuple) -> None:
         if self._stream is None or self._stream_target != target:
             await self._drop_stream()
-            self._stream = await trio.open_tcp_stream(*target)
+            self._stream = await open_peer(self.node.broker.peer_security, *target,
+                                           HEARTBEAT_TIMEOUT_S)
             self._stream_target = target
             self._proto = ClientConnection(max_in_flight=1)
         _, data = self._proto.send_request(
             Api.BROKER_HEARTBEAT,
             {"broker_id": self.config.node_id, "incarnation_id": self.store.incarnation_id})
-        await self._stream.send_all(data)
+        await sockio.send_all(self._stream, data)
         while (frame := self._proto.next_response()) is None:
-            chunk = await self._stream.receive_some(65536)
+            chunk, _ = await sockio.recv_into(self._stream, self._buf)
             if not chunk:
                 raise OSError("controller closed the connection")
-            self._proto.receive_data(chunk)
+            self._proto.receive_data(bytes(chunk))
         if frame.header.get("error"):
             raise ApiError(ErrorCode(frame.header["error"]), frame.header.get("message", ""))
 
     async def _drop_stream(self) -> None:
         if self._stream is not None:
             stream, self._stream = self._stream, None
-            await trio.aclose_forcefully(stream)
+            sockio.close(stream)  # (a plain or TLS socket: see node/peer.py)
+            await trio.lowlevel.checkpoint()

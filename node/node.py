@@ -69,6 +69,8 @@ class Node:
         self.broker = Broker(self.config, self.events, self.store)
         self.server = Server(self.config, self.broker, self.events)
         self.broker.open()
+        if self.store is None:
+            self.broker.security.ensure_inter_broker_user()  # (local: durable at once)
         try:
             async with trio.open_nursery() as nursery:
                 self.address = await nursery.start(self.server.serve)
@@ -196,8 +198,25 @@ class Node:
     async def _register(self) -> None:
         await trio.to_thread.run_sync(self.store.register, abandon_on_cancel=True)
         self.events.info("registered", incarnation=self.store.incarnation_id)
+        await self._ensure_inter_broker_user()
         self.broker.registered = True
         self._reconcile()
+
+    async def _ensure_inter_broker_user(self) -> None:
+        """Write the inter-broker user's SCRAM credential (peers authenticate with it);
+        retried while the quorum is unavailable."""
+        if not self.config.inter_broker_sasl_username:
+            return
+        from raftlog.errors import ApiError
+
+        for attempt in range(60):
+            try:
+                await trio.to_thread.run_sync(self.broker.security.ensure_inter_broker_user,
+                                              abandon_on_cancel=True)
+                return
+            except ApiError as e:
+                self.events.warning("inter_broker_user_failed", error=e, attempt=attempt)
+                await trio.sleep(0.5)
 
     async def _every(self, interval_ms: int, fn) -> None:
         while True:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import ssl
 
 import trio
 
@@ -17,6 +18,9 @@ from .sockio import send_all as _send_all
 
 #: Ready bytes sent at once by try_send_now (more goes through an async flush).
 SEND_NOW_MAX_BYTES = 256 * 1024
+#: sendfile cannot cross TLS: a file slice goes out read + sent in chunks of this size
+#: (the per-connection bound on what the fallback holds in memory).
+TLS_SLICE_CHUNK_BYTES = 256 * 1024
 
 
 class Deferred:
@@ -116,7 +120,7 @@ class Outbox:
         data = ready[0] if len(ready) == 1 else b"".join(ready)
         try:
             n = sock.send(data)
-        except BlockingIOError:
+        except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
             n = 0
         self.size -= n
         if n < size:
@@ -160,8 +164,17 @@ class Outbox:
 
 async def _sendfile(sock, sl) -> None:
     """Send a file slice with os.sendfile, waiting for writability (non-blocking socket)."""
-    fd = sock.fileno()
     offset, remaining = sl.position, sl.length
+    if isinstance(sock, ssl.SSLSocket):  # never sendfile past TLS: plaintext on the wire
+        while remaining:
+            chunk = os.pread(sl.fileno, min(remaining, TLS_SLICE_CHUNK_BYTES), offset)
+            if not chunk:
+                raise BrokenPipeError("file slice shrank during send")
+            await _send_all(sock, chunk)
+            offset += len(chunk)
+            remaining -= len(chunk)
+        return
+    fd = sock.fileno()
     while remaining:
         try:
             n = os.sendfile(fd, sl.fileno, offset, remaining)

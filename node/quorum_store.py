@@ -114,7 +114,7 @@ class QuorumTopicStore:
         for b in sorted(self.quorum.state.brokers.values(), key=lambda b: b.broker_id):
             if not b.serves_partitions:
                 continue
-            host, port = b.listeners[0] if b.listeners else ("", 0)
+            host, port = b.listeners[0][:2] if b.listeners else ("", 0)
             rows.append(BrokerRow(b.broker_id, host, port, b.rack, b.fenced))
         return rows
 
@@ -145,11 +145,18 @@ class QuorumTopicStore:
             raise ApiError(ErrorCode.REQUEST_TIMED_OUT, str(e)) from None
         return result
 
+    def advertised_listeners(self) -> tuple:
+        """((host, port, listener name), ...), the inter-broker listener first: peers
+        connect to the first; clients are told the one they came through."""
+        lc = self.config.listener_config
+        first = lc.advertised_by_name(lc.inter_broker)
+        rest = [x for x in lc.advertised if x.name != lc.inter_broker]
+        return tuple((x.host, x.port, x.name) for x in [first, *rest])
+
     def register(self) -> None:
         """Register this broker (new incarnation) and unfence it; retries while no
         quorum is available. Durable when it returns."""
-        host, port = self.config.advertised
-        records = [R.RegisterBroker(self.node_id, self.incarnation_id, ((host, port),),
+        records = [R.RegisterBroker(self.node_id, self.incarnation_id, self.advertised_listeners(),
                                     roles=self.config.process_roles),
                    R.UnfenceBroker(self.node_id, self.incarnation_id)]
         deadline = time.monotonic() + self.config.broker_registration_timeout_ms / 1000

@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 from raftlog.protocol import API_VERSIONS, Api
 
+from . import authz as Z
 from .group_handlers import GROUP_APIS
 
 
@@ -32,29 +33,60 @@ class Mode(enum.Enum):
 
 class Route(NamedTuple):
     mode: Mode
-    handler: str
+    handler: str  # a method name; "security.x" is a method of Broker.security
+    #: What the API needs allowed when ACLs are on (node/authz.py): a function of the
+    #: request fields giving (operation, resource type, name) triples, or the name of
+    #: an AclCheck method for the special cases. METADATA, LIST_GROUPS and OFFSET_FETCH
+    #: are also filtered (what may not be described looks unknown).
+    acl: object = Z.nothing
 
+
+_GROUP_ACL = {
+    Api.FIND_COORDINATOR: Z.group_field(Z.DESCRIBE, "key"),
+    Api.JOIN_GROUP: Z.group_field(Z.READ),
+    Api.SYNC_GROUP: Z.group_field(Z.READ),
+    Api.HEARTBEAT: Z.group_field(Z.READ),
+    Api.LEAVE_GROUP: Z.group_field(Z.READ),
+    Api.OFFSET_COMMIT: Z.both(Z.group_field(Z.READ), Z.topics_of_parts(Z.READ, "offsets")),
+    Api.OFFSET_FETCH: Z.group_field(Z.DESCRIBE),
+    Api.LIST_GROUPS: Z.nothing,
+    Api.DESCRIBE_GROUPS: Z.group_names(Z.DESCRIBE),
+    Api.DELETE_GROUPS: Z.group_names(Z.DELETE),
+}
 
 ROUTES: dict[Api, Route] = {
     Api.API_VERSIONS: Route(Mode.INLINE, "api_versions"),
-    Api.PRODUCE: Route(Mode.PARKS, "produce"),
-    Api.FETCH: Route(Mode.PARKS, "fetch"),
-    Api.LIST_OFFSETS: Route(Mode.INLINE, "list_offsets"),
+    Api.PRODUCE: Route(Mode.PARKS, "produce", Z.topics_of_parts(Z.WRITE)),
+    Api.FETCH: Route(Mode.PARKS, "fetch", Z.replica_or(Z.topics_of_parts(Z.READ))),
+    Api.LIST_OFFSETS: Route(Mode.INLINE, "list_offsets", Z.topics_of_parts(Z.DESCRIBE)),
     Api.METADATA: Route(Mode.INLINE, "metadata"),
-    Api.CREATE_TOPICS: Route(Mode.QUORUM, "create_topics"),
-    Api.DELETE_TOPICS: Route(Mode.QUORUM, "delete_topics"),
+    Api.CREATE_TOPICS: Route(Mode.QUORUM, "create_topics", "check_create_topics"),
+    Api.DELETE_TOPICS: Route(Mode.QUORUM, "delete_topics", Z.topic_names(Z.DELETE, "names")),
     Api.DESCRIBE_CLUSTER: Route(Mode.INLINE, "describe_cluster"),
-    Api.CREATE_PARTITIONS: Route(Mode.QUORUM, "create_partitions"),
-    Api.ALTER_CONFIGS: Route(Mode.QUORUM, "alter_configs"),
-    Api.BROKER_HEARTBEAT: Route(Mode.INLINE, "broker_heartbeat"),
-    Api.OFFSETS_FOR_LEADER_EPOCH: Route(Mode.INLINE, "offsets_for_leader_epoch"),
-    Api.ELECT_LEADERS: Route(Mode.QUORUM, "elect_leaders"),
-    Api.ALTER_PARTITION_REASSIGNMENTS: Route(Mode.QUORUM, "alter_partition_reassignments"),
-    Api.LIST_PARTITION_REASSIGNMENTS: Route(Mode.INLINE, "list_partition_reassignments"),
-    Api.UNREGISTER_BROKER: Route(Mode.QUORUM, "unregister_broker"),
-    Api.DESCRIBE_LOG_DIRS: Route(Mode.INLINE, "describe_log_dirs"),
-    Api.INIT_PRODUCER_ID: Route(Mode.AWAITS, "init_producer_id"),
-    **{api: Route(Mode.AWAITS, "group_api") for api in sorted(GROUP_APIS)},
+    Api.CREATE_PARTITIONS: Route(Mode.QUORUM, "create_partitions", Z.topic_field(Z.ALTER)),
+    Api.ALTER_CONFIGS: Route(Mode.QUORUM, "alter_configs", Z.topic_field(Z.ALTER)),
+    Api.BROKER_HEARTBEAT: Route(Mode.INLINE, "broker_heartbeat", Z.cluster(Z.CLUSTER_ACTION)),
+    Api.OFFSETS_FOR_LEADER_EPOCH: Route(Mode.INLINE, "offsets_for_leader_epoch",
+                                        Z.replica_or(Z.topics_of_parts(Z.DESCRIBE))),
+    Api.ELECT_LEADERS: Route(Mode.QUORUM, "elect_leaders", Z.cluster(Z.ALTER)),
+    Api.ALTER_PARTITION_REASSIGNMENTS: Route(Mode.QUORUM, "alter_partition_reassignments",
+                                             Z.cluster(Z.ALTER)),
+    Api.LIST_PARTITION_REASSIGNMENTS: Route(Mode.INLINE, "list_partition_reassignments",
+                                            Z.cluster(Z.DESCRIBE)),
+    Api.UNREGISTER_BROKER: Route(Mode.QUORUM, "unregister_broker", Z.cluster(Z.ALTER)),
+    Api.INIT_PRODUCER_ID: Route(Mode.AWAITS, "init_producer_id", "check_init_producer_id"),
+    **{api: Route(Mode.AWAITS, "group_api", _GROUP_ACL[api]) for api in sorted(GROUP_APIS)},
+    Api.DESCRIBE_LOG_DIRS: Route(Mode.INLINE, "describe_log_dirs", Z.cluster(Z.DESCRIBE)),
+    # SASL is handled by the server itself (node/authn.py) before any route is used.
+    Api.SASL_HANDSHAKE: Route(Mode.INLINE, "sasl"),
+    Api.SASL_AUTHENTICATE: Route(Mode.INLINE, "sasl"),
+    Api.DESCRIBE_USER_SCRAM_CREDENTIALS: Route(Mode.INLINE, "security.describe_users",
+                                               Z.cluster(Z.DESCRIBE)),
+    Api.ALTER_USER_SCRAM_CREDENTIALS: Route(Mode.QUORUM, "security.alter_users",
+                                            Z.cluster(Z.ALTER)),
+    Api.DESCRIBE_ACLS: Route(Mode.INLINE, "security.describe_acls", Z.cluster(Z.DESCRIBE)),
+    Api.CREATE_ACLS: Route(Mode.QUORUM, "security.create_acls", Z.cluster(Z.ALTER)),
+    Api.DELETE_ACLS: Route(Mode.QUORUM, "security.delete_acls", Z.cluster(Z.ALTER)),
 }
 
 #: {api: (min version, max version)} of every API this node serves.

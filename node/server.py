@@ -19,14 +19,18 @@ through one Outbox, one flush at a time (see Outbox).
 
 from __future__ import annotations
 
+import dataclasses
+import secrets
 import socket as _stdsocket
 from time import perf_counter
 
 import trio
 
 from raftlog.errors import ApiError, ErrorCode, RemoteProtocolError
+from raftlog.listeners import Listener
 from raftlog.protocol import (
     FETCH_SESSION_FULL,
+    Api,
     BadRequest,
     FrameDecoder,
     encode_frame,
@@ -34,7 +38,10 @@ from raftlog.protocol import (
     error_response,
     parse_request,
 )
+from raftlog.tls import describe_handshake_error, principal_from_cert, server_context
 
+from .authn import ANONYMOUS, FailureLimiter, SaslSession
+from .authz import AclCheck
 from .broker import Broker
 from .clock import node_ms
 from .config import NodeConfig
@@ -44,6 +51,8 @@ from .outbox import Deferred, Outbox
 from .purgatory import Delayed, Purgatory
 from .routes import ROUTES, SERVED_APIS, Mode
 from .sockio import recv_into as _recv
+from .sockio import tls_handshake
+from .sockio import tls_recv_into as _tls_recv
 
 RECV_BYTES = 256 * 1024
 #: Coalesced response bytes after which we send even if more requests are buffered.
@@ -58,19 +67,44 @@ MAX_REQUESTS_PER_TURN = 256
 MAX_DEFERRED_PER_CONNECTION = 64
 #: File slices smaller than this are read and coalesced instead of sendfile'd.
 SENDFILE_MIN_BYTES = 64 * 1024
+#: A TLS handshake or a SASL exchange must finish within this long.
+HANDSHAKE_TIMEOUT_S = 10.0
+AUTH_TIMEOUT_S = 30.0
+
+
+class AuthenticationFailed(Exception):
+    """The connection failed authentication: it is closed after the error answer.
+    ``counted``: False when the node could not judge (not caught up yet)."""
+
+    def __init__(self, message: str, counted: bool = True):
+        super().__init__(message)
+        self.counted = counted
+
+
+class Guard:
+    """A connection's security state: its listener, SASL session (SASL listeners) and
+    principal; None on a PLAINTEXT connection of a node without ACLs."""
+
+    __slots__ = ("listener", "sasl", "principal", "peer_ip", "auth_deadline")
+
+    def __init__(self, listener: Listener, sasl: SaslSession | None, principal: str,
+                 peer_ip: str):
+        self.listener, self.sasl, self.principal, self.peer_ip = listener, sasl, principal, peer_ip
+        self.auth_deadline = trio.current_time() + AUTH_TIMEOUT_S
 
 
 class Conn:
     """One client connection as the purgatory sees it: where a parked request's answer
     goes, and the requests parked for it (dropped when it closes)."""
 
-    __slots__ = ("sock", "out", "nursery", "parked", "session")
+    __slots__ = ("sock", "out", "nursery", "parked", "guard", "session")
 
-    def __init__(self, sock, out: Outbox, nursery) -> None:
+    def __init__(self, sock, out: Outbox, nursery, guard: Guard | None = None) -> None:
         self.sock = sock
         self.out = out
         self.nursery = nursery
         self.parked: set[Delayed] = set()
+        self.guard = guard
         #: a follower's fetch session on this connection (node/fetch_session.py)
         self.session: FetchSession | None = None
 
@@ -227,49 +261,98 @@ class Server:
         self.purgatory = Purgatory()
         self.purgatory.on_error = self._parked_failed
         #: {api: (mode, bound handler)} from the one table in routes.py
-        self._routes = {api: (r.mode, getattr(self if r.mode in (Mode.PARKS, Mode.AWAITS)
-                                                else broker, r.handler))
-                        for api, r in ROUTES.items()}
+        self._routes = {api: (r.mode, self._bind(r)) for api, r in ROUTES.items()}
+        #: security (issue 19): credentials and ACLs, TLS, failed-auth limits
+        self.security = getattr(broker, "security", None)
+        self._ssl_context = None
+        self.failures = FailureLimiter(config.connection_failed_authentication_max,
+                                       block_s=config.connection_failed_authentication_block_ms
+                                       / 1000)
+        self._fake_secret = secrets.token_bytes(16)
+        #: {listener name: bound (host, port)}
+        self.bound: dict[str, tuple] = {}
+
+    def _bind(self, route):
+        if route.handler == "sasl":
+            return None  # handled by _security_gate
+        if route.handler.startswith("security."):
+            return lambda req: getattr(self.broker.security, route.handler[9:])(req)
+        return getattr(self if route.mode in (Mode.PARKS, Mode.AWAITS) else self.broker,
+                       route.handler)
 
     def _parked_failed(self, op, e: Exception) -> None:
         self.events.error("handler_failed", api=op.req.api.name, error=repr(e))
         op.fail(e)
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        listener = _stdsocket.create_server(
-            (self.config.host, self.config.port), backlog=1024, reuse_port=False
-        )
-        listener.setblocking(False)
-        addr = listener.getsockname()
-        self.events.info("listening", host=addr[0], port=addr[1])
+        """Listen on every configured listener; started() with the first one's address."""
+        c = self.config
+        listeners = c.listener_config.listeners
+        if any(x.protocol.tls for x in listeners):
+            self._ssl_context = server_context(
+                c.ssl_keystore_location, c.ssl_key_location, password=c.ssl_key_password,
+                cafile=c.ssl_truststore_location, client_auth=c.ssl_client_auth)
+        socks = []
         try:
+            for x in listeners:
+                sock = _stdsocket.create_server((x.host, x.port), backlog=1024, reuse_port=False)
+                sock.setblocking(False)
+                socks.append(sock)
+                addr = sock.getsockname()
+                self.bound[x.name] = addr[:2]
+                self.events.info("listening", host=addr[0], port=addr[1], listener=x.name,
+                                 protocol=x.protocol.value)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self.purgatory.run)
-                task_status.started(addr)
-                while True:
-                    await trio.lowlevel.wait_readable(listener)
-                    try:
-                        conn, peer = listener.accept()
-                    except (BlockingIOError, ConnectionAbortedError):
-                        continue
-                    except OSError as e:  # EMFILE and friends: back off, keep serving
-                        self.events.warning("accept_failed", error=e)
-                        await trio.sleep(0.1)
-                        continue
-                    nursery.start_soon(self._handle, conn, f"{peer[0]}:{peer[1]}")
+                for x, sock in zip(listeners, socks):
+                    nursery.start_soon(self._accept_loop, sock, x, nursery)
+                task_status.started(socks[0].getsockname())
         finally:
-            trio.lowlevel.notify_closing(listener)
-            listener.close()
+            for sock in socks:
+                trio.lowlevel.notify_closing(sock)
+                sock.close()
 
-    async def _handle(self, sock, peer: str) -> None:
+    async def _accept_loop(self, listener, x: Listener, nursery) -> None:
+        while True:
+            await trio.lowlevel.wait_readable(listener)
+            try:
+                conn, peer = listener.accept()
+            except (BlockingIOError, ConnectionAbortedError):
+                continue
+            except OSError as e:  # EMFILE and friends: back off, keep serving
+                self.events.warning("accept_failed", error=e)
+                await trio.sleep(0.1)
+                continue
+            nursery.start_soon(self._handle, conn, f"{peer[0]}:{peer[1]}", x)
+
+    async def _handle(self, sock, peer: str, listener: Listener | None = None) -> None:
         sock.setblocking(False)
         if self.connections >= MAX_CONNECTIONS:
             self.events.warning("connection_refused", peer=peer, reason="too many connections")
             sock.close()
             return
+        peer_ip = peer.rpartition(":")[0]
+        if self.failures.blocked(peer_ip, trio.current_time()):
+            self.events.warning("connection_refused", peer=peer,
+                                reason="too many failed authentications from this address")
+            sock.close()
+            return
         self.connections += 1
         try:
-            await self._serve_connection(sock, peer)
+            guard = None
+            if listener is not None and (listener.protocol.tls or listener.protocol.sasl
+                                         or self.config.authorizer_enable):
+                secured, guard = await self._secure(sock, peer, listener)
+                if secured is None:
+                    return
+                sock = secured  # (wrapping detached the plain socket)
+            await self._serve_connection(sock, peer, guard)
+        except AuthenticationFailed as e:
+            log = self.events.warning if e.counted else self.events.info
+            log("authentication_failed", peer=peer, reason=str(e))
+            if e.counted and self.failures.record_failure(peer_ip, trio.current_time()):
+                self.events.warning("address_blocked", peer=peer_ip,
+                                    reason="too many failed authentications")
         except RemoteProtocolError as e:
             self.events.warning("connection_closed", peer=peer, reason=str(e))
         except (ConnectionError, BrokenPipeError, trio.ClosedResourceError):
@@ -278,10 +361,39 @@ class Server:
             self.events.warning("connection_error", peer=peer, error=e)
         finally:
             self.connections -= 1
-            trio.lowlevel.notify_closing(sock)
-            sock.close()
+            if sock.fileno() != -1:
+                trio.lowlevel.notify_closing(sock)
+                sock.close()
 
-    async def _serve_connection(self, sock, peer: str) -> None:
+    async def _secure(self, sock, peer: str, listener: Listener):
+        """(socket, Guard): TLS-wrapped and handshaken on SSL listeners. (None, None)
+        when the handshake fails (logged; the socket is closed)."""
+        principal = ANONYMOUS
+        if listener.protocol.tls:
+            tls_sock = self._ssl_context.wrap_socket(sock, server_side=True,
+                                                     do_handshake_on_connect=False)
+            try:
+                with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+                    await tls_handshake(tls_sock)
+            except (OSError, trio.TooSlowError) as e:
+                reason = ("timed out" if isinstance(e, trio.TooSlowError)
+                          else describe_handshake_error(e, "the client"))
+                self.events.warning("tls_handshake_failed", peer=peer, listener=listener.name,
+                                    reason=reason)
+                trio.lowlevel.notify_closing(tls_sock)
+                tls_sock.close()
+                return None, None
+            sock = tls_sock
+            principal = principal_from_cert(tls_sock.getpeercert()) or ANONYMOUS
+        sasl = None
+        if listener.protocol.sasl:
+            security = self.broker.security
+            sasl = SaslSession(self.config.sasl_enabled_mechanisms, security.credential,
+                               fake_secret=self._fake_secret)
+            principal = None
+        return sock, Guard(listener, sasl, principal, peer.rpartition(":")[0])
+
+    async def _serve_connection(self, sock, peer: str, guard: Guard | None = None) -> None:
         """The connection's reader, plus a task per answer that could not be sent at
         once (a full socket), owned by one nursery. Requests parked in the purgatory
         are dropped when the connection ends."""
@@ -290,7 +402,9 @@ class Server:
         conn = None
         try:
             async with trio.open_nursery() as nursery:
-                conn = Conn(sock, Outbox(), nursery)
+                conn = Conn(sock, Outbox(), nursery, guard)
+                if guard is not None and guard.sasl is not None:
+                    nursery.start_soon(self._auth_watchdog, conn, peer)
                 try:
                     await self._read_loop(conn)
                 except Exception as e:  # raised below, outside the nursery (no group wrapping)
@@ -308,10 +422,11 @@ class Server:
     async def _read_loop(self, conn: Conn) -> None:
         sock, out = conn.sock, conn.out
         decoder = FrameDecoder(self.config.max_frame_bytes)
+        recv = _tls_recv if conn.guard is not None and conn.guard.listener.protocol.tls else _recv
         buf = bytearray(RECV_BYTES)
         run_ready = self.purgatory.run_ready
         while True:
-            data, waited = await _recv(sock, buf)
+            data, waited = await recv(sock, buf)
             if not data:
                 return
             decoder.receive_data(data)
@@ -365,7 +480,24 @@ class Server:
         except BadRequest as e:
             out.add(encode_frame(error_response(e.request_id, e.code, e.message)))
             return
+        guard = conn.guard
+        hidden = ()
+        if guard is not None:
+            try:
+                if await self._security_gate(req, conn):
+                    return
+                narrowed = self._authorize(req, guard)
+            except ApiError as e:
+                out.add(encode_frame(error_response(req.id, e.code, e.message)))
+                return
+            if narrowed is not None:
+                req = dataclasses.replace(req, fields=narrowed[0])
+                hidden = narrowed[1]
         mode, handler = self._routes[req.api]
+        if handler is None:  # SASL on a connection without security
+            out.add(encode_frame(error_response(req.id, ErrorCode.ILLEGAL_SASL_STATE,
+                                                "this listener does not use SASL")))
+            return
         started = perf_counter()
         metrics = self.broker.metrics
         try:
@@ -394,6 +526,8 @@ class Server:
             self.events.error("handler_failed", api=req.api.name, error=repr(e))
             out.add(encode_frame(error_response(req.id, ErrorCode.UNKNOWN_SERVER_ERROR, repr(e))))
             return
+        if guard is not None:
+            header = self._filter(req, guard, header, hidden)
         metrics.request_done(req.api, perf_counter() - started)
         header["id"] = req.id
         header["error"] = 0
@@ -402,6 +536,97 @@ class Server:
                 out.add(p)
             else:
                 out.add_slice(p)
+
+    # ------------------------------------------------------------------ security
+
+    async def _security_gate(self, req, conn: Conn) -> bool:
+        """SASL steps and the before-authentication rule. True: the request was
+        answered here. Raises AuthenticationFailed (after answering) to close."""
+        guard = conn.guard
+        sasl = guard.sasl
+        if sasl is None:
+            if req.api in (Api.SASL_HANDSHAKE, Api.SASL_AUTHENTICATE):
+                raise ApiError(ErrorCode.ILLEGAL_SASL_STATE,
+                               f"listener {guard.listener.name} is not a SASL listener")
+            return False
+        if sasl.authenticated and req.api not in (Api.SASL_HANDSHAKE, Api.SASL_AUTHENTICATE):
+            return False
+        try:
+            if trio.current_time() > guard.auth_deadline:
+                raise ApiError(ErrorCode.SASL_AUTHENTICATION_FAILED,
+                               f"SASL authentication took longer than {AUTH_TIMEOUT_S:g}s")
+            sasl.check_api(req.api)
+            if req.api is Api.SASL_HANDSHAKE and not self.broker.registered:
+                # a restarted node replays the metadata log first: it cannot judge
+                # credentials yet (retriable; not counted as a failed authentication)
+                raise ApiError(ErrorCode.BROKER_NOT_AVAILABLE,
+                               f"node {self.config.node_id} is starting: authenticate with "
+                               "another node or retry")
+            if req.api is Api.SASL_HANDSHAKE:
+                header = sasl.handshake(req.fields["mechanism"])
+            elif req.api is Api.SASL_AUTHENTICATE:
+                # PLAIN derives a salted password (milliseconds of CPU): off the loop
+                header = await trio.to_thread.run_sync(sasl.authenticate, req.fields["auth"])
+                if sasl.authenticated:
+                    guard.principal = sasl.principal
+            else:
+                return False  # API_VERSIONS before authentication
+        except ApiError as e:
+            await self._fail_auth(conn, req, e)
+        header["id"] = req.id
+        header["error"] = 0
+        conn.out.add(encode_frame(header))
+        return True
+
+    async def _auth_watchdog(self, conn: Conn, peer: str) -> None:
+        """Close a connection that has not authenticated within AUTH_TIMEOUT_S (it
+        would hold a connection slot doing nothing)."""
+        await trio.sleep_until(conn.guard.auth_deadline)
+        if not conn.guard.sasl.authenticated:
+            self.events.warning("authentication_failed", peer=peer,
+                                reason=f"no SASL authentication within {AUTH_TIMEOUT_S:g}s")
+            trio.lowlevel.notify_closing(conn.sock)  # the reader's next wait raises
+
+    async def _fail_auth(self, conn: Conn, req, e: ApiError) -> None:
+        """Answer ``e`` after the configured delay, flush, and close the connection."""
+        delay = self.config.connection_failed_authentication_delay_ms / 1000
+        if e.code in (ErrorCode.SASL_AUTHENTICATION_FAILED,) and delay:
+            await trio.sleep(delay)
+        conn.out.add(encode_frame(error_response(req.id, e.code, e.message)))
+        try:
+            with trio.move_on_after(1.0):
+                await conn.out.flush(conn.sock)
+        except (OSError, trio.ClosedResourceError):
+            pass
+        raise AuthenticationFailed(e.message, counted=e.code is not ErrorCode.BROKER_NOT_AVAILABLE)
+
+    def _authorize(self, req, guard: Guard):
+        """Check the request against the ACLs (ApiError when denied). Returns
+        (fields, hidden topics) for a METADATA request naming hidden topics, else None."""
+        if not self.config.authorizer_enable or guard.principal is None:
+            return None
+        route = ROUTES[req.api]
+        check = AclCheck(guard.principal, self.broker.security.authorizer())
+        if isinstance(route.acl, str):
+            getattr(check, route.acl)(req.fields)
+        else:
+            needs = route.acl(req.fields)
+            if needs:
+                check.require(req.api, needs)
+        if req.api is Api.METADATA:
+            fields, hidden = check.metadata_request(req.fields)
+            return (fields, hidden) if hidden else None
+        return None
+
+    def _filter(self, req, guard: Guard, header: dict, hidden) -> dict:
+        if req.api in (Api.METADATA, Api.DESCRIBE_CLUSTER) and len(self.bound) > 1:
+            header["brokers"] = self.broker.brokers_for_listener(
+                header.get("brokers", ()), guard.listener.name, self.bound)
+        if self.config.authorizer_enable and guard.principal is not None and req.api in (
+                Api.METADATA, Api.LIST_GROUPS, Api.OFFSET_FETCH):
+            check = AclCheck(guard.principal, self.broker.security.authorizer())
+            header = check.filter_response(req.api, header, hidden or ())
+        return header
 
     # ------------------------------------------------------------------ PARKS / AWAITS handlers
 

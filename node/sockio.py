@@ -4,12 +4,18 @@ A syscall that succeeds costs no trio checkpoint: trio's SocketStream pays two p
 call (~100 us per request round trip measured here), which the server's request loop
 and the replica fetchers cannot afford on the replication path. The caller owns the
 socket and is its only reader and writer.
+
+The same calls drive a non-blocking ``ssl.SSLSocket`` (TLS listeners and peers):
+its "would block" errors say which readiness to wait for (a TLS read may need to
+write and a write to read), and OpenSSL's buffered plaintext is read before waiting.
+A retried TLS send passes the same unsent bytes first, as OpenSSL requires.
 """
 
 from __future__ import annotations
 
 import errno
 import socket
+import ssl
 
 import trio
 
@@ -21,14 +27,38 @@ async def recv_into(sock, buf: bytearray) -> tuple[memoryview, bool]:
     """
     try:
         return memoryview(buf)[: sock.recv_into(buf)], False
-    except BlockingIOError:
+    except (BlockingIOError, ssl.SSLWantReadError):
         pass
+    except ssl.SSLWantWriteError:
+        await trio.lowlevel.wait_writable(sock)
     while True:
         await trio.lowlevel.wait_readable(sock)
         try:
             return memoryview(buf)[: sock.recv_into(buf)], True
-        except BlockingIOError:
+        except (BlockingIOError, ssl.SSLWantReadError):
             continue
+        except ssl.SSLWantWriteError:
+            await trio.lowlevel.wait_writable(sock)
+
+
+async def tls_recv_into(sock, buf: bytearray) -> tuple[memoryview, bool]:
+    """recv_into for an SSLSocket: one TLS record per call is at most 16 KiB, so also take
+    the plaintext OpenSSL already holds, up to the buffer's size (fewer turns of the
+    request loop per large request)."""
+    view, waited = await recv_into(sock, buf)
+    n = len(view)
+    if not n:
+        return view, waited
+    whole = memoryview(buf)
+    while n < len(buf) and sock.pending():
+        try:
+            got = sock.recv_into(whole[n:])
+        except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            break
+        if not got:
+            break
+        n += got
+    return whole[:n], waited
 
 
 async def send_all(sock, data) -> None:
@@ -37,8 +67,23 @@ async def send_all(sock, data) -> None:
         while sent < total:
             try:
                 sent += sock.send(view[sent:])
-            except BlockingIOError:
+            except (BlockingIOError, ssl.SSLWantWriteError):
                 await trio.lowlevel.wait_writable(sock)
+            except ssl.SSLWantReadError:
+                await trio.lowlevel.wait_readable(sock)
+
+
+async def tls_handshake(sock: ssl.SSLSocket) -> None:
+    """Complete the handshake of a non-blocking SSLSocket (no timeout of its own: wrap
+    the call in ``trio.fail_after``). Raises ssl.SSLError / OSError."""
+    while True:
+        try:
+            sock.do_handshake()
+            return
+        except ssl.SSLWantReadError:
+            await trio.lowlevel.wait_readable(sock)
+        except ssl.SSLWantWriteError:
+            await trio.lowlevel.wait_writable(sock)
 
 
 async def connect(host: str, port: int) -> socket.socket:

@@ -124,8 +124,15 @@ class ErrorCode(enum.IntEnum):
     INCONSISTENT_GROUP_PROTOCOL = 44
     OFFSET_METADATA_TOO_LARGE = 45
     GROUP_MAX_SIZE_REACHED = 46
+    SASL_AUTHENTICATION_FAILED = 58  # (Kafka's number)
     REASSIGNMENT_IN_PROGRESS = 60  # (Kafka's numbers)
     NO_REASSIGNMENT_IN_PROGRESS = 85
+    # Security (issue 19). Kafka's numbers for these collide with ours above.
+    TOPIC_AUTHORIZATION_FAILED = 90
+    GROUP_AUTHORIZATION_FAILED = 91
+    UNSUPPORTED_SASL_MECHANISM = 92
+    ILLEGAL_SASL_STATE = 93
+    RESOURCE_NOT_FOUND = 94
 
     @property
     def retriable(self) -> bool:

@@ -65,6 +65,14 @@ class Api(enum.IntEnum):
     LIST_PARTITION_REASSIGNMENTS = 31
     UNREGISTER_BROKER = 32
     DESCRIBE_LOG_DIRS = 35  # (Kafka's key)
+    # Security (issue 19): SASL before any other API on a SASL listener, then admin.
+    SASL_HANDSHAKE = 40
+    SASL_AUTHENTICATE = 41
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 42
+    ALTER_USER_SCRAM_CREDENTIALS = 43
+    DESCRIBE_ACLS = 44
+    CREATE_ACLS = 45
+    DELETE_ACLS = 46
 
 
 # Special timestamps of ListOffsets, as Kafka.
@@ -279,6 +287,12 @@ def _any(v):
     return v
 
 
+def _bytes(v):
+    if type(v) is not bytes:
+        raise ValueError("must be bytes")
+    return v
+
+
 def _record(**fields):
     """A map with the given fields (each a (validator, default) pair; default ... = required)."""
 
@@ -309,6 +323,23 @@ def _apply_fields(table: dict, given: dict, prefix: str) -> dict:
 
 
 _TOPIC = _str
+_SASL_BYTES_MAX = 64 * 1024
+# An ACL binding: [principal, resource type, name, pattern type, operation, permission]
+_ACL = _tuple(_str, _str, _str, _str, _str, _str)
+_ACL_FILTER = {
+    "principal": (_opt(_str), None),
+    "resource_type": (_opt(_str), None),
+    "resource_name": (_opt(_str), None),
+    "pattern_type": (_opt(_str), None),
+    "operation": (_opt(_str), None),
+    "permission": (_opt(_str), None),
+}
+
+
+def _sasl_bytes(v):
+    if type(v) is not bytes or len(v) > _SASL_BYTES_MAX:
+        raise ValueError(f"must be at most {_SASL_BYTES_MAX} bytes")
+    return v
 # Produce partitions: [topic, partition, body_length]
 _PRODUCE_PART = _tuple(_TOPIC, _nonneg, _nonneg)
 # Fetch partitions: [topic, partition, fetch_offset, partition_max_bytes, current_leader_epoch]
@@ -423,6 +454,19 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     Api.DELETE_GROUPS: {"groups": (_list(_str, 1000), REQUIRED)},
     Api.ALTER_PARTITION: {"payload": (_any, REQUIRED)},
     Api.BROKER_HEARTBEAT: {"broker_id": (_nonneg, REQUIRED), "incarnation_id": (_str, REQUIRED)},
+    Api.SASL_HANDSHAKE: {"mechanism": (_str, REQUIRED)},
+    Api.SASL_AUTHENTICATE: {"auth": (_sasl_bytes, REQUIRED)},
+    Api.DESCRIBE_USER_SCRAM_CREDENTIALS: {"users": (_opt(_list(_str, 10_000)), None)},
+    # upsertions: [user, mechanism, salt, iterations, stored key, server key] (the client
+    # derives them: the password never leaves it); deletions: [user, mechanism]
+    Api.ALTER_USER_SCRAM_CREDENTIALS: {
+        "upsertions": (_list(_tuple(_str, _str, _bytes, _nonneg, _bytes, _bytes), 1000), []),
+        "deletions": (_list(_tuple(_str, _str), 1000), []),
+        "timeout_ms": (_nonneg, 30_000),
+    },
+    Api.DESCRIBE_ACLS: dict(_ACL_FILTER),
+    Api.CREATE_ACLS: {"acls": (_list(_ACL, 10_000), REQUIRED), "timeout_ms": (_nonneg, 30_000)},
+    Api.DELETE_ACLS: {**_ACL_FILTER, "timeout_ms": (_nonneg, 30_000)},
 }
 
 #: (min, max) version of every API this codec knows.
@@ -673,6 +717,7 @@ RESPONSE_PARTS: dict[Api, dict[str, Callable[[Any], Any]]] = {
     Api.LIST_GROUPS: {"groups": _rows_of(GroupListing)},
     Api.DESCRIBE_GROUPS: {"groups": _group_descriptions},
     Api.DELETE_GROUPS: {"results": _rows_of(NamedResult)},
+    Api.ALTER_USER_SCRAM_CREDENTIALS: {"results": _rows_of(NamedResult)},
 }
 
 

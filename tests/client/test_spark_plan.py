@@ -277,3 +277,18 @@ def test_records_to_arrow_with_a_pyarrow_schema():
     rows = b.to_pylist()
     assert [(r["offset"], r["value"], r["partition"]) for r in rows] == [(7, b"v", 3), (8, None, 3)]
     assert rows[0]["timestamp"].timestamp() == 1_700_000_000.123
+
+
+def test_security_options_pass_through_to_every_client():
+    from raftlog.client.spark_plan import parse_read_options, parse_write_options
+
+    opts = {"bootstrap.servers": "127.0.0.1:9093", "subscribe": "t",
+            "kafka.security.protocol": "SASL_SSL", "kafka.ssl.truststore.location": "/ca.pem",
+            "kafka.sasl.mechanism": "SCRAM-SHA-512", "kafka.sasl.username": "u",
+            "kafka.sasl.password": "p", "kafka.ssl.endpoint.identification.algorithm": ""}
+    want = (("sasl_mechanism", "SCRAM-SHA-512"), ("sasl_plain_password", "p"),
+            ("sasl_plain_username", "u"), ("security_protocol", "SASL_SSL"),
+            ("ssl_cafile", "/ca.pem"), ("ssl_check_hostname", False))
+    assert parse_read_options(opts).security == want
+    assert parse_write_options({**opts, "topic": "t"}).security == want
+    assert parse_read_options({"bootstrap.servers": "h:1", "subscribe": "t"}).security == ()

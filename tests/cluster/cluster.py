@@ -22,7 +22,7 @@ class LocalCluster:
         ports = free_ports(2 * n)
         n_voters = n if voters is None else voters
         voters = ",".join(f"{i}@127.0.0.1:{ports[n + i - 1]}" for i in range(1, n_voters + 1))
-        settings = {"controller.quorum.voters": voters, "raft.password": "test-secret",
+        settings = {"controller.quorum.voters": voters, "raft.password": "test-secret-0123456789",
                     "broker.session.timeout.ms": str(SESSION_MS),
                     "broker.heartbeat.interval.ms": "200",
                     "replica.lag.time.max.ms": "3000",

@@ -22,7 +22,7 @@ def cluster(tmp_path):
     voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in raft.items())
     nodes = [
         NodeProcess(str(tmp_path / f"node-{i}"), ports[i - 1], node_id=i,
-                    extra={"controller.quorum.voters": voters, "raft.password": "test-secret",
+                    extra={"controller.quorum.voters": voters, "raft.password": "test-secret-0123456789",
                            "broker.session.timeout.ms": str(SESSION_MS),
                            "broker.heartbeat.interval.ms": "200"})
         for i in (1, 2, 3)
@@ -141,7 +141,7 @@ def test_wrong_password_voter_stays_out_and_topics_grow(tmp_path):
     from .cluster import LocalCluster, until
 
     c = LocalCluster(tmp_path, 3)
-    c.node(3).extra["raft.password"] = "not-the-secret"
+    c.node(3).extra["raft.password"] = "not-the-secret-0123456789"
     try:
         for n in c.nodes:
             n.start()
@@ -169,7 +169,7 @@ def test_unreachable_peers_stop_the_node_with_one_clear_line(tmp_path):
     ports = free_ports(4)
     voters = f"1@127.0.0.1:{ports[1]},2@127.0.0.1:{ports[2]},3@127.0.0.1:{ports[3]}"
     n = NodeProcess(str(tmp_path / "lonely"), ports[0], node_id=1,
-                    extra={"controller.quorum.voters": voters, "raft.password": "s",
+                    extra={"controller.quorum.voters": voters, "raft.password": "lonely-secret-0123456789",
                            "broker.registration.timeout.ms": "1500"})
     n.start()
     assert n.proc.wait(60) == 1
@@ -184,7 +184,7 @@ def test_create_topics_waits_for_configured_nodes_still_starting(tmp_path):
     ports = free_ports(6)
     voters = ",".join(f"{i}@127.0.0.1:{ports[2 + i]}" for i in (1, 2, 3))
     nodes = [NodeProcess(str(tmp_path / f"node-{i}"), ports[i - 1], node_id=i,
-                         extra={"controller.quorum.voters": voters, "raft.password": "test-secret"})
+                         extra={"controller.quorum.voters": voters, "raft.password": "test-secret-0123456789"})
              for i in (1, 2, 3)]
     try:
         for n in nodes[:2]:

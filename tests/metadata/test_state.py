@@ -62,6 +62,19 @@ _record = st.one_of(
               st.integers(1, 3)),
     st.builds(R.AllocateProducerIds, BROKERS, st.integers(1, 1000), st.sampled_from([-1, 0, 5])),
     st.builds(R.NoOp),
+    st.builds(R.UpsertScramCredential, st.sampled_from(["alice", "bob"]),
+              st.sampled_from(["SCRAM-SHA-256", "SCRAM-SHA-1"]), st.just(b"saltsalt"),
+              st.sampled_from([4096, 10]), st.just(b"k" * 32), st.just(b"s" * 32)),
+    st.builds(R.DeleteScramCredential, st.sampled_from(["alice", "bob"]),
+              st.just("SCRAM-SHA-256")),
+    st.builds(R.CreateAcls, st.lists(st.tuples(
+        st.sampled_from(["User:a", "User:*", "bad"]), st.just("topic"),
+        st.sampled_from(["t", "x-"]), st.sampled_from(["literal", "prefixed"]),
+        st.sampled_from(["read", "all"]), st.sampled_from(["allow", "deny"])),
+        max_size=3).map(tuple)),
+    st.builds(R.DeleteAcls, st.lists(st.tuples(
+        st.just("User:a"), st.just("topic"), st.just("t"), st.just("literal"),
+        st.just("read"), st.just("allow")), max_size=1).map(tuple)),
 )
 _log = st.lists(st.tuples(_record, st.integers(1, 3)), max_size=60).map(
     # Raft terms never go down along the log

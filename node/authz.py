@@ -1,0 +1,132 @@
+"""What each API needs to be allowed (the ``acl`` column of routes.py), checked before it runs.
+
+A requirement is a function ``(fields) -> [(Operation, ResourceType, name), ...]``:
+every triple must be allowed, else the request is answered with the resource type's
+*_AUTHORIZATION_FAILED code and nothing is done. Requests that only *read* a set of
+resources (METADATA, LIST_GROUPS, OFFSET_FETCH) are filtered instead (see
+:func:`filter_response`): what the principal may not describe looks unknown.
+"""
+
+from __future__ import annotations
+
+from raftlog.acl import CLUSTER_NAME, Authorizer, Operation, ResourceType
+from raftlog.errors import ApiError, ErrorCode
+from raftlog.protocol import Api, TopicMetadata
+
+READ, WRITE, CREATE = Operation.READ, Operation.WRITE, Operation.CREATE
+DELETE, ALTER, DESCRIBE = Operation.DELETE, Operation.ALTER, Operation.DESCRIBE
+CLUSTER_ACTION = Operation.CLUSTER_ACTION
+TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
+
+_CODES = {
+    TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+    GROUP: ErrorCode.GROUP_AUTHORIZATION_FAILED,
+    CLUSTER: ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+}
+
+
+def nothing(fields) -> list:
+    return []
+
+
+def cluster(op: Operation):
+    need = [(op, CLUSTER, CLUSTER_NAME)]
+    return lambda fields: need
+
+
+def topics_of_parts(op: Operation, key: str = "parts"):
+    """Topics named first in each row of ``fields[key]`` (produce, fetch, ...)."""
+    return lambda fields: [(op, TOPIC, t) for t in {row[0] for row in fields[key] or ()}]
+
+
+def topic_names(op: Operation, key: str):
+    return lambda fields: [(op, TOPIC, t) for t in set(fields[key])]
+
+
+def topic_field(op: Operation, key: str = "topic"):
+    return lambda fields: [(op, TOPIC, fields[key])]
+
+
+def group_field(op: Operation, key: str = "group"):
+    return lambda fields: [(op, GROUP, fields[key])]
+
+
+def group_names(op: Operation, key: str = "groups"):
+    return lambda fields: [(op, GROUP, g) for g in set(fields[key])]
+
+
+def both(*fns):
+    return lambda fields: [need for fn in fns for need in fn(fields)]
+
+
+def replica_or(consumer_needs):
+    """Follower requests (replica_id >= 0) need CLUSTER_ACTION; others ``consumer_needs``."""
+    follower = cluster(CLUSTER_ACTION)
+    return lambda fields: (follower(fields) if fields.get("replica_id", -1) >= 0
+                           else consumer_needs(fields))
+
+
+class AclCheck:
+    """Checks one connection's requests against the node's current authorizer."""
+
+    __slots__ = ("principal", "authorizer")
+
+    def __init__(self, principal: str, authorizer: Authorizer):
+        self.principal = principal
+        self.authorizer = authorizer
+
+    def allowed(self, op: Operation, rtype: ResourceType, name: str) -> bool:
+        return self.authorizer.authorize(self.principal, op, rtype, name)
+
+    def require(self, api: Api, needs: list) -> None:
+        """Raise the *_AUTHORIZATION_FAILED ApiError of the first need not allowed."""
+        for op, rtype, name in needs:
+            if not self.allowed(op, rtype, name):
+                raise ApiError(_CODES[rtype], f"{self.principal} may not {op.value} "
+                               f"{rtype.value} {name!r} ({api.name})")
+
+    # ------------------------------------------------------------------ special cases
+
+    def check_create_topics(self, fields) -> None:
+        """CREATE on the cluster, or else on each topic (Kafka's rule)."""
+        if self.allowed(CREATE, CLUSTER, CLUSTER_NAME):
+            return
+        self.require(Api.CREATE_TOPICS, [(CREATE, TOPIC, t["name"]) for t in fields["topics"]])
+
+    def check_init_producer_id(self, fields) -> None:
+        """An idempotent producer needs WRITE on some topic (Kafka 3's rule)."""
+        if not self.authorizer.allowed_on_some(self.principal, WRITE, TOPIC):
+            raise ApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                           f"{self.principal} may write no topic: no producer id")
+
+    def metadata_request(self, fields) -> tuple[dict, list]:
+        """(fields without the topics the principal may not describe, those topics):
+        they are answered as unknown and never auto-created."""
+        names = fields["topics"]
+        if names is None:
+            return fields, []
+        hidden = [t for t in names if not self.allowed(DESCRIBE, TOPIC, t)]
+        if not hidden:
+            return fields, []
+        shown = [t for t in names if t not in set(hidden)]
+        return {**fields, "topics": shown}, hidden
+
+    def filter_response(self, api: Api, header: dict, hidden: list = ()) -> dict:
+        """Remove from a response what the principal may not describe."""
+        if api is Api.METADATA:
+            rows = [t for t in header.get("topics", ())
+                    if self.allowed(DESCRIBE, TOPIC, _topic_name(t))]
+            rows += [TopicMetadata(t, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                                   f"unknown topic {t!r}").to_wire() for t in hidden]
+            header["topics"] = rows
+        elif api is Api.LIST_GROUPS and not self.allowed(DESCRIBE, CLUSTER, CLUSTER_NAME):
+            header["groups"] = [g for g in header.get("groups", ())
+                                if self.allowed(DESCRIBE, GROUP, g[0])]
+        elif api is Api.OFFSET_FETCH:
+            header["parts"] = [p for p in header.get("parts", ())
+                               if self.allowed(DESCRIBE, TOPIC, p[0])]
+        return header
+
+
+def _topic_name(row) -> str:
+    return row["name"] if isinstance(row, dict) else row[0]

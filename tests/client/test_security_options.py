@@ -1,0 +1,56 @@
+"""Client security options: validation with clear errors, --command-config files."""
+
+from __future__ import annotations
+
+import pytest
+
+from raftlog.client import Admin, Consumer, Producer
+from raftlog.client.security import (
+    ClientSecurity,
+    SecurityConfigError,
+    load_command_config,
+)
+
+
+def test_plaintext_is_no_security_object():
+    assert ClientSecurity.from_options() is None
+    assert ClientSecurity.from_options(security_protocol="plaintext", ssl_cafile="x") is None
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"security_protocol": "TLS"}, "security_protocol"),
+    ({"security_protocol": "SASL_SSL", "sasl_plain_username": "u"}, "sasl_plain_password"),
+    ({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN",
+      "sasl_plain_username": "u", "sasl_plain_password": "p"}, "SASL_SSL"),
+    ({"security_protocol": "SASL_SSL", "sasl_mechanism": "GSSAPI", "sasl_plain_username": "u",
+      "sasl_plain_password": "p"}, "sasl_mechanism"),
+    ({"security_protocol": "SSL", "ssl_cafile": "/no/such/ca.pem"}, "cannot read CA file"),
+])
+def test_bad_options_are_clear_errors(kw, match):
+    with pytest.raises(SecurityConfigError, match=match):
+        ClientSecurity.from_options(**kw)
+
+
+def test_clients_reject_bad_or_unknown_options_at_construction():
+    with pytest.raises(SecurityConfigError):
+        Admin("127.0.0.1:1", security_protocol="SSL", ssl_cafile="/no/such.pem")
+    with pytest.raises(TypeError, match="unknown security options"):
+        Producer("127.0.0.1:1", sasl_username="u")
+    with pytest.raises(SecurityConfigError):
+        Consumer("127.0.0.1:1", security_protocol="SASL_SSL")
+
+
+def test_command_config(tmp_path):
+    p = tmp_path / "c.properties"
+    p.write_text("# comment\nsecurity.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+                 "sasl.username=alice\nsasl.password=a=b\n"
+                 "ssl.endpoint.identification.algorithm=\n")
+    assert load_command_config(str(p)) == {
+        "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "alice", "sasl_plain_password": "a=b",
+        "ssl_check_hostname": False}
+    p.write_text("sasl.jaas.config=x\n")
+    with pytest.raises(SecurityConfigError, match=r"c.properties:1: unknown client setting"):
+        load_command_config(str(p))
+    with pytest.raises(SecurityConfigError, match="cannot read"):
+        load_command_config(str(tmp_path / "missing"))
