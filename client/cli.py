@@ -56,6 +56,8 @@ def cmd_up(args) -> int:
         node_dir = os.path.join(data_dir, f"node-{i}")
         os.makedirs(node_dir, exist_ok=True)
         roles = {"process.roles": "broker"} if i > controllers else {}
+        if args.kafka_port is not None:  # node i: Kafka clients on KAFKA_PORT+i-1
+            roles["kafka.listener"] = f"{args.host}:{args.kafka_port + i - 1}"
         cmd = localnode.node_command(node_id=i, host=args.host, port=args.port + i - 1,
                                      data_dir=node_dir, overrides={**overrides, **roles})
         proc = localnode.spawn(cmd, new_session=True)  # output: this terminal
@@ -697,6 +699,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--wait-timeout", type=float, default=30.0,
                     help="seconds to wait for every node to listen and register before "
                          "giving up (default 30)")
+    up.add_argument("--kafka-port", type=int, default=None,
+                    help="also serve Kafka's wire protocol: node i on KAFKA_PORT+i-1 "
+                         "(default: off)")
     up.set_defaults(fn=cmd_up)
 
     node = sub.add_parser(

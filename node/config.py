@@ -132,6 +132,13 @@ class NodeConfig:
     offsets_topic_num_partitions: int = 16
     offsets_topic_replication_factor: int = 3
     offsets_retention_minutes: int = 10_080
+    #: Kafka wire-protocol listener (node/kafka_server.py): None = off. Other brokers'
+    #: Kafka addresses: ``kafka_brokers`` where given, else their client address with
+    #: this node's Kafka port offset (what ``raftlog up --kafka-port`` sets up).
+    kafka_host: str | None = None
+    kafka_port: int | None = None
+    kafka_advertised: tuple | None = None
+    kafka_brokers: dict = field(default_factory=dict)
     #: Test-only fault flags (never set in production configs).
     test_flags: frozenset = frozenset()
 
@@ -227,6 +234,14 @@ def _set_raft_listener(kw: dict, key: str, value: str) -> None:
     kw["raft_host"], kw["raft_port"] = parse_address(key, value)
 
 
+def _set_kafka_listener(kw: dict, key: str, value: str) -> None:
+    kw["kafka_host"], kw["kafka_port"] = parse_address(key, value)
+
+
+def _set_kafka_advertised(kw: dict, key: str, value: str) -> None:
+    kw["kafka_advertised"] = parse_address(key, value)
+
+
 def _nonempty(key: str, v: str) -> str:
     s = str(v).strip()
     if not s:
@@ -299,6 +314,9 @@ _NODE_KEYS = {
         "offsets_topic_replication_factor", lambda k, v: _int(k, v, 1, 100)
     ),
     "offsets.retention.minutes": _set("offsets_retention_minutes", lambda k, v: _int(k, v, 1)),
+    "kafka.listener": _set_kafka_listener,
+    "kafka.advertised.listener": _set_kafka_advertised,
+    "kafka.brokers": _set("kafka_brokers", parse_voters),
     "test.flags": _set("test_flags", _flags),
 }
 

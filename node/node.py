@@ -28,6 +28,7 @@ class Node:
         self.broker: Broker | None = None
         self.server: Server | None = None
         self.address: tuple[str, int] | None = None
+        self.kafka = None  # the Kafka listener (kafka.listener), when configured
         self._token = None
         self._reconcile_scheduled = False
 
@@ -60,6 +61,11 @@ class Node:
         try:
             async with trio.open_nursery() as nursery:
                 self.address = await nursery.start(self.server.serve)
+                if self.config.kafka_port is not None:  # kafka.listener
+                    from .kafka_server import KafkaServer
+
+                    self.kafka = KafkaServer(self.config, self.broker, self.events)
+                    await nursery.start(self.kafka.serve)
                 if self.store is not None:
                     from .fetcher import FetcherManager
                     from .heartbeat import Heartbeats
