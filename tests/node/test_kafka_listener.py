@@ -1,0 +1,218 @@
+"""The Kafka listener against a real node process, with stock Kafka clients:
+kafka-python (pure Python) and, when installed, confluent-kafka (librdkafka)."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+import pytest
+
+from raftlog.client import Admin, Consumer, Producer, TopicPartition
+from raftlog.kafka_wire import FrameDecoder, decode_response, encode_request
+from tests.conftest import NodeProcess, free_ports
+
+kafka = pytest.importorskip("kafka")
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer  # noqa: E402
+from kafka.admin import NewTopic  # noqa: E402
+from kafka.structs import TopicPartition as KTP  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def knode(tmp_path_factory):
+    """One node with the Kafka listener on; shared by this module's tests (each uses
+    its own topics and groups)."""
+    port, kport = free_ports(2)
+    n = NodeProcess(str(tmp_path_factory.mktemp("kafka") / "node-1"), port, extra={
+        "kafka.listener": f"127.0.0.1:{kport}",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "4",
+        "group.initial.rebalance.delay.ms": "0",
+    })
+    n.start()
+    n.kafka = f"127.0.0.1:{kport}"
+    yield n
+    n.stop()
+    assert "kafka_handler_failed" not in n.log_text()
+
+
+def _admin(node) -> KafkaAdminClient:
+    return KafkaAdminClient(bootstrap_servers=node.kafka, request_timeout_ms=10_000)
+
+
+def test_kafka_python_idempotent_acks_all_producer_and_consumer(knode):
+    admin = _admin(knode)
+    admin.create_topics([NewTopic("kp", 2, 1)])
+    p = KafkaProducer(bootstrap_servers=knode.kafka, acks="all", enable_idempotence=True,
+                      compression_type="gzip", linger_ms=2)
+    sent = [(b"k%d" % i, b"v%d" % i, [("n", b"%d" % i)]) for i in range(500)]
+    futs = [p.send("kp", key=k, value=v, headers=h) for k, v, h in sent]
+    metas = [f.get(timeout=20) for f in futs]
+    p.close()
+    for part in (0, 1):  # offsets dense and in send order per partition
+        assert sorted(m.offset for m in metas if m.partition == part) == \
+            list(range(sum(m.partition == part for m in metas)))
+    c = KafkaConsumer("kp", bootstrap_servers=knode.kafka, auto_offset_reset="earliest",
+                      consumer_timeout_ms=3000)
+    got = [(m.key, m.value, m.headers) for m in c]
+    c.close()
+    assert sorted(got) == sorted(sent)
+    admin.close()
+
+
+def test_records_cross_listeners_unchanged(knode):
+    Admin(knode.bootstrap).create_topic("cross", partitions=1)
+    kp = KafkaProducer(bootstrap_servers=knode.kafka, acks="all")
+    kp.send("cross", key=b"from-kafka", value=b"v1", headers=[("h", b"x"), ("e", b"")],
+            timestamp_ms=1_600_000_000_123).get(timeout=20)
+    kp.close()
+    with Producer(knode.bootstrap, acks="all") as p:
+        p.send("cross", b"v2", key=b"from-raftlog", headers=[("a", b"1"), ("n", None)],
+               partition=0).result(20)
+    c = Consumer(knode.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100)
+    c.assign([TopicPartition("cross", 0)])
+    recs, deadline = [], time.monotonic() + 10
+    while len(recs) < 2 and time.monotonic() < deadline:
+        recs += c.poll(timeout_ms=200)
+    c.close()
+    assert [(r.offset, r.key, r.value, r.headers) for r in recs] == [
+        (0, b"from-kafka", b"v1", (("h", b"x"), ("e", b""))),
+        (1, b"from-raftlog", b"v2", (("a", b"1"), ("n", None)))]
+    assert recs[0].timestamp == 1_600_000_000_123
+    kc = KafkaConsumer(bootstrap_servers=knode.kafka, consumer_timeout_ms=3000)
+    kc.assign([KTP("cross", 0)])
+    kc.seek_to_beginning()
+    seen = [(m.offset, m.key, m.value, tuple(m.headers), m.timestamp) for m in kc]
+    kc.close()
+    assert seen == [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in recs]
+
+
+def test_kafka_python_group_commits_and_resumes(knode):
+    admin = _admin(knode)
+    admin.create_topics([NewTopic("grp", 2, 1)])
+    p = KafkaProducer(bootstrap_servers=knode.kafka, acks="all")
+    for i in range(40):
+        p.send("grp", value=b"%d" % i, partition=i % 2)
+    p.flush()
+
+    def member():
+        return KafkaConsumer("grp", bootstrap_servers=knode.kafka, group_id="g-kp",
+                             auto_offset_reset="earliest", enable_auto_commit=False,
+                             consumer_timeout_ms=3000, session_timeout_ms=6000,
+                             heartbeat_interval_ms=500)
+
+    c = member()
+    first = [m.value for m in c]
+    assert sorted(first, key=int) == [b"%d" % i for i in range(40)]
+    assert c.assignment() == {KTP("grp", 0), KTP("grp", 1)}
+    c.commit()
+    c.close()
+    groups = admin.list_groups()
+    assert any(g["group_id"] == "g-kp" for g in groups)
+    offsets = admin.list_group_offsets("g-kp")["g-kp"]
+    assert {tp.partition: om.offset for tp, om in offsets.items()} == {0: 20, 1: 20}
+    for i in range(40, 44):
+        p.send("grp", value=b"%d" % i, partition=i % 2)
+    p.close()
+    c = member()
+    resumed = [m.value for m in c]  # only what came after the commit
+    c.close()
+    assert sorted(resumed) == [b"40", b"41", b"42", b"43"]
+    admin.close()
+
+
+def test_admin_create_describe_delete(knode):
+    admin = _admin(knode)
+    res = admin.create_topics([NewTopic("adm", 3, 1, topic_configs={"retention.ms": "1234"})])
+    assert res["topics"][0]["error_code"] == 0
+    again = admin.create_topics([NewTopic("adm", 3, 1)], raise_errors=False)
+    assert again["topics"][0]["error_code"] == 36  # TOPIC_ALREADY_EXISTS
+    assert "adm" in admin.list_topics()
+    assert admin.describe_cluster()["brokers"][0]["port"] == int(knode.kafka.split(":")[1])
+    admin.delete_topics(["adm"])
+    deadline = time.monotonic() + 10
+    while "adm" in admin.list_topics() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "adm" not in admin.list_topics()
+    admin.close()
+
+
+def _connect(node) -> socket.socket:
+    host, port = node.kafka.split(":")
+    return socket.create_connection((host, int(port)), timeout=10)
+
+
+def _recv_frame(s: socket.socket) -> bytes | None:
+    dec = FrameDecoder()
+    while True:
+        frame = dec.next_frame()
+        if frame is not None:
+            return frame
+        data = s.recv(65536)
+        if not data:
+            return None
+        dec.receive_data(data)
+
+
+def test_unknown_apis_versions_and_malformed_frames_leave_the_node_serving(knode):
+    with _connect(knode) as s:
+        # an API we do not serve: an UNSUPPORTED_VERSION answer, the connection stays
+        s.sendall(struct.pack(">ihhi", 10, 57, 0, 7) + b"\xff\xff")
+        frame = _recv_frame(s)
+        assert struct.unpack(">ih", frame) == (7, 35)
+        # ApiVersions v9: a v0 answer listing what we serve
+        s.sendall(struct.pack(">ihhi", 10, 18, 9, 8) + b"\xff\xff")
+        cid, body = decode_response(18, 0, _recv_frame(s))
+        assert cid == 8 and body["error_code"] == 35
+        assert {a["api_key"] for a in body["api_keys"]} >= {0, 1, 3, 11}
+        # and a good request still works on the same connection
+        s.sendall(encode_request(18, 3, 9, {"client_software_name": "t",
+                                            "client_software_version": "1"}))
+        cid, body = decode_response(18, 3, _recv_frame(s))
+        assert cid == 9 and body["error_code"] == 0
+    bad_frames = [
+        struct.pack(">i", 2**31 - 1) + b"x",  # lying length beyond max.frame.bytes
+        struct.pack(">i", -4),  # negative length
+        struct.pack(">i", 10) + struct.pack(">hhi", 3, 1, 5) + b"\x7f\xff",  # string overruns
+        struct.pack(">i", 14) + struct.pack(">hhi", 3, 1, 5) + b"\xff\xff" + b"\x7f\xff\xff\xff",
+    ]
+    for bad in bad_frames:
+        with _connect(knode) as s:
+            s.sendall(bad)
+            assert _recv_frame(s) is None  # closed, no answer
+    with _connect(knode) as s:  # the node still serves
+        s.sendall(encode_request(3, 1, 11, {"topics": None}))
+        cid, body = decode_response(3, 1, _recv_frame(s))
+        assert cid == 11 and body["brokers"][0]["port"] == int(knode.kafka.split(":")[1])
+
+
+def test_confluent_kafka_idempotent_producer_and_group(knode):
+    ck = pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient, ConfigResource
+    from confluent_kafka.admin import NewTopic as CNewTopic
+
+    a = AdminClient({"bootstrap.servers": knode.kafka})
+    for f in a.create_topics([CNewTopic("ck", 3, 1)]).values():
+        f.result(20)
+    [cfg] = a.describe_configs([ConfigResource("topic", "ck")]).values()
+    assert "retention.ms" in cfg.result(20)
+    errors = []
+    p = ck.Producer({"bootstrap.servers": knode.kafka, "enable.idempotence": True,
+                     "acks": "all", "compression.type": "lz4", "linger.ms": 5})
+    for i in range(2000):
+        p.produce("ck", key=b"k%d" % i, value=b"v%d" % i, headers=[("i", b"%d" % i)],
+                  on_delivery=lambda e, m: e and errors.append(e))
+    assert p.flush(30) == 0 and not errors
+    c = ck.Consumer({"bootstrap.servers": knode.kafka, "group.id": "g-ck",
+                     "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe(["ck"])
+    got, deadline = [], time.monotonic() + 30
+    while len(got) < 2000 and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            got.append((m.key(), m.value(), tuple(m.headers())))
+    c.commit(asynchronous=False)
+    c.close()
+    assert sorted(got) == sorted((b"k%d" % i, b"v%d" % i, (("i", b"%d" % i),))
+                                 for i in range(2000))
