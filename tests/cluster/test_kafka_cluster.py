@@ -1,0 +1,92 @@
+"""Stock Kafka clients against a 3-node cluster through the Kafka listeners: topics
+with RF 3, an idempotent acks=all producer, and a consumer group that rebalances
+when a member leaves."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from ..conftest import free_ports
+from .cluster import LocalCluster, until
+
+kafka = pytest.importorskip("kafka")
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer  # noqa: E402
+from kafka.admin import NewTopic  # noqa: E402
+from kafka.structs import TopicPartition as KTP  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def _kafka_cluster(tmp_path) -> tuple[LocalCluster, str]:
+    cluster = LocalCluster(tmp_path, 3, offsets_topic_replication_factor=3,
+                           offsets_topic_num_partitions=3, group_initial_rebalance_delay_ms=0)
+    kports = free_ports(3)
+    brokers = ",".join(f"{i}@127.0.0.1:{p}" for i, p in enumerate(kports, 1))
+    for n, kport in zip(cluster.nodes, kports):
+        n.extra.update({"kafka.listener": f"127.0.0.1:{kport}", "kafka.brokers": brokers})
+    cluster.start()
+    return cluster, ",".join(f"127.0.0.1:{p}" for p in kports)
+
+
+class _Member(threading.Thread):
+    def __init__(self, bootstrap: str, name: str):
+        super().__init__(daemon=True)
+        self.c = KafkaConsumer("rg", bootstrap_servers=bootstrap, group_id="g3",
+                               client_id=name, auto_offset_reset="earliest",
+                               session_timeout_ms=6000, heartbeat_interval_ms=300,
+                               max_poll_interval_ms=20000)
+        self.stop = threading.Event()
+        self.assignment: set = set()
+        self.values: list = []
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for recs in self.c.poll(timeout_ms=200).values():
+                self.values += [r.value for r in recs]
+            self.assignment = {tp.partition for tp in self.c.assignment()}
+        self.c.close()
+
+
+def test_kafka_clients_against_three_nodes(tmp_path):
+    cluster, bootstrap = _kafka_cluster(tmp_path)
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=20_000)
+        admin.create_topics([NewTopic("rg", 3, 3)])
+        until(lambda: all(len(cluster.partition("rg", p).isr) == 3 for p in range(3)),
+              timeout_s=30)
+        ports = {b["port"] for b in admin.describe_cluster()["brokers"]}
+        assert ports == {int(a.split(":")[1]) for a in bootstrap.split(",")}
+        p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+        metas = [p.send("rg", value=b"%d" % i).get(timeout=30) for i in range(300)]
+        p.close()
+        assert {m.partition for m in metas} == {0, 1, 2}
+
+        members = [_Member(bootstrap, f"m{i}") for i in range(3)]
+        for m in members:
+            m.start()
+        until(lambda: sorted(x for m in members for x in m.assignment) == [0, 1, 2]
+              and all(m.assignment for m in members), timeout_s=60)
+        until(lambda: sum(len(m.values) for m in members) >= 300, timeout_s=30)
+        members[2].stop.set()  # a member leaves: the other two take its partitions
+        members[2].join(20)
+        until(lambda: sorted(x for m in members[:2] for x in m.assignment) == [0, 1, 2],
+              timeout_s=60)
+        for m in members[:2]:
+            m.stop.set()
+            m.join(20)
+        seen = sorted(int(v) for m in members for v in m.values)
+        assert set(seen) == set(range(300))  # every record; none lost
+        desc = admin.describe_groups(["g3"])["g3"]
+        assert desc["error"] is None
+        kc = KafkaConsumer(bootstrap_servers=bootstrap, consumer_timeout_ms=3000)
+        kc.assign([KTP("rg", i) for i in range(3)])
+        kc.seek_to_beginning()
+        assert sorted(int(m.value) for m in kc) == list(range(300))
+        kc.close()
+        admin.close()
+    finally:
+        cluster.stop()
+    for n in cluster.nodes:
+        assert "kafka_handler_failed" not in n.log_text()
