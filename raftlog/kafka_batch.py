@@ -266,101 +266,146 @@ def decode_records(buf, pos: int, h: KafkaBatchHeader) -> KafkaRecords:
         raise CorruptRecordError(f"records of batch at offset {h.base_offset}: {e}") from None
 
 
+#: zigzag value of every one-byte varint: the common case decodes with one lookup
+_ZZ1 = [(b >> 1) ^ -(b & 1) for b in range(0x80)]
+
+
 def _parse_records(data: bytes, n: int, h: KafkaBatchHeader) -> KafkaRecords:
-    rv = _read_varint
-    base_ts = h.base_timestamp
+    # One loop per record, varints inlined (one-byte ones are a table lookup): this is
+    # the only per-record Python work of a Kafka produce.
+    rv, zz = _read_varint, _ZZ1
     offs, tss, keys, vals, hdrs = [], [], [], [], []
+    add_o, add_t, add_k, add_v, add_h = (offs.append, tss.append, keys.append, vals.append,
+                                         hdrs.append)
     pos, end = 0, len(data)
     no_headers = ()
     for _ in range(n):
-        length, pos = rv(data, pos)
+        b = data[pos]
+        if b < 0x80:
+            length = zz[b]
+            pos += 1
+        else:
+            length, pos = rv(data, pos)
         stop = pos + length
         if length < 6 or stop > end:
             raise CorruptRecordError(f"record length {length} at {pos} overruns the batch")
-        pos += 1  # record attributes: unused
-        ts, pos = rv(data, pos)
-        od, pos = rv(data, pos)
-        kl, pos = rv(data, pos)
+        b = data[pos + 1]  # (pos: record attributes, unused)
+        if b < 0x80:
+            ts = zz[b]
+            pos += 2
+        else:
+            ts, pos = rv(data, pos + 1)
+        b = data[pos]
+        if b < 0x80:
+            od = zz[b]
+            pos += 1
+        else:
+            od, pos = rv(data, pos)
+        b = data[pos]
+        if b < 0x80:
+            kl = zz[b]
+            pos += 1
+        else:
+            kl, pos = rv(data, pos)
         if kl < 0:
             key = None
         else:
             key = data[pos : pos + kl]
             pos += kl
-        vl, pos = rv(data, pos)
+        b = data[pos]
+        if b < 0x80:
+            vl = zz[b]
+            pos += 1
+        else:
+            vl, pos = rv(data, pos)
         if vl < 0:
             value = None
         else:
             value = data[pos : pos + vl]
             pos += vl
-        hc, pos = rv(data, pos)
-        if hc == 0:
+        if data[pos] == 0:
             headers = no_headers
+            pos += 1
         else:
-            if hc < 0 or hc > stop - pos:
-                raise CorruptRecordError(f"header count {hc} overruns its record")
-            pairs = []
-            for _ in range(hc):
-                hkl, pos = rv(data, pos)
-                if hkl < 0:
-                    raise CorruptRecordError("a record header has a null key")
-                hk = data[pos : pos + hkl].decode()
-                pos += hkl
-                hvl, pos = rv(data, pos)
-                if hvl < 0:
-                    hv = None
-                else:
-                    hv = data[pos : pos + hvl]
-                    pos += hvl
-                pairs.append((hk, hv))
-            headers = tuple(pairs)
+            hc, pos = rv(data, pos)
+            headers, pos = _parse_headers(data, pos, hc, stop)
         if pos != stop:
             raise CorruptRecordError(f"record ends at {pos}, its length says {stop}")
-        offs.append(od)
-        tss.append(base_ts + ts)
-        keys.append(key)
-        vals.append(value)
-        hdrs.append(headers)
+        add_o(od)
+        add_t(ts)
+        add_k(key)
+        add_v(value)
+        add_h(headers)
     if pos != end:
         raise CorruptRecordError(f"{end - pos} bytes after the last record")
+    base_ts = h.base_timestamp
+    if base_ts:
+        tss = [base_ts + t for t in tss]
     return KafkaRecords(offs, tss, keys, vals, hdrs)
+
+
+def _parse_headers(data: bytes, pos: int, hc: int, stop: int) -> tuple[tuple, int]:
+    rv = _read_varint
+    if hc < 0 or hc > stop - pos:
+        raise CorruptRecordError(f"header count {hc} overruns its record")
+    pairs = []
+    for _ in range(hc):
+        hkl, pos = rv(data, pos)
+        if hkl < 0 or pos + hkl > stop:
+            raise CorruptRecordError("a record header key is null or overruns its record")
+        hk = data[pos : pos + hkl].decode()
+        pos += hkl
+        hvl, pos = rv(data, pos)
+        if hvl < 0:
+            hv = None
+        else:
+            hv = data[pos : pos + hvl]
+            pos += hvl
+        pairs.append((hk, hv))
+    return tuple(pairs), pos
 
 
 # --------------------------------------------------------------------------- encode
 
 
+#: one-byte zigzag encodings of 0..63, the common lengths and deltas
+_SMALL_ZZ = [bytes((i << 1,)) for i in range(64)]
+
+
+def _zzb(n: int) -> bytes:
+    """Zigzag varint of a (32- or 64-bit) int, small non-negative ones from a table."""
+    if 0 <= n < 64:
+        return _SMALL_ZZ[n]
+    return _uv(((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF)
+
+
+def _bytes_field(b) -> bytes:
+    if b is None:
+        return b"\x01"
+    n = len(b)
+    return (_SMALL_ZZ[n] if n < 64 else _uv(_zz32(n))) + b
+
+
+def _encode_headers(hs) -> bytes:
+    parts = [_zzb(len(hs))]
+    for hk, hv in hs:
+        parts.append(_bytes_field(hk.encode()))
+        parts.append(_bytes_field(hv))
+    return b"".join(parts)
+
+
 def _encode_records(offset_deltas, timestamps, keys, values, headers, base_ts: int) -> bytes:
-    uv = _uv
+    zzb, field, small, uv = _zzb, _bytes_field, _SMALL_ZZ, _uv
     out = []
     append = out.append
+    join = b"".join
     for od, ts, k, v, hs in zip(offset_deltas, timestamps, keys, values, headers):
-        parts = [b"\x00", uv(_zz64(ts - base_ts)), uv(_zz32(od))]
-        if k is None:
-            parts.append(b"\x01")
-        else:
-            parts.append(uv(_zz32(len(k))))
-            parts.append(k)
-        if v is None:
-            parts.append(b"\x01")
-        else:
-            parts.append(uv(_zz32(len(v))))
-            parts.append(v)
-        if not hs:
-            parts.append(b"\x00")
-        else:
-            parts.append(uv(_zz32(len(hs))))
-            for hk, hv in hs:
-                hkb = hk.encode()
-                parts.append(uv(_zz32(len(hkb))))
-                parts.append(hkb)
-                if hv is None:
-                    parts.append(b"\x01")
-                else:
-                    parts.append(uv(_zz32(len(hv))))
-                    parts.append(hv)
-        body = b"".join(parts)
-        append(uv(_zz32(len(body))))
+        body = join((b"\x00", zzb(ts - base_ts), zzb(od), field(k), field(v),
+                     _encode_headers(hs) if hs else b"\x00"))
+        n = len(body)
+        append(small[n] if n < 64 else uv(_zz32(n)))
         append(body)
-    return b"".join(out)
+    return join(out)
 
 
 def encode_batch(values, keys=None, *, timestamps, headers=None, offset_deltas=None,
