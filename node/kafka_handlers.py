@@ -421,10 +421,12 @@ class KafkaApis:
             got = await self._group(Api.JOIN_GROUP, fields)
         except ApiError as e:
             return {"error_code": _E[e.code], "generation_id": -1, "protocol_type": None,
-                    "protocol_name": None, "leader": "", "member_id": body["member_id"],
-                    "members": []}
+                    "protocol_name": None if v >= 7 else "", "leader": "",
+                    "member_id": body["member_id"], "members": []}
+        protocol = got["protocol"]
         return {"error_code": 0, "generation_id": got["generation"],
-                "protocol_type": got.get("protocol_type"), "protocol_name": got["protocol"],
+                "protocol_type": got.get("protocol_type"),
+                "protocol_name": protocol if protocol is not None or v >= 7 else "",
                 "leader": got["leader"] or "", "member_id": got["member_id"],
                 "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                              "metadata": _as_bytes(m.metadata)} for m in got.get("members") or []]}

@@ -28,6 +28,7 @@ import trio
 from raftlog.kafka_errors import KAFKA
 from raftlog.kafka_wire import (
     API_VERSIONS_KEY,
+    SUPPORTED,
     FrameDecoder,
     KafkaDecodeError,
     UnsupportedRequest,
@@ -154,14 +155,8 @@ class KafkaServer:
             # KIP-511: answer with v0 so the client learns the versions and retries
             body = {"error_code": _UNSUPPORTED, "api_keys": [
                 {"api_key": k, "min_version": lo, "max_version": hi}
-                for k, (lo, hi) in sorted(self.apis_supported().items())]}
+                for k, (lo, hi) in sorted(SUPPORTED.items())]}
             return encode_response(API_VERSIONS_KEY, 0, e.correlation_id, body)
         self.events.warning("kafka_unsupported", api=e.api_key, version=e.api_version)
         data = struct.pack(">ih", e.correlation_id, _UNSUPPORTED)
         return struct.pack(">i", len(data)) + data
-
-    @staticmethod
-    def apis_supported() -> dict:
-        from raftlog.kafka_wire import SUPPORTED
-
-        return SUPPORTED

@@ -129,6 +129,11 @@ def test_admin_create_describe_delete(knode):
     again = admin.create_topics([NewTopic("adm", 3, 1)], raise_errors=False)
     assert again["topics"][0]["error_code"] == 36  # TOPIC_ALREADY_EXISTS
     assert "adm" in admin.list_topics()
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "adm")])
+    modified = described["topic"]["adm"]  # only what the topic sets (kafka-python's default)
+    assert {k: v["value"] for k, v in modified.items()} == {"retention.ms": "1234"}
     assert admin.describe_cluster()["brokers"][0]["port"] == int(knode.kafka.split(":")[1])
     admin.delete_topics(["adm"])
     deadline = time.monotonic() + 10
@@ -216,3 +221,83 @@ def test_confluent_kafka_idempotent_producer_and_group(knode):
     c.close()
     assert sorted(got) == sorted((b"k%d" % i, b"v%d" % i, (("i", b"%d" % i),))
                                  for i in range(2000))
+
+
+def test_aiokafka_producer_and_group_consumer(knode):
+    aiokafka = pytest.importorskip("aiokafka")
+    import asyncio
+
+    async def run():
+        p = aiokafka.AIOKafkaProducer(bootstrap_servers=knode.kafka, acks="all",
+                                      enable_idempotence=True)
+        await p.start()
+        try:
+            for i in range(20):
+                await p.send("aio", b"%d" % i, key=b"k", headers=[("i", b"%d" % i)])
+            await p.flush()
+        finally:
+            await p.stop()
+        c = aiokafka.AIOKafkaConsumer("aio", bootstrap_servers=knode.kafka, group_id="g-aio",
+                                      auto_offset_reset="earliest", enable_auto_commit=False)
+        await c.start()
+        try:
+            got = []
+            while len(got) < 20:
+                m = await asyncio.wait_for(c.getone(), 20)
+                got.append((m.offset, m.value, tuple(m.headers)))
+            await c.commit()
+            committed = await c.committed(aiokafka.TopicPartition("aio", 0))
+        finally:
+            await c.stop()
+        return got, committed
+
+    Admin(knode.bootstrap).create_topic("aio", partitions=1)
+    got, committed = asyncio.run(run())
+    assert got == [(i, b"%d" % i, (("i", b"%d" % i),)) for i in range(20)]
+    assert committed == 20
+
+
+_VALID = [  # (api key, version, body) requests a client could send
+    (18, 3, {"client_software_name": "f", "client_software_version": "1"}),
+    (3, 9, {"topics": None, "allow_auto_topic_creation": False}),
+    (1, 11, {"max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1000, "topics": [
+        {"topic": "fz", "partitions": [{"partition": 0, "fetch_offset": 0,
+                                         "partition_max_bytes": 1000}]}]}),
+    (2, 5, {"replica_id": -1, "topics": [{"name": "fz", "partitions": [
+        {"partition_index": 0, "timestamp": -2}]}]}),
+    (11, 5, {"group_id": "fz-g", "session_timeout_ms": 6000, "rebalance_timeout_ms": 100,
+             "member_id": "nobody", "protocol_type": "consumer",
+             "protocols": [{"name": "range", "metadata": b"\x00"}]}),
+]
+
+
+def test_fuzzed_requests_never_take_the_node_down(knode):
+    """Valid requests with bytes flipped, cut, or their frame length lying: each gets an
+    answer or a closed connection, and afterwards the node answers a good request."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    Admin(knode.bootstrap).create_topic("fz", partitions=1)
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(data=st.data())
+    def fuzz(data):
+        key, v, body = data.draw(st.sampled_from(_VALID))
+        frame = bytearray(encode_request(key, v, 1, body))
+        for _ in range(data.draw(st.integers(0, 4))):
+            i = data.draw(st.integers(4, len(frame) - 1))
+            frame[i] = data.draw(st.integers(0, 255))
+        if data.draw(st.booleans()):  # the length lies (never beyond what we send)
+            frame[:4] = struct.pack(">i", data.draw(st.integers(-5, len(frame) - 4)))
+        with _connect(knode) as s:
+            s.settimeout(5)
+            s.sendall(bytes(frame))
+            s.shutdown(socket.SHUT_WR)
+            while s.recv(65536):  # answers, then the close
+                pass
+
+    fuzz()
+    with _connect(knode) as s:
+        s.sendall(encode_request(3, 1, 12, {"topics": None}))
+        cid, body = decode_response(3, 1, _recv_frame(s))
+        assert cid == 12 and any(t["name"] == "fz" for t in body["topics"])
