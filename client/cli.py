@@ -95,7 +95,10 @@ def cmd_up(args) -> int:
             f"raftlog is up: bootstrap servers {servers}, data in {data_dir}\n"
             f"  raftlog topics create demo --bootstrap-server {args.host}:{args.port}\n"
             f'  Producer(bootstrap_servers="{servers}")\n'
-            "Ctrl-C stops it.",
+            + ("Kafka clients: bootstrap.servers="
+               + ",".join(f"{args.host}:{args.kafka_port + i}" for i in range(args.nodes)) + "\n"
+               if args.kafka_port is not None else "")
+            + "Ctrl-C stops it.",
             flush=True,
         )
     rcs = [p.wait() for p in procs]
