@@ -284,6 +284,10 @@ def _parse_records(data: bytes, n: int, h: KafkaBatchHeader) -> KafkaRecords:
         if b < 0x80:
             length = zz[b]
             pos += 1
+        elif data[pos + 1] < 0x80:  # two bytes: records of 64..8191 bytes
+            length = (b & 0x7F) | (data[pos + 1] << 7)
+            length = (length >> 1) ^ -(length & 1)
+            pos += 2
         else:
             length, pos = rv(data, pos)
         stop = pos + length
@@ -316,6 +320,10 @@ def _parse_records(data: bytes, n: int, h: KafkaBatchHeader) -> KafkaRecords:
         if b < 0x80:
             vl = zz[b]
             pos += 1
+        elif data[pos + 1] < 0x80:
+            vl = (b & 0x7F) | (data[pos + 1] << 7)
+            vl = (vl >> 1) ^ -(vl & 1)
+            pos += 2
         else:
             vl, pos = rv(data, pos)
         if vl < 0:
@@ -368,13 +376,16 @@ def _parse_headers(data: bytes, pos: int, hc: int, stop: int) -> tuple[tuple, in
 # --------------------------------------------------------------------------- encode
 
 
-#: one-byte zigzag encodings of 0..63, the common lengths and deltas
-_SMALL_ZZ = [bytes((i << 1,)) for i in range(64)]
+#: zigzag varint encodings of 0..8191 (one or two bytes): record lengths, key and value
+#: lengths, offset and timestamp deltas of ordinary records come from this table
+_ZZ_TABLE_SIZE = 8192
+_SMALL_ZZ = [bytes((n << 1,)) if n < 64 else bytes((((n << 1) & 0x7F) | 0x80, n >> 6))
+             for n in range(_ZZ_TABLE_SIZE)]
 
 
 def _zzb(n: int) -> bytes:
     """Zigzag varint of a (32- or 64-bit) int, small non-negative ones from a table."""
-    if 0 <= n < 64:
+    if 0 <= n < _ZZ_TABLE_SIZE:
         return _SMALL_ZZ[n]
     return _uv(((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF)
 
@@ -383,7 +394,7 @@ def _bytes_field(b) -> bytes:
     if b is None:
         return b"\x01"
     n = len(b)
-    return (_SMALL_ZZ[n] if n < 64 else _uv(_zz32(n))) + b
+    return (_SMALL_ZZ[n] if n < _ZZ_TABLE_SIZE else _uv(_zz32(n))) + b
 
 
 def _encode_headers(hs) -> bytes:
@@ -403,7 +414,7 @@ def _encode_records(offset_deltas, timestamps, keys, values, headers, base_ts: i
         body = join((b"\x00", zzb(ts - base_ts), zzb(od), field(k), field(v),
                      _encode_headers(hs) if hs else b"\x00"))
         n = len(body)
-        append(small[n] if n < 64 else uv(_zz32(n)))
+        append(small[n] if n < 8192 else uv(_zz32(n)))
         append(body)
     return join(out)
 

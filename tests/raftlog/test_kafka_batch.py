@@ -170,3 +170,21 @@ def test_garbage_raises_only_corrupt_record_error(garbage):
         kb.to_raftlog(garbage)
     except CorruptRecordError:
         pass
+
+
+@pytest.mark.parametrize("size", [0, 55, 56, 63, 64, 8120, 8191, 8192, 8200, 70_000])
+def test_varint_boundaries_agree_with_kafka_python(size):
+    """Value lengths around the one-byte, two-byte and table limits, and a timestamp
+    delta and offset delta past them, both directions."""
+    recs = [(b"k" * min(size, 70), b"v" * size, 1_000, (("h", b"x" * size),)),
+            (None, b"w", 1_000 + size * 1000, ())]
+    data = _kp_build(recs, kb.NONE, (-1, -1, -1))
+    [(pos, h)] = list(kb.iter_batches(data))
+    got = kb.decode_records(data, pos, h)
+    assert list(zip(got.keys, got.values, got.timestamps, got.headers)) == recs
+    ours = kb.encode_batch([r[1] for r in recs], [r[0] for r in recs],
+                           timestamps=[r[2] for r in recs], headers=[r[3] for r in recs],
+                           offset_deltas=[0, size + 1])
+    _, read = _kp_read(ours)
+    assert read == [(0, 1_000, recs[0][0], recs[0][1], recs[0][3]),
+                    (size + 1, recs[1][2], None, b"w", ())]
