@@ -84,7 +84,9 @@ def test_records_cross_listeners_unchanged(knode):
     kc.assign([KTP("cross", 0)])
     kc.seek_to_beginning()
     seen = [(m.offset, m.key, m.value, tuple(m.headers), m.timestamp) for m in kc]
+    by_time = kc.offsets_for_times({KTP("cross", 0): 1_600_000_000_124})  # (ListOffsets)
     kc.close()
+    assert by_time[KTP("cross", 0)].offset == 1  # the first record at or after that time
     assert seen == [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in recs]
 
 
@@ -301,3 +303,50 @@ def test_fuzzed_requests_never_take_the_node_down(knode):
         s.sendall(encode_request(3, 1, 12, {"topics": None}))
         cid, body = decode_response(3, 1, _recv_frame(s))
         assert cid == 12 and any(t["name"] == "fz" for t in body["topics"])
+
+
+def test_confluent_kafka_cooperative_sticky_group_rebalances_when_a_member_leaves(knode):
+    ck = pytest.importorskip("confluent_kafka")
+    import threading
+
+    Admin(knode.bootstrap).create_topic("coop", partitions=4)
+    p = ck.Producer({"bootstrap.servers": knode.kafka})
+    for i in range(400):
+        p.produce("coop", b"%d" % i, partition=i % 4)
+    assert p.flush(20) == 0
+    state = {"a": (set(), []), "b": (set(), [])}
+    stop = {"a": threading.Event(), "b": threading.Event()}
+
+    def member(name):
+        c = ck.Consumer({"bootstrap.servers": knode.kafka, "group.id": "g-coop",
+                         "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                         "heartbeat.interval.ms": 300,
+                         "partition.assignment.strategy": "cooperative-sticky"})
+        c.subscribe(["coop"])
+        while not stop[name].is_set():
+            m = c.poll(0.1)
+            if m is not None and not m.error():
+                state[name][1].append(int(m.value()))
+            state[name] = ({tp.partition for tp in c.assignment()}, state[name][1])
+        c.close()
+
+    threads = {n: threading.Thread(target=member, args=(n,), daemon=True) for n in "ab"}
+    for t in threads.values():
+        t.start()
+
+    def until(cond, timeout_s=30):
+        deadline = time.monotonic() + timeout_s
+        while not cond():
+            assert time.monotonic() < deadline, f"timed out; state {state}"
+            time.sleep(0.1)
+
+    until(lambda: state["a"][0] and state["b"][0]
+          and state["a"][0] | state["b"][0] == {0, 1, 2, 3})
+    kept = set(state["a"][0])
+    stop["b"].set()
+    threads["b"].join(20)
+    until(lambda: state["a"][0] == {0, 1, 2, 3})
+    assert kept <= state["a"][0]  # sticky: a kept what it had
+    until(lambda: len(set(state["a"][1]) | set(state["b"][1])) == 400)
+    stop["a"].set()
+    threads["a"].join(20)
