@@ -21,6 +21,7 @@ import uuid
 import trio
 
 from raftlog import kafka_batch
+from raftlog import kafka_consumer_protocol as cp
 from raftlog.errors import ApiError, CorruptRecordError, ErrorCode
 from raftlog.kafka_errors import to_kafka
 from raftlog.kafka_wire import SUPPORTED
@@ -414,7 +415,9 @@ class KafkaApis:
                   "session_timeout_ms": body["session_timeout_ms"],
                   "rebalance_timeout_ms": (body["rebalance_timeout_ms"] if v >= 1
                                            else body["session_timeout_ms"]),
-                  "protocols": [(p["name"], p["metadata"]) for p in body["protocols"]],
+                  "protocols": [(p["name"], cp.subscription_to_raftlog(p["metadata"])
+                                 if body["protocol_type"] == CONSUMER else p["metadata"])
+                                for p in body["protocols"]],
                   "protocol_type": body["protocol_type"], "client_id": ctx.client_id,
                   "client_host": ctx.client_host}
         try:
@@ -429,18 +432,29 @@ class KafkaApis:
                 "protocol_name": protocol if protocol is not None or v >= 7 else "",
                 "leader": got["leader"] or "", "member_id": got["member_id"],
                 "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
-                             "metadata": _as_bytes(m.metadata)} for m in got.get("members") or []]}
+                             "metadata": _subscription_bytes(body["protocol_type"], m.metadata)}
+                            for m in got.get("members") or []]}
 
     async def sync_group(self, v: int, body: dict, ctx: Context) -> dict:
+        consumer = self._protocol_type(body["group_id"]) == CONSUMER
         fields = {"group": body["group_id"], "generation": body["generation_id"],
                   "member_id": body["member_id"],
-                  "assignments": [(a["member_id"], a["assignment"]) for a in body["assignments"]]}
+                  "assignments": [(a["member_id"], cp.assignment_to_raftlog(a["assignment"])
+                                   if consumer else a["assignment"])
+                                  for a in body["assignments"]]}
         try:
             got = await self._group(Api.SYNC_GROUP, fields)
         except ApiError as e:
             return {"error_code": _E[e.code], "assignment": b""}
-        return {"error_code": 0, "protocol_type": got.get("protocol_type"),
-                "protocol_name": got.get("protocol"), "assignment": _as_bytes(got["assignment"])}
+        ptype = got.get("protocol_type")
+        return {"error_code": 0, "protocol_type": ptype, "protocol_name": got.get("protocol"),
+                "assignment": _assignment_bytes(ptype, got["assignment"])}
+
+    def _protocol_type(self, group_id: str) -> str | None:
+        """The group's protocol type as the coordinator has it (None: unknown group)."""
+        groups = self.broker.groups
+        g = groups.service.coordinator.groups.get(group_id) if groups is not None else None
+        return g.protocol_type if g is not None else None
 
     async def heartbeat(self, v: int, body: dict, ctx: Context) -> dict:
         try:
@@ -536,9 +550,25 @@ class KafkaApis:
             "protocol_type": g["protocol_type"], "protocol_data": g["protocol"],
             "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                          "client_id": m.client_id, "client_host": m.client_host,
-                         "member_metadata": _as_bytes(m.metadata),
-                         "member_assignment": _as_bytes(m.assignment)} for m in g["members"]],
+                         "member_metadata": _subscription_bytes(g["protocol_type"], m.metadata),
+                         "member_assignment": _assignment_bytes(g["protocol_type"], m.assignment)}
+                        for m in g["members"]],
         } for g in got["groups"]]}
+
+
+CONSUMER = "consumer"
+
+
+def _subscription_bytes(protocol_type, metadata) -> bytes:
+    if protocol_type == CONSUMER:
+        return cp.subscription_to_kafka(metadata)
+    return _as_bytes(metadata)
+
+
+def _assignment_bytes(protocol_type, assignment) -> bytes:
+    if protocol_type == CONSUMER:
+        return cp.assignment_to_kafka(assignment)
+    return _as_bytes(assignment)
 
 
 def _as_bytes(x) -> bytes:

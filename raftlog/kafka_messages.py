@@ -12,7 +12,10 @@ tagged versions, default, sub-fields)``; see raftlog/kafka_wire.py.
 #: api name -> (api key, min version, max version) served
 ADVERTISED = {'Produce': (0, 3, 9), 'Fetch': (1, 4, 12), 'ListOffsets': (2, 1, 7), 'Metadata': (3, 0, 12), 'OffsetCommit': (8, 0, 8), 'OffsetFetch': (9, 0, 7), 'FindCoordinator': (10, 0, 4), 'JoinGroup': (11, 0, 7), 'Heartbeat': (12, 0, 4), 'LeaveGroup': (13, 0, 4), 'SyncGroup': (14, 0, 5), 'DescribeGroups': (15, 0, 5), 'ListGroups': (16, 0, 4), 'ApiVersions': (18, 0, 3), 'CreateTopics': (19, 0, 7), 'DeleteTopics': (20, 0, 5), 'InitProducerId': (22, 0, 4), 'DescribeConfigs': (32, 0, 4), 'DescribeCluster': (60, 0, 1)}
 
-#: (api key, 'request' | 'response') -> {'name', 'flexible_from', 'fields'}
+#: (api key, 'request' | 'response') or (name, 'data') -> {'name', 'flexible_from', 'fields'}
+#: data schema name -> (min version, max version)
+DATA_VERSIONS = {'ConsumerProtocolSubscription': (0, 3), 'ConsumerProtocolAssignment': (0, 3)}
+
 SCHEMAS = {(0, 'request'): {'name': 'ProduceRequest',
                   'flexible_from': 9,
                   'fields': (('transactional_id', 'string', 3, 32767, (3, 32767), None, None, None,
@@ -515,4 +518,30 @@ SCHEMAS = {(0, 'request'): {'name': 'ProduceRequest',
                                  ('port', 'int32', 0, 32767, None, None, None, 0, None),
                                  ('rack', 'string', 0, 32767, (0, 32767), None, None, None, None))),
                                ('cluster_authorized_operations', 'int32', 0, 32767, None, None,
-                                None, -2147483648, None))}}
+                                None, -2147483648, None))},
+ ('ConsumerProtocolSubscription', 'data'): {'name': 'ConsumerProtocolSubscription',
+                                            'flexible_from': None,
+                                            'fields': (('topics', '[]string', 0, 32767, None, None,
+                                                        None, (), None),
+                                                       ('user_data', 'bytes', 0, 32767, (0, 32767),
+                                                        None, None, None, None),
+                                                       ('owned_partitions', '[]struct', 1, 32767,
+                                                        None, None, None, (),
+                                                        (('topic', 'string', 1, 32767, None, None,
+                                                          None, '', None),
+                                                         ('partitions', '[]int32', 1, 32767, None,
+                                                          None, None, (), None))),
+                                                       ('generation_id', 'int32', 2, 32767, None,
+                                                        None, None, -1, None),
+                                                       ('rack_id', 'string', 3, 32767, (3, 32767),
+                                                        None, None, None, None))},
+ ('ConsumerProtocolAssignment', 'data'): {'name': 'ConsumerProtocolAssignment',
+                                          'flexible_from': None,
+                                          'fields': (('assigned_partitions', '[]struct', 0, 32767,
+                                                      None, None, None, (),
+                                                      (('topic', 'string', 0, 32767, None, None,
+                                                        None, '', None),
+                                                       ('partitions', '[]int32', 0, 32767, None,
+                                                        None, None, (), None))),
+                                                     ('user_data', 'bytes', 0, 32767, (0, 32767),
+                                                      None, None, None, None))}}

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from raftlog.errors import LocalProtocolError, RemoteProtocolError
-from raftlog.kafka_messages import ADVERTISED, SCHEMAS
+from raftlog.kafka_messages import ADVERTISED, DATA_VERSIONS, SCHEMAS
 
 #: Largest frame the codec accepts by default (Kafka's socket.request.max.bytes).
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
@@ -571,6 +571,46 @@ def encode_body(api_key: int, version: int, kind: str, value: dict) -> bytes:
     return b"".join(out)
 
 
+# --------------------------------------------------------------------------- versioned data
+
+
+def decode_data(name: str, buf) -> tuple[int, dict]:
+    """(version, value) of an ``int16 version | struct`` blob such as the consumer
+    protocol's subscription and assignment. A version newer than we know is read as the
+    newest we know, its extra trailing fields ignored (as Kafka's ConsumerProtocol does).
+
+    Raises:
+        KafkaDecodeError: not such a blob.
+    """
+    lo, hi = DATA_VERSIONS[name]
+    r = Reader(buf)
+    try:
+        version = r.int16()
+        if version < lo:
+            raise KafkaDecodeError(f"{name} version {version} is below {lo}")
+        read_as = min(version, hi)
+        plan = _plan(SCHEMAS[(name, "data")]["fields"], read_as, False)
+        value = _read_struct(r, plan)
+    except KafkaDecodeError:
+        raise
+    except (struct.error, IndexError, ValueError, OverflowError) as e:
+        raise KafkaDecodeError(f"{name}: {e}") from None
+    if r.pos != r.end and version <= hi:
+        raise KafkaDecodeError(f"{name} v{version} has {r.end - r.pos} trailing bytes")
+    return version, value
+
+
+def encode_data(name: str, version: int, value: dict) -> bytes:
+    """``int16 version | struct`` of ``value`` (omitted fields take their defaults)."""
+    lo, hi = DATA_VERSIONS[name]
+    if not lo <= version <= hi:
+        raise LocalProtocolError(f"{name} v{version} is not in {lo}..{hi}")
+    fields = SCHEMAS[(name, "data")]["fields"]
+    out: list = [_I16.pack(version)]
+    _write_struct(_fill_defaults(value, fields, version), _plan(fields, version, False), out)
+    return b"".join(out)
+
+
 # --------------------------------------------------------------------------- headers + frames
 
 
@@ -692,7 +732,7 @@ class FrameDecoder:
 __all__ = [
     "KafkaDecodeError", "UnsupportedRequest", "RequestHeader", "KafkaRequest", "Reader",
     "SUPPORTED", "API_NAMES", "uvarint", "varint", "varlong", "encode_string", "encode_bytes",
-    "decode_body", "encode_body", "decode_request", "encode_request", "encode_response",
+    "decode_body", "encode_body", "decode_data", "encode_data", "decode_request", "encode_request", "encode_response",
     "response_frame", "decode_response", "peek_header", "FrameDecoder", "is_flexible",
     "request_header_version", "response_header_version",
 ]

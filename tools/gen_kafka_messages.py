@@ -45,6 +45,13 @@ ADVERTISED = {
     "DescribeCluster": (60, 0, 1),
 }
 
+#: data schemas (no api key) -> (min version, max version): the consumer protocol's
+#: subscription and assignment, which group members exchange as opaque bytes
+DATA = {
+    "ConsumerProtocolSubscription": (0, 3),
+    "ConsumerProtocolAssignment": (0, 3),
+}
+
 MAX_VERSION = 0x7FFF
 _PRIMITIVES = {"bool", "int8", "int16", "uint16", "int32", "int64", "float64",
                "string", "bytes", "records", "uuid"}
@@ -139,11 +146,15 @@ def main(root: str) -> None:
       '"""\n\n# ruff: noqa: E501\n\n')
     w("#: api name -> (api key, min version, max version) served\n")
     w(f"ADVERTISED = {ADVERTISED!r}\n\n")
-    w("#: (api key, 'request' | 'response') -> {'name', 'flexible_from', 'fields'}\n")
+    w("#: (api key, 'request' | 'response') or (name, 'data') -> {'name', 'flexible_from', 'fields'}\n")
     schemas = {}
     for name, (key, lo, hi) in ADVERTISED.items():
         for kind in ("Request", "Response"):
             schemas[(key, kind.lower())] = message(base / f"{name}{kind}.json", lo, hi)
+    for name, (lo, hi) in DATA.items():
+        schemas[(name, "data")] = message(base / f"{name}.json", lo, hi)
+    w("#: data schema name -> (min version, max version)\n")
+    w(f"DATA_VERSIONS = {DATA!r}\n\n")
     w("SCHEMAS = " + pprint.pformat(schemas, width=100, compact=True, sort_dicts=False) + "\n")
 
 

@@ -350,3 +350,54 @@ def test_confluent_kafka_cooperative_sticky_group_rebalances_when_a_member_leave
     until(lambda: len(set(state["a"][1]) | set(state["b"][1])) == 400)
     stop["a"].set()
     threads["a"].join(20)
+
+
+def test_one_group_mixes_a_raftlog_consumer_and_a_kafka_consumer(knode):
+    """The coordinator keeps raftlog's subscription form; the Kafka listener converts
+    Kafka's consumer-protocol bytes at its edge, so either kind may lead the group."""
+    import threading
+
+    Admin(knode.bootstrap).create_topic("mix", partitions=4)
+    with Producer(knode.bootstrap, acks="all") as p:
+        for i in range(200):
+            p.send("mix", b"%d" % i, partition=i % 4)
+    seen = {"raftlog": (set(), set()), "kafka": (set(), set())}
+    stop = threading.Event()
+
+    def raftlog_member():
+        c = Consumer(knode.bootstrap, group_id="g-mix", auto_offset_reset="earliest",
+                     partition_assignment_strategy="range", session_timeout_ms=6000)
+        c.subscribe(["mix"])
+        while not stop.is_set():
+            vals = {int(r.value) for r in c.poll(timeout_ms=100)}
+            seen["raftlog"] = ({tp.partition for tp in c.assignment()}, seen["raftlog"][1] | vals)
+        c.close()
+
+    def kafka_member():
+        c = KafkaConsumer("mix", bootstrap_servers=knode.kafka, group_id="g-mix",
+                          auto_offset_reset="earliest", session_timeout_ms=6000,
+                          heartbeat_interval_ms=300)
+        while not stop.is_set():
+            vals = {int(r.value) for recs in c.poll(timeout_ms=100).values() for r in recs}
+            seen["kafka"] = ({tp.partition for tp in c.assignment()}, seen["kafka"][1] | vals)
+        c.close()
+
+    threads = [threading.Thread(target=f, daemon=True) for f in (raftlog_member, kafka_member)]
+    threads[0].start()  # the raftlog consumer first: it leads, assigning to a Kafka member
+    time.sleep(1)
+    threads[1].start()
+    try:
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline:
+            a, b = seen["raftlog"][0], seen["kafka"][0]
+            if a and b and not a & b and a | b == {0, 1, 2, 3} \
+                    and len(seen["raftlog"][1] | seen["kafka"][1]) == 200:
+                break
+            time.sleep(0.1)
+        assert seen["raftlog"][0] and seen["kafka"][0], seen
+        assert seen["raftlog"][0] | seen["kafka"][0] == {0, 1, 2, 3}
+        assert seen["raftlog"][1] | seen["kafka"][1] == set(range(200))
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(20)
