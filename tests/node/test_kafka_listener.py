@@ -401,3 +401,30 @@ def test_one_group_mixes_a_raftlog_consumer_and_a_kafka_consumer(knode):
         stop.set()
         for t in threads:
             t.join(20)
+
+
+def test_kcat_produces_and_consumes(knode):
+    import shutil
+    import subprocess
+
+    if shutil.which("kcat") is None:
+        pytest.skip("kcat is not installed (Debian package kcat)")
+    Admin(knode.bootstrap).create_topic("kcat", partitions=1)
+    produced = subprocess.run(
+        ["kcat", "-b", knode.kafka, "-P", "-t", "kcat", "-K", ":", "-H", "h=x",
+         "-X", "topic.request.required.acks=-1"],
+        input=b"k1:v1\nk2:v2\n", capture_output=True, timeout=30)
+    assert produced.returncode == 0, produced.stderr
+    consumed = subprocess.run(
+        ["kcat", "-b", knode.kafka, "-C", "-t", "kcat", "-o", "beginning", "-e",
+         "-f", "%o %k=%s %h\\n"], capture_output=True, timeout=30)
+    assert consumed.returncode == 0, consumed.stderr
+    assert consumed.stdout.decode().splitlines() == ["0 k1=v1 h=x", "1 k2=v2 h=x"]
+    c = Consumer(knode.bootstrap, auto_offset_reset="earliest")
+    c.assign([TopicPartition("kcat", 0)])
+    recs, deadline = [], time.monotonic() + 10
+    while len(recs) < 2 and time.monotonic() < deadline:
+        recs += c.poll(timeout_ms=200)
+    c.close()
+    assert [(r.key, r.value, r.headers) for r in recs] == [(b"k1", b"v1", (("h", b"x"),)),
+                                                          (b"k2", b"v2", (("h", b"x"),))]
