@@ -139,6 +139,16 @@ class KafkaApis:
     # ------------------------------------------------------------------ produce
 
     async def produce(self, v: int, body: dict, ctx: Context) -> dict | None:
+        answer, finish = self.produce_begin(v, body, ctx)
+        return await finish() if finish is not None else answer
+
+    def produce_begin(self, v: int, body: dict, ctx: Context):
+        """Convert and append every partition's batches now, in request order, as the
+        native server does. Returns ``(body, None)`` when the answer is known (body None:
+        acks=0, no answer), or ``(None, finish)`` for acks=all still waiting for the
+        ISR, where ``await finish()`` returns the body. The listener appends the next
+        requests of the connection while an acks=all one waits (one replication round
+        for several requests in flight), answering in request order."""
         acks, errors, parts, bodies, order = body["acks"], {}, [], [], []
         for t in body["topic_data"]:
             for p in t["partition_data"]:
@@ -159,38 +169,27 @@ class KafkaApis:
                         continue
                     parts.append((key[0], key[1], len(data)))
                     bodies.append(data)
-        results = {}
+        rows: list = []
         if parts:
             req = _req(Api.PRODUCE, ctx, {"acks": acks, "timeout_ms": max(body["timeout_ms"], 0),
                                           "parts": parts}, b"".join(bodies))
             if acks == -1:
                 rows, waits, deadline = self.broker.produce_acks_all_append(req)
                 if waits:
-                    failed = await self.broker.await_replicated(waits, deadline)
-                    self.broker.mark_failed(rows, failed)
+                    async def finish() -> dict:
+                        failed = await self.broker.await_replicated(waits, deadline)
+                        self.broker.mark_failed(rows, failed)
+                        return _produce_body(order, rows, errors)
+
+                    return None, finish
             elif acks in (0, 1):
                 rows = self.broker.produce(req)[0]["parts"]
             else:
-                rows = []
                 for t, p, _ in parts:
                     errors[(t, p)] = (ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks}")
-            results = {(r.topic, r.partition): r for r in rows}
         if acks == 0:
-            return None
-        by_topic: dict = {}
-        for key in order:
-            r = results.get(key)
-            if r is not None:
-                row = {"index": key[1], "error_code": to_kafka(r.error), "base_offset": r.base_offset,
-                       "log_append_time_ms": r.log_append_time_ms, "log_start_offset": -1,
-                       "error_message": r.message or None}
-            else:
-                code, msg = errors[key]
-                row = {"index": key[1], "error_code": _E[code], "base_offset": -1,
-                       "log_append_time_ms": -1, "log_start_offset": -1, "error_message": msg}
-            by_topic.setdefault(key[0], []).append(row)
-        return {"responses": [{"name": n, "partition_responses": rows}
-                              for n, rows in by_topic.items()], "throttle_time_ms": 0}
+            return None, None
+        return _produce_body(order, rows, errors), None
 
     # ------------------------------------------------------------------ fetch
 
@@ -557,6 +556,26 @@ class KafkaApis:
 
 
 CONSUMER = "consumer"
+
+
+def _produce_body(order: list, rows: list, errors: dict) -> dict:
+    """Produce response: a row per partition of the request, grouped by topic in
+    request order; ``rows`` are the broker's results, ``errors`` the edge's own."""
+    results = {(r.topic, r.partition): r for r in rows}
+    by_topic: dict = {}
+    for key in order:
+        r = results.get(key)
+        if r is not None:
+            row = {"index": key[1], "error_code": to_kafka(r.error), "base_offset": r.base_offset,
+                   "log_append_time_ms": r.log_append_time_ms, "log_start_offset": -1,
+                   "error_message": r.message or None}
+        else:
+            code, msg = errors[key]
+            row = {"index": key[1], "error_code": _E[code], "base_offset": -1,
+                   "log_append_time_ms": -1, "log_start_offset": -1, "error_message": msg}
+        by_topic.setdefault(key[0], []).append(row)
+    return {"responses": [{"name": n, "partition_responses": rows}
+                          for n, rows in by_topic.items()], "throttle_time_ms": 0}
 
 
 def _subscription_bytes(protocol_type, metadata) -> bytes:
