@@ -63,6 +63,8 @@ def test_kafka_clients_against_three_nodes(tmp_path):
         p.close()
         assert {m.partition for m in metas} == {0, 1, 2}
 
+        _confluent_pipelined_acks_all(bootstrap)
+
         members = [_Member(bootstrap, f"m{i}") for i in range(3)]
         for m in members:
             m.start()
@@ -90,3 +92,26 @@ def test_kafka_clients_against_three_nodes(tmp_path):
         cluster.stop()
     for n in cluster.nodes:
         assert "kafka_handler_failed" not in n.log_text()
+
+
+def _confluent_pipelined_acks_all(bootstrap: str) -> None:
+    """librdkafka keeps up to 5 acks=all produces in flight per connection: they wait for
+    the ISR side by side and are answered in order, each record once, in send order."""
+    ck = pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin import NewTopic as CNewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # (kept: its futures need it)
+    for f in admin.create_topics([CNewTopic("pipe", 1, 3)]).values():
+        f.result(30)
+    acked: list = []
+    p = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                     "linger.ms": 1, "batch.num.messages": 50,
+                     "max.in.flight.requests.per.connection": 5})
+    for i in range(3000):
+        p.produce("pipe", b"%d" % i, partition=0,
+                  on_delivery=lambda e, m: acked.append((e, m.offset(), int(m.value()))))
+        p.poll(0)
+    assert p.flush(60) == 0
+    assert all(e is None for e, _o, _v in acked)
+    assert sorted((o, v) for _e, o, v in acked) == [(i, i) for i in range(3000)]
