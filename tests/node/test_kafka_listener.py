@@ -428,3 +428,26 @@ def test_kcat_produces_and_consumes(knode):
     c.close()
     assert [(r.key, r.value, r.headers) for r in recs] == [(b"k1", b"v1", (("h", b"x"),)),
                                                           (b"k2", b"v2", (("h", b"x"),))]
+
+
+def test_long_poll_fetch_is_answered_when_a_record_arrives(knode):
+    """A Fetch at the log end with max_wait 60 s parks; a produce through the native
+    listener wakes it (the socket would time out long before max_wait otherwise)."""
+    Admin(knode.bootstrap).create_topic("lp", partitions=1)
+    fetch = {"replica_id": -1, "max_wait_ms": 60_000, "min_bytes": 1, "max_bytes": 1 << 20,
+             "isolation_level": 0, "session_id": 0, "session_epoch": -1, "topics": [
+                 {"topic": "lp", "partitions": [{"partition": 0, "fetch_offset": 0,
+                                                 "partition_max_bytes": 1 << 20}]}]}
+    with _connect(knode) as s:
+        s.settimeout(20)
+        s.sendall(encode_request(1, 11, 21, fetch))
+        time.sleep(0.3)  # (let it park; answered either way)
+        with Producer(knode.bootstrap, acks=1) as p:
+            p.send("lp", b"wake", partition=0).result(10)
+        cid, body = decode_response(1, 11, _recv_frame(s))
+    part = body["responses"][0]["partitions"][0]
+    assert cid == 21 and part["error_code"] == 0 and part["high_watermark"] == 1
+    from raftlog import kafka_batch
+
+    [(pos, h)] = list(kafka_batch.iter_batches(part["records"]))
+    assert kafka_batch.decode_records(part["records"], pos, h).values == [b"wake"]
