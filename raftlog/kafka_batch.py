@@ -489,17 +489,20 @@ def to_raftlog(buf, *, require_sequential: bool = True) -> tuple[bytes, int]:
         log_append = bool(h.attributes & TIMESTAMP_TYPE)
         ts = r.timestamps
         uniform = log_append or ts.count(ts[0]) == len(ts)
-        out.append(rl.encode_batch(
-            r.values, r.keys if r.keys.count(None) != len(r.keys) else None,
-            timestamp=h.max_timestamp if log_append else ts[0],
-            timestamps=None if uniform else ts,
-            headers=r.headers if any(r.headers) else None,
-            compression=_TO_RAFTLOG_CODEC[codec],
-            base_offset=h.base_offset, leader_epoch=h.partition_leader_epoch,
-            producer_id=h.producer_id, producer_epoch=h.producer_epoch,
-            base_sequence=h.base_sequence,
-            offset_deltas=None if sequential else deltas,
-            timestamp_type=rl.LOG_APPEND_TIME if log_append else rl.CREATE_TIME))
+        try:
+            out.append(rl.encode_batch(
+                r.values, r.keys if r.keys.count(None) != len(r.keys) else None,
+                timestamp=h.max_timestamp if log_append else ts[0],
+                timestamps=None if uniform else ts,
+                headers=r.headers if any(r.headers) else None,
+                compression=_TO_RAFTLOG_CODEC[codec],
+                base_offset=0, leader_epoch=-1,  # (the leader stamps both)
+                producer_id=h.producer_id, producer_epoch=h.producer_epoch,
+                base_sequence=h.base_sequence,
+                offset_deltas=None if sequential else deltas,
+                timestamp_type=rl.LOG_APPEND_TIME if log_append else rl.CREATE_TIME))
+        except (struct.error, OverflowError, ValueError) as e:  # timestamps past int64 ...
+            raise CorruptRecordError(f"batch at {pos} does not fit a raftlog batch: {e}") from None
         count += h.record_count
     return b"".join(out), count
 

@@ -188,3 +188,12 @@ def test_varint_boundaries_agree_with_kafka_python(size):
     _, read = _kp_read(ours)
     assert read == [(0, 1_000, recs[0][0], recs[0][1], recs[0][3]),
                     (size + 1, recs[1][2], None, b"w", ())]
+
+
+def test_timestamps_past_int64_are_a_corrupt_record_error():
+    import struct
+
+    data = bytearray(kb.encode_batch([b"a", b"b"], timestamps=[0, 20]))
+    struct.pack_into(">q", data, 27, 2**63 - 10)  # base timestamp: the second record overflows
+    with pytest.raises(CorruptRecordError):
+        kb.to_raftlog(_recrc(data))
