@@ -115,3 +115,56 @@ def _confluent_pipelined_acks_all(bootstrap: str) -> None:
     assert p.flush(60) == 0
     assert all(e is None for e, _o, _v in acked)
     assert sorted((o, v) for _e, o, v in acked) == [(i, i) for i in range(3000)]
+
+
+def test_librdkafka_idempotent_producer_across_a_leader_failover(tmp_path):
+    """confluent-kafka (idempotent, acks=all) keeps producing while the partition's
+    leader is killed: every acknowledged record is in the log once, at its offset."""
+    ck = pytest.importorskip("confluent_kafka")
+    cluster, bootstrap = _kafka_cluster(tmp_path)
+    try:
+        with cluster.admin() as a:
+            a.create_topic("kfail", partitions=1, replication_factor=3)
+        cluster.wait_isr("kfail", 0, {1, 2, 3})
+        acked: dict = {}
+        errors: list = []
+        stop = threading.Event()
+
+        def report(err, msg):
+            if err is None:
+                acked[msg.value()] = msg.offset()
+            else:
+                errors.append(err)
+
+        def produce():
+            p = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                             "enable.idempotence": True, "linger.ms": 2,
+                             "message.timeout.ms": 120_000})
+            i = 0
+            while not stop.is_set():
+                for _ in range(20):
+                    p.produce("kfail", b"v%06d" % i, partition=0, on_delivery=report)
+                    i += 1
+                p.poll(0.005)
+            assert p.flush(120) == 0
+
+        t = threading.Thread(target=produce)
+        t.start()
+        until(lambda: len(acked) > 500, timeout_s=30)
+        leader = cluster.partition("kfail", 0).leader
+        cluster.node(leader).kill()
+        before = len(acked)
+        until(lambda: len(acked) > before + 2000, timeout_s=90)
+        stop.set()
+        t.join(150)
+        assert not errors, errors[:3]
+        survivor = next(n for n in cluster.nodes if n.node_id != leader)
+        cluster.node(leader).start()
+        cluster.wait_isr("kfail", 0, {1, 2, 3}, via=survivor, timeout_s=60)
+    finally:
+        cluster.stop()
+    log = cluster.read_replica(survivor.node_id, "kfail", 0)
+    values = [v for _o, _k, v in log]
+    assert len(values) == len(set(values)), "a record was appended twice"
+    offsets = {v: o for o, _k, v in log}
+    assert all(offsets.get(v) == o for v, o in acked.items()), "an acked record moved or vanished"
