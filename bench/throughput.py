@@ -3,6 +3,7 @@
     python bench/throughput.py [--bootstrap HOST:PORT] [--json] [--n 200000] [--acks all]
                                [--mode send_many|send] [--rate 1000[,5000,...]] [--secs 10]
                                [--replication-factor 1] [--nodes 1]
+                               [--client raftlog|confluent-kafka|both]
 
 Without --bootstrap it starts its own node (or ``--nodes N``: a local N-node cluster with a
 Raft metadata quorum, all on this machine) in a temp dir. Replicated figures:
@@ -16,6 +17,10 @@ Raft metadata quorum, all on this machine) in a temp dir. Replicated figures:
    a lower rate); a consumer process long-polls and measures arrival. Besides the overall
    percentiles it reports the p99 of the first and the last 10 s (quarters of the run when
    --secs < 20), so latency that grows during a run shows: ``last10_over_first10_p99``.
+
+``--client confluent-kafka`` runs the same workloads with confluent-kafka (librdkafka)
+through the nodes' Kafka listeners (bench/kafka_clients.py); ``--client both`` runs the
+SDK and then confluent-kafka against the same nodes, one table each.
 """
 
 from __future__ import annotations
@@ -45,11 +50,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_node() -> tuple[subprocess.Popen, str, str]:
+def start_node(kafka_port: int | None = None) -> tuple[subprocess.Popen, str, str]:
     d = tempfile.mkdtemp(prefix="raftlog-bench-")
     port = _free_port()
+    kafka = ["--set", f"kafka.listener=127.0.0.1:{kafka_port}"] if kafka_port else []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "raftlog.node", "--port", str(port), "--data-dir", d],
+        [sys.executable, "-m", "raftlog.node", "--port", str(port), "--data-dir", d] + kafka,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -64,17 +70,21 @@ def start_node() -> tuple[subprocess.Popen, str, str]:
     raise SystemExit("node did not start")
 
 
-def start_cluster(n: int) -> tuple[list, str, str]:
-    """N real node processes, every one a voter, on loopback."""
+def start_cluster(n: int, kafka_ports: list | None = None) -> tuple[list, str, str]:
+    """N real node processes, every one a voter, on loopback (with Kafka listeners on
+    ``kafka_ports`` when given)."""
     d = tempfile.mkdtemp(prefix="raftlog-bench-")
     ports = [_free_port() for _ in range(2 * n)]
     voters = ",".join(f"{i}@127.0.0.1:{ports[n + i - 1]}" for i in range(1, n + 1))
+    kafka_brokers = ",".join(f"{i}@127.0.0.1:{p}" for i, p in enumerate(kafka_ports or [], 1))
     procs = []
     for i in range(1, n + 1):
+        kafka = (["--set", f"kafka.listener=127.0.0.1:{kafka_ports[i - 1]}",
+                  "--set", f"kafka.brokers={kafka_brokers}"] if kafka_ports else [])
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "raftlog.node", "--node-id", str(i), "--port", str(ports[i - 1]),
              "--data-dir", os.path.join(d, f"node-{i}"),
-             "--set", f"controller.quorum.voters={voters}", "--set", "raft.password=bench-password-0123456789"],
+             "--set", f"controller.quorum.voters={voters}", "--set", "raft.password=bench-password-0123456789"] + kafka,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     bootstrap = ",".join(f"127.0.0.1:{p}" for p in ports[:n])
     deadline = time.monotonic() + 60
@@ -195,6 +205,20 @@ def latency_summary(lat_ms: list[float]) -> dict:
 
 
 def _run_role(args) -> None:
+    if args.client == "confluent-kafka":
+        import kafka_clients as kc
+
+        if args.role == "consume":
+            print(json.dumps(kc.consume(args.bootstrap, args.topic, args.n)))
+        elif args.role == "latency-consumer":
+            rate = int(args.rate)
+            samples = kc.latency_consumer(args.bootstrap, args.topic, int(rate * args.secs),
+                                          args.secs, args.ready)
+            print(json.dumps({**latency_summary([lat for _, lat in samples]),
+                              **growth(samples, args.secs)}))
+        elif args.role == "latency-producer":
+            kc.latency_producer(args.bootstrap, args.topic, int(args.rate), args.secs, args.acks)
+        return
     if args.role == "consume":
         print(json.dumps(consume(args.bootstrap, args.topic, args.n)))
     elif args.role == "latency-consumer":
@@ -223,12 +247,28 @@ def _child(args, role: str, topic: str, extra: list[str] | None = None) -> subpr
         str(args.secs),
         "--acks",
         str(args.acks),
+        "--client",
+        args.client,
     ] + (extra or [])
     return subprocess.Popen(cmd, stdout=subprocess.PIPE)
 
 
 def run(args) -> dict:
-    admin = Admin(args.bootstrap)
+    """Every workload with the SDK, confluent-kafka, or both (one after the other, each
+    on its own topics); the first client's figures also at the top level."""
+    clients = ["raftlog", "confluent-kafka"] if args.client == "both" else [args.client]
+    runs = {}
+    for client in clients:
+        one = argparse.Namespace(**{**vars(args), "client": client})
+        if client == "confluent-kafka":
+            if not args.kafka_bootstrap:
+                raise SystemExit("--client confluent-kafka with --bootstrap needs --kafka-bootstrap")
+            one.bootstrap = args.kafka_bootstrap
+        runs[client] = run_client(one, Admin(args.bootstrap))
+    return {**runs[clients[0]], "clients": runs}
+
+
+def run_client(args, admin) -> dict:
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     admin.create_topic(topic, partitions=1, replication_factor=args.replication_factor)
     _wait_full_isr(admin, topic, args.replication_factor)
@@ -238,8 +278,14 @@ def run(args) -> dict:
         "acks": args.acks,
         "mode": args.mode,
         "replication_factor": args.replication_factor,
+        "client": args.client,
     }
-    result.update(produce(args.bootstrap, topic, args.n, args.acks, args.mode))
+    if args.client == "confluent-kafka":
+        import kafka_clients
+
+        result.update(kafka_clients.produce(args.bootstrap, topic, args.n, args.acks))
+    else:
+        result.update(produce(args.bootstrap, topic, args.n, args.acks, args.mode))
     proc = _child(args, "consume", topic)
     out, _ = proc.communicate(timeout=300)
     result.update(json.loads(out))
@@ -301,6 +347,11 @@ def main() -> None:
                     help="seconds of each latency run (60 shows growth: first vs last 10 s)")
     ap.add_argument("--replication-factor", type=int, default=1)
     ap.add_argument("--nodes", type=int, default=1, help="start a local cluster of N nodes")
+    ap.add_argument("--client", choices=["raftlog", "confluent-kafka", "both"],
+                    default="raftlog", help="the SDK (native listener), confluent-kafka "
+                    "(Kafka listener), or both in one run")
+    ap.add_argument("--kafka-bootstrap",
+                    help="HOST:PORT of the running nodes' Kafka listeners (with --bootstrap)")
     ap.add_argument("--role", help=argparse.SUPPRESS)
     ap.add_argument("--topic", help=argparse.SUPPRESS)
     ap.add_argument("--ready", help=argparse.SUPPRESS)
@@ -310,11 +361,14 @@ def main() -> None:
         return
     nodes = []
     if not args.bootstrap:
+        kports = [_free_port() for _ in range(args.nodes)] if args.client != "raftlog" else None
         if args.nodes > 1:
-            nodes, args.bootstrap, data_dir = start_cluster(args.nodes)
+            nodes, args.bootstrap, data_dir = start_cluster(args.nodes, kports)
         else:
-            node, args.bootstrap, data_dir = start_node()
+            node, args.bootstrap, data_dir = start_node(kports[0] if kports else None)
             nodes = [node]
+        if kports:
+            args.kafka_bootstrap = ",".join(f"127.0.0.1:{p}" for p in kports)
     try:
         res = run(args)
     finally:
@@ -327,7 +381,8 @@ def main() -> None:
     if args.json:
         print(json.dumps(res))
     else:
-        print_table(res)
+        for client_res in res["clients"].values():
+            print_table(client_res)
 
 
 #: (result key, label, issue-16 target, direction) for the readable table.
@@ -352,8 +407,8 @@ LATENCY_TARGETS_REPLICATED = {"lat_p50_ms": 0.8, "lat_p99_ms": 2.0,
 
 def print_table(res: dict) -> None:
     print(
-        f"nodes={res['nodes']} n={res['n']} acks={res['acks']} mode={res['mode']} "
-        f"replication_factor={res['replication_factor']}"
+        f"client={res.get('client', 'raftlog')} nodes={res['nodes']} n={res['n']} "
+        f"acks={res['acks']} mode={res['mode']} replication_factor={res['replication_factor']}"
     )
     replicated = res["replication_factor"] > 1
     print(f"{'metric':<18} {'measured':>14} {'target':>12}")

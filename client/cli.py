@@ -64,6 +64,8 @@ def cmd_up(args) -> int:
         own = {"process.roles": "broker"} if i > controllers else {}
         if args.metrics_port is not None:
             own["metrics.listener"] = f"{args.host}:{args.metrics_port + i - 1}"
+        if args.kafka_port is not None:  # node i: Kafka clients on KAFKA_PORT+i-1
+            own["kafka.listener"] = f"{args.host}:{args.kafka_port + i - 1}"
         cmd = localnode.node_command(node_id=i, host=args.host, port=args.port + i - 1,
                                      data_dir=node_dir, overrides={**overrides, **own})
         proc = localnode.spawn(cmd, new_session=True)  # output: this terminal
@@ -104,6 +106,9 @@ def cmd_up(args) -> int:
             + (f"  metrics: http://{args.host}:{args.metrics_port}/metrics"
                f"{f' .. port {args.metrics_port + args.nodes - 1}' if args.nodes > 1 else ''}\n"
                if args.metrics_port is not None else "")
+            + ("Kafka clients: bootstrap.servers="
+               + ",".join(f"{args.host}:{args.kafka_port + i}" for i in range(args.nodes)) + "\n"
+               if args.kafka_port is not None else "")
             + "Ctrl-C stops it.",
             flush=True,
         )
@@ -665,6 +670,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--metrics-port", type=int, default=None, metavar="P",
                     help="serve Prometheus metrics: node i on http://HOST:P+i-1/metrics "
                          "(metrics.listener; default: off)")
+    up.add_argument("--kafka-port", type=int, default=None,
+                    help="also serve Kafka's wire protocol: node i on KAFKA_PORT+i-1 "
+                         "(default: off)")
     up.set_defaults(fn=cmd_up)
 
     node = sub.add_parser(

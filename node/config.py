@@ -171,6 +171,13 @@ class NodeConfig:
     #: Prometheus metrics over HTTP (``metrics.listener``); None: no metrics listener.
     metrics_host: str | None = None
     metrics_port: int | None = None
+    #: Kafka wire-protocol listener (node/kafka_server.py): None = off. Other brokers'
+    #: Kafka addresses: ``kafka_brokers`` where given, else their client address with
+    #: this node's Kafka port offset (what ``raftlog up --kafka-port`` sets up).
+    kafka_host: str | None = None
+    kafka_port: int | None = None
+    kafka_advertised: tuple | None = None
+    kafka_brokers: dict = field(default_factory=dict)
     #: Test-only fault flags (never set in production configs).
     test_flags: frozenset = frozenset()
 
@@ -368,6 +375,12 @@ def _set_metrics_listener(kw: dict, key: str, value: str) -> None:
         kw["metrics_host"] = kw["metrics_port"] = None
         return
     kw["metrics_host"], kw["metrics_port"] = parse_address(key, value)
+def _set_kafka_listener(kw: dict, key: str, value: str) -> None:
+    kw["kafka_host"], kw["kafka_port"] = parse_address(key, value)
+
+
+def _set_kafka_advertised(kw: dict, key: str, value: str) -> None:
+    kw["kafka_advertised"] = parse_address(key, value)
 
 
 def _nonempty(key: str, v: str) -> str:
@@ -444,6 +457,9 @@ _NODE_KEYS = {
     ),
     "offsets.retention.minutes": _set("offsets_retention_minutes", lambda k, v: _int(k, v, 1)),
     "metrics.listener": _set_metrics_listener,
+    "kafka.listener": _set_kafka_listener,
+    "kafka.advertised.listener": _set_kafka_advertised,
+    "kafka.brokers": _set("kafka_brokers", parse_voters),
     "test.flags": _set("test_flags", _flags),
     "listener.security.protocol.map": _set("listener_security_protocol_map", _raw),
     "inter.broker.listener.name": _set("inter_broker_listener_name", _raw),

@@ -178,6 +178,9 @@ class GroupService:
                 protocols=fields["protocols"], session_timeout_ms=fields["session_timeout_ms"],
                 rebalance_timeout_ms=fields["rebalance_timeout_ms"],
                 group_instance_id=fields["group_instance_id"],
+                # (the Kafka listener passes these; the native schema does not carry them)
+                protocol_type=fields.get("protocol_type", "consumer"),
+                client_id=fields.get("client_id", ""), client_host=fields.get("client_host", ""),
             )
         except ApiError:
             self._waiters.pop(t, None)

@@ -30,6 +30,7 @@ class Node:
         self.address: tuple[str, int] | None = None
         #: where the metrics listener (metrics.listener) listens, when configured
         self.metrics_address: tuple[str, int] | None = None
+        self.kafka = None  # the Kafka listener (kafka.listener), when configured
         self._token = None
         self._reconcile_scheduled = False
         #: the segment scrubber (node/scrubber.py); None when log.scrub.bytes.per.sec=0
@@ -80,6 +81,11 @@ class Node:
                     metrics = MetricsServer(self, self.config.metrics_host,
                                             self.config.metrics_port, self.events)
                     self.metrics_address = await nursery.start(metrics.serve)
+                if self.config.kafka_port is not None:  # kafka.listener
+                    from .kafka_server import KafkaServer
+
+                    self.kafka = KafkaServer(self.config, self.broker, self.events)
+                    await nursery.start(self.kafka.serve)
                 if self.store is not None:
                     from .fetcher import FetcherManager
                     from .heartbeat import Heartbeats

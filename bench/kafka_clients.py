@@ -1,0 +1,109 @@
+"""confluent-kafka (librdkafka) workloads through a node's Kafka listener, the same ones
+bench/throughput.py runs with the raftlog SDK: produce N 100-byte records to partition 0
+and wait for every ack, consume them all from offset 0, and end-to-end latency at a
+fixed rate (open loop, each record stamped with its scheduled CLOCK_MONOTONIC time).
+
+Client settings are librdkafka's defaults except: acks as given (idempotence on with
+acks=all, as the SDK), linger.ms=5 and batch.size=1 MB for the throughput run
+(librdkafka's recommended throughput settings), linger.ms=0 for the latency run.
+"""
+
+from __future__ import annotations
+
+import time
+
+VALUE_BYTES = 100
+
+
+def _acks(acks) -> str:
+    return "all" if str(acks) in ("all", "-1") else str(acks)
+
+
+def produce(bootstrap: str, topic: str, n: int, acks) -> dict:
+    from confluent_kafka import Producer
+
+    acks = _acks(acks)
+    p = Producer({"bootstrap.servers": bootstrap, "acks": acks,
+                  "enable.idempotence": acks == "all", "linger.ms": 5,
+                  "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000})
+    errors: list = []
+
+    def report(err, _msg):
+        if err is not None:
+            errors.append(err)
+
+    value = b"x" * VALUE_BYTES
+    start = time.perf_counter()
+    for _ in range(n):
+        while True:
+            try:
+                p.produce(topic, value, partition=0, on_delivery=report)
+                break
+            except BufferError:
+                p.poll(0.001)
+    left = p.flush(120)
+    secs = time.perf_counter() - start
+    if left or errors:
+        raise SystemExit(f"confluent-kafka: {left} unsent, {len(errors)} failed, first: "
+                         f"{errors[:1]}")
+    return {"produce_rec_s": n / secs, "produce_mb_s": n * VALUE_BYTES / secs / 1e6}
+
+
+def consume(bootstrap: str, topic: str, n: int) -> dict:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{time.time_ns()}",
+                  "enable.auto.commit": False, "fetch.max.bytes": 50 * 1024 * 1024,
+                  "max.partition.fetch.bytes": 10 * 1024 * 1024})
+    start = time.perf_counter()  # (includes the connection setup, as the SDK's figure)
+    c.assign([TopicPartition(topic, 0, 0)])
+    got = 0
+    deadline = time.monotonic() + 300
+    while got < n and time.monotonic() < deadline:
+        msgs = c.consume(min(100_000, n - got), 5.0)
+        got += sum(1 for m in msgs if m.error() is None)
+    secs = time.perf_counter() - start
+    c.close()
+    return {"consume_rec_s": got / secs, "consume_mb_s": got * VALUE_BYTES / secs / 1e6}
+
+
+def latency_producer(bootstrap: str, topic: str, rate: int, secs: float, acks) -> None:
+    from confluent_kafka import Producer
+
+    acks = _acks(acks)
+    p = Producer({"bootstrap.servers": bootstrap, "acks": acks,
+                  "enable.idempotence": acks == "all", "linger.ms": 0})
+    pad = b"x" * (VALUE_BYTES - 8)
+    total = int(rate * secs)
+    start_ns = time.monotonic_ns()
+    for i in range(total):
+        due_ns = start_ns + i * 1_000_000_000 // rate
+        ahead = (due_ns - time.monotonic_ns()) / 1e9
+        if ahead > 0:
+            time.sleep(ahead)
+        p.produce(topic, due_ns.to_bytes(8, "little") + pad, partition=0)
+        p.poll(0)
+    p.flush(60)
+
+
+def latency_consumer(bootstrap: str, topic: str, total: int, secs: float,
+                     ready_file: str) -> list[tuple[int, float]]:
+    """(scheduled send ns, latency ms) per record."""
+    from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{time.time_ns()}",
+                  "enable.auto.commit": False, "fetch.wait.max.ms": 500,
+                  "fetch.min.bytes": 1})
+    c.assign([TopicPartition(topic, 0, OFFSET_END)])
+    c.poll(0.5)
+    open(ready_file, "w").close()
+    samples: list[tuple[int, float]] = []
+    deadline = time.monotonic() + secs + 60
+    while len(samples) < total and time.monotonic() < deadline:
+        m = c.poll(1.0)  # (consume(n, t) would wait for n records or t: not a latency)
+        now = time.monotonic_ns()
+        if m is not None and m.error() is None:
+            sent = int.from_bytes(m.value()[:8], "little")
+            samples.append((sent, (now - sent) / 1e6))
+    c.close()
+    return samples

@@ -1,0 +1,602 @@
+"""Kafka API handlers: Kafka request bodies in, Kafka response bodies out, by calling the
+node's own handlers (broker.py, group_handlers.py) with native requests.
+
+Nothing here decides anything the native path decides: a Kafka request is translated
+into the native request of the same API (``raftlog.protocol.Request`` with its
+``fields``), handed to the same method the native server calls, and its raftlog-shaped
+answer is translated back -- error codes through raftlog.kafka_errors, record batches
+through raftlog.kafka_batch (once per batch). So a group may mix raftlog and Kafka
+clients, and idempotent-producer sequence checks, min.insync.replicas, acks=all and
+long-poll fetches behave the same on both listeners.
+
+Each handler is ``async (version, body, ctx) -> response body dict`` (None: no
+response, Produce with acks=0). Per-item errors go in the response; an ApiError of a
+whole request becomes the API's top-level error where it has one, else every item's.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import trio
+
+from raftlog import kafka_batch
+from raftlog import kafka_consumer_protocol as cp
+from raftlog.errors import ApiError, CorruptRecordError, ErrorCode
+from raftlog.kafka_errors import to_kafka
+from raftlog.kafka_wire import SUPPORTED
+from raftlog.protocol import Api, Request
+
+#: Kafka's INVALID_REQUEST etc. by raftlog name, for errors made here.
+_E = {c: to_kafka(c) for c in ErrorCode}
+#: Fetch size caps when a client sends 0 or a negative limit.
+FETCH_MAX_BYTES_MAX = 64 * 1024 * 1024
+#: Longest a Kafka fetch long-polls, whatever it asks.
+FETCH_MAX_WAIT_MS = 30_000
+#: Kafka's TOPIC and BROKER config resource types.
+RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
+CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_TOPIC = 5, 1
+
+
+class Context:
+    """Per-connection facts a handler may need."""
+
+    __slots__ = ("client_id", "client_host", "correlation_id")
+
+    def __init__(self, client_id: str | None, client_host: str, correlation_id: int):
+        self.client_id = client_id or ""
+        self.client_host = client_host
+        self.correlation_id = correlation_id
+
+
+def _req(api: Api, ctx: Context, fields: dict, body: bytes = b"") -> Request:
+    return Request(api, 0, ctx.correlation_id, fields, body)
+
+
+def _topic_id_bytes(topic_id: str) -> bytes:
+    try:
+        return uuid.UUID(topic_id).bytes
+    except (ValueError, TypeError, AttributeError):
+        return bytes(16)
+
+
+class KafkaApis:
+    """The Kafka listener's API table over one node's broker."""
+
+    def __init__(self, broker, config, kafka_address):
+        self.broker = broker
+        self.config = config
+        #: (node_id, native host, native port) -> (host, port) of that node's Kafka listener
+        self.kafka_address = kafka_address
+        self.handlers = {
+            0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata,
+            8: self.offset_commit, 9: self.offset_fetch, 10: self.find_coordinator,
+            11: self.join_group, 12: self.heartbeat, 13: self.leave_group, 14: self.sync_group,
+            15: self.describe_groups, 16: self.list_groups, 18: self.api_versions,
+            19: self.create_topics, 20: self.delete_topics, 22: self.init_producer_id,
+            32: self.describe_configs, 60: self.describe_cluster,
+        }
+        assert set(self.handlers) == set(SUPPORTED)
+
+    async def _quorum(self, method, req: Request):
+        """A metadata write: inline on one node, in a worker thread in cluster mode (a
+        Raft commit may take seconds), as the native server runs it."""
+        if self.broker.cluster_mode:
+            return await trio.to_thread.run_sync(method, req)
+        return method(req)
+
+    # ------------------------------------------------------------------ versions, metadata
+
+    async def api_versions(self, v: int, body: dict, ctx: Context) -> dict:
+        return {"error_code": 0, "throttle_time_ms": 0,
+                "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
+                             for k, (lo, hi) in sorted(SUPPORTED.items())]}
+
+    def _brokers(self, rows) -> list:
+        out = []
+        for b in rows:
+            host, port = self.kafka_address(b.node_id, b.host, b.port)
+            out.append({"node_id": b.node_id, "host": host, "port": port, "rack": b.rack})
+        return out
+
+    async def metadata(self, v: int, body: dict, ctx: Context) -> dict:
+        topics = body["topics"]
+        names = None if topics is None or (v == 0 and not topics) else [t["name"] for t in topics]
+        try:
+            if names is not None and any(n is None for n in names):
+                raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                               "topics by id are not supported; name them")
+            head, _ = self.broker.metadata(_req(Api.METADATA, ctx, {"topics": names,
+                                                                    "include_configs": False}))
+        except ApiError as e:
+            return {"brokers": [], "cluster_id": self.config.cluster_id, "controller_id": -1,
+                    "topics": [{"error_code": _E[e.code], "name": n, "partitions": []}
+                               for n in (names or [])]}
+        return {
+            "brokers": self._brokers(head["brokers"]),
+            "cluster_id": head["cluster_id"],
+            "controller_id": head["controller_id"],
+            "topics": [{
+                "error_code": to_kafka(t["error"]), "name": t["name"],
+                "topic_id": _topic_id_bytes(t["topic_id"]),
+                "is_internal": t["name"].startswith("__"),
+                "partitions": [{
+                    "error_code": to_kafka(p.error) if p.leader >= 0 else _E[ErrorCode.LEADER_NOT_AVAILABLE],
+                    "partition_index": p.partition, "leader_id": p.leader,
+                    "leader_epoch": p.leader_epoch, "replica_nodes": list(p.replicas),
+                    "isr_nodes": list(p.isr), "offline_replicas": list(p.offline_replicas)}
+                    for p in t["partitions"]],
+            } for t in head["topics"]],
+        }
+
+    async def describe_cluster(self, v: int, body: dict, ctx: Context) -> dict:
+        head, _ = self.broker.describe_cluster(_req(Api.DESCRIBE_CLUSTER, ctx, {}))
+        return {"error_code": 0, "cluster_id": head["cluster_id"],
+                "controller_id": head["controller_id"], "endpoint_type": 1,
+                "brokers": [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"],
+                             "rack": b["rack"]} for b in self._brokers(head["brokers"])]}
+
+    # ------------------------------------------------------------------ produce
+
+    async def produce(self, v: int, body: dict, ctx: Context) -> dict | None:
+        answer, finish = self.produce_begin(v, body, ctx)
+        return await finish() if finish is not None else answer
+
+    def produce_begin(self, v: int, body: dict, ctx: Context):
+        """Convert and append every partition's batches now, in request order, as the
+        native server does. Returns ``(body, None)`` when the answer is known (body None:
+        acks=0, no answer), or ``(None, finish)`` for acks=all still waiting for the
+        ISR, where ``await finish()`` returns the body. The listener appends the next
+        requests of the connection while an acks=all one waits (one replication round
+        for several requests in flight), answering in request order."""
+        acks, errors, parts, bodies, order = body["acks"], {}, [], [], []
+        for t in body["topic_data"]:
+            for p in t["partition_data"]:
+                key = (t["name"], p["index"])
+                order.append(key)
+                if body["transactional_id"] is not None:
+                    errors[key] = (ErrorCode.INVALID_REQUEST, "transactions are not supported")
+                elif p["index"] < 0:
+                    errors[key] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"partition {p['index']}")
+                else:
+                    try:
+                        data, _n = kafka_batch.to_raftlog(p["records"] or b"")
+                    except CorruptRecordError as e:
+                        errors[key] = (ErrorCode.CORRUPT_MESSAGE, str(e))
+                        continue
+                    if not data:
+                        errors[key] = (ErrorCode.CORRUPT_MESSAGE, "no records")
+                        continue
+                    parts.append((key[0], key[1], len(data)))
+                    bodies.append(data)
+        rows: list = []
+        if parts:
+            req = _req(Api.PRODUCE, ctx, {"acks": acks, "timeout_ms": max(body["timeout_ms"], 0),
+                                          "parts": parts}, b"".join(bodies))
+            if acks == -1:
+                rows, waits, deadline = self.broker.produce_acks_all_append(req)
+                if waits:
+                    async def finish() -> dict:
+                        failed = await self.broker.await_replicated(waits, deadline)
+                        self.broker.mark_failed(rows, failed)
+                        return _produce_body(order, rows, errors)
+
+                    return None, finish
+            elif acks in (0, 1):
+                rows = self.broker.produce(req)[0]["parts"]
+            else:
+                for t, p, _ in parts:
+                    errors[(t, p)] = (ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks}")
+        if acks == 0:
+            return None, None
+        return _produce_body(order, rows, errors), None
+
+    # ------------------------------------------------------------------ fetch
+
+    async def fetch(self, v: int, body: dict, ctx: Context) -> dict:
+        parts, order, bad = [], [], {}
+        max_bytes = body["max_bytes"] if v >= 3 and body["max_bytes"] > 0 else FETCH_MAX_BYTES_MAX
+        for t in body["topics"]:
+            for p in t["partitions"]:
+                key = (t["topic"], p["partition"])
+                order.append((key, p["fetch_offset"]))
+                if p["partition"] < 0:
+                    bad[key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                part_max = min(max(p["partition_max_bytes"], 1), FETCH_MAX_BYTES_MAX)
+                parts.append((key[0], key[1], p["fetch_offset"], part_max,
+                              p["current_leader_epoch"]))
+        max_wait_ms = min(max(body["max_wait_ms"], 0), FETCH_MAX_WAIT_MS)
+        req = _req(Api.FETCH, ctx, {"replica_id": -1, "max_wait_ms": max_wait_ms,
+                                    "min_bytes": max(body["min_bytes"], 0),
+                                    "max_bytes": min(max_bytes, FETCH_MAX_BYTES_MAX),
+                                    "parts": parts})
+        heads, pieces = await self._fetch_wait(req) if parts else ([], [])
+        got: dict = {}
+        it = iter(pieces)
+        for h in heads:
+            data = b""
+            if h.length:
+                piece = next(it)
+                data = piece if isinstance(piece, bytes) else piece.read_bytes()
+            got[(h.topic, h.partition)] = (h, data)
+        by_topic: dict = {}
+        for key, offset in order:
+            entry = got.get(key)
+            if entry is None:
+                row = {"partition_index": key[1], "error_code": _E[bad.get(key, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)],
+                       "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
+                       "aborted_transactions": None, "preferred_read_replica": -1, "records": None}
+            else:
+                h, data = entry
+                code = h.error
+                try:
+                    records = kafka_batch.from_raftlog(data, start_offset=offset) if data else b""
+                except CorruptRecordError:
+                    code, records = int(ErrorCode.KAFKA_STORAGE_ERROR), b""
+                row = {"partition_index": key[1], "error_code": to_kafka(code),
+                       "high_watermark": h.high_watermark, "last_stable_offset": h.high_watermark,
+                       "log_start_offset": h.log_start_offset, "aborted_transactions": None,
+                       "preferred_read_replica": -1, "records": records}
+            by_topic.setdefault(key[0], []).append(row)
+        return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0,
+                "responses": [{"topic": n, "partitions": rows} for n, rows in by_topic.items()]}
+
+    async def _fetch_wait(self, req: Request) -> tuple[list, list]:
+        """The broker's fetch, long-polled: read once; until min_bytes are there, an
+        error shows or max_wait passes, wait for any of the partitions' high watermark to
+        move and read again (the native ParkedFetch's rule, as a task)."""
+        broker = self.broker
+        deadline = trio.current_time() + req.fields["max_wait_ms"] / 1000
+        while True:
+            heads, pieces, total, error = broker.fetch_once(req)
+            if error or total >= req.fields["min_bytes"] or trio.current_time() >= deadline:
+                return heads, pieces
+            ev = trio.Event()
+            parts = [broker.partitions.get((t, p)) for t, p, *_ in req.fields["parts"]]
+            if any(p is None for p in parts):
+                return heads, pieces
+            registered = [p for p in parts if p.add_waiter(ev)]
+            try:
+                if len(registered) < len(parts):
+                    return heads, pieces  # no room to wait on a partition: answer now
+                with trio.move_on_at(deadline):
+                    await ev.wait()
+            finally:
+                for p in registered:
+                    p.remove_waiter(ev)
+
+    async def list_offsets(self, v: int, body: dict, ctx: Context) -> dict:
+        parts, order = [], []
+        for t in body["topics"]:
+            for p in t["partitions"]:
+                order.append((t["name"], p["partition_index"]))
+                if p["partition_index"] >= 0:
+                    parts.append((t["name"], p["partition_index"], p["timestamp"]))
+        rows = {}
+        if parts:
+            head, _ = self.broker.list_offsets(_req(Api.LIST_OFFSETS, ctx, {"parts": parts}))
+            rows = {(r.topic, r.partition): r for r in head["parts"]}
+        by_topic: dict = {}
+        for key in order:
+            r = rows.get(key)
+            row = ({"partition_index": key[1], "error_code": to_kafka(r.error),
+                    "timestamp": r.timestamp, "offset": r.offset, "leader_epoch": self._epoch(key)}
+                   if r is not None else
+                   {"partition_index": key[1], "error_code": _E[ErrorCode.UNKNOWN_TOPIC_OR_PARTITION],
+                    "timestamp": -1, "offset": -1, "leader_epoch": -1})
+            by_topic.setdefault(key[0], []).append(row)
+        return {"throttle_time_ms": 0,
+                "topics": [{"name": n, "partitions": rows} for n, rows in by_topic.items()]}
+
+    def _epoch(self, key) -> int:
+        part = self.broker.partitions.get(key)
+        return part.leader_epoch if part is not None else -1
+
+    # ------------------------------------------------------------------ topics admin
+
+    async def create_topics(self, v: int, body: dict, ctx: Context) -> dict:
+        wanted, early = [], {}
+        for t in body["topics"]:
+            n = t["num_partitions"] if t["num_partitions"] != -1 else self.config.num_partitions
+            rf = (t["replication_factor"] if t["replication_factor"] != -1
+                  else self.config.default_replication_factor)
+            if t["assignments"]:
+                early[t["name"]] = (ErrorCode.INVALID_REQUEST, "manual replica assignments are "
+                                    "not supported; give num_partitions and replication_factor")
+                continue
+            wanted.append({"name": t["name"], "partitions": n, "replication_factor": rf,
+                           "config": {c["name"]: c["value"] for c in t["configs"]
+                                      if c["value"] is not None}})
+        results = {}
+        if wanted:
+            head, _ = await self._quorum(self.broker.create_topics, _req(
+                Api.CREATE_TOPICS, ctx, {"topics": wanted, "timeout_ms": max(body["timeout_ms"], 0),
+                                         "validate_only": body["validate_only"]}))
+            results = {r.name: r for r in head["results"]}
+        sizes = {w["name"]: w for w in wanted}
+        out = []
+        for t in body["topics"]:
+            r, w = results.get(t["name"]), sizes.get(t["name"])
+            if r is None:
+                code, msg = early.get(t["name"], (ErrorCode.INVALID_REQUEST, "duplicate topic"))
+                out.append({"name": t["name"], "error_code": _E[code], "error_message": msg,
+                            "num_partitions": -1, "replication_factor": -1, "configs": None})
+                continue
+            info = self.broker.store.topics.get(t["name"]) if r.error == 0 else None
+            out.append({"name": t["name"], "error_code": to_kafka(r.error),
+                        "error_message": r.message or None,
+                        "topic_id": _topic_id_bytes(info.topic_id) if info else bytes(16),
+                        "num_partitions": w["partitions"] if r.error == 0 else -1,
+                        "replication_factor": w["replication_factor"] if r.error == 0 else -1,
+                        "configs": None})
+        return {"throttle_time_ms": 0, "topics": out}
+
+    async def delete_topics(self, v: int, body: dict, ctx: Context) -> dict:
+        head, _ = await self._quorum(self.broker.delete_topics, _req(
+            Api.DELETE_TOPICS, ctx, {"names": list(body["topic_names"]),
+                                     "timeout_ms": max(body["timeout_ms"], 0)}))
+        return {"throttle_time_ms": 0, "responses": [
+            {"name": r.name, "error_code": to_kafka(r.error), "error_message": r.message or None}
+            for r in head["results"]]}
+
+    async def describe_configs(self, v: int, body: dict, ctx: Context) -> dict:
+        from .topics import validate_topic_config
+
+        out = []
+        for res in body["resources"]:
+            keys = res["configuration_keys"]
+            row = {"error_code": 0, "error_message": None, "resource_type": res["resource_type"],
+                   "resource_name": res["resource_name"], "configs": []}
+            if res["resource_type"] == RESOURCE_TOPIC:
+                info = self.broker.store.topics.get(res["resource_name"])
+                if info is None:
+                    row["error_code"] = _E[ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+                    row["error_message"] = f"unknown topic {res['resource_name']!r}"
+                else:
+                    cfg = (self.broker.log_configs.get(info.name)
+                           or validate_topic_config(info.config, self.config.log_defaults))
+                    for name, value in sorted(cfg.to_dict().items()):
+                        if keys is not None and name not in keys:
+                            continue
+                        source = CONFIG_SOURCE_TOPIC if name in info.config else CONFIG_SOURCE_DEFAULT
+                        row["configs"].append({
+                            "name": name, "value": value, "read_only": False,
+                            "is_default": source == CONFIG_SOURCE_DEFAULT,
+                            "config_source": source, "is_sensitive": False, "synonyms": [],
+                            "config_type": 0, "documentation": None})
+            elif res["resource_type"] != RESOURCE_BROKER:
+                row["error_code"] = _E[ErrorCode.INVALID_REQUEST]
+                row["error_message"] = f"resource type {res['resource_type']} is not supported"
+            out.append(row)
+        return {"throttle_time_ms": 0, "results": out}
+
+    async def init_producer_id(self, v: int, body: dict, ctx: Context) -> dict:
+        try:
+            if body["transactional_id"] is not None:
+                raise ApiError(ErrorCode.INVALID_REQUEST, "transactions are not supported")
+            got = await self.broker.producer_ids.init_producer_id({"timeout_ms": 30_000})
+            return {"throttle_time_ms": 0, "error_code": 0, "producer_id": got["producer_id"],
+                    "producer_epoch": got["producer_epoch"]}
+        except ApiError as e:
+            return {"throttle_time_ms": 0, "error_code": _E[e.code], "producer_id": -1,
+                    "producer_epoch": -1}
+
+    # ------------------------------------------------------------------ groups
+
+    async def _group(self, api: Api, fields: dict) -> dict:
+        if self.broker.groups is None:
+            raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the node is starting")
+        return await self.broker.groups.service.handle(api, fields)
+
+    async def find_coordinator(self, v: int, body: dict, ctx: Context) -> dict:
+        keys = body["coordinator_keys"] if v >= 4 else [body["key"]]
+        rows = []
+        for key in keys:
+            try:
+                if body["key_type"] != 0:
+                    raise ApiError(ErrorCode.INVALID_REQUEST, "only group coordinators exist here")
+                got = await self._group(Api.FIND_COORDINATOR, {"key": key})
+                host, port = self.kafka_address(got["node_id"], got["host"], got["port"])
+                rows.append({"key": key, "node_id": got["node_id"], "host": host, "port": port,
+                             "error_code": 0, "error_message": None})
+            except ApiError as e:
+                rows.append({"key": key, "node_id": -1, "host": "", "port": -1,
+                             "error_code": _E[e.code], "error_message": e.message})
+        if v >= 4:
+            return {"throttle_time_ms": 0, "coordinators": rows}
+        return {"throttle_time_ms": 0, **{k: rows[0][k] for k in
+                                          ("node_id", "host", "port", "error_code", "error_message")}}
+
+    async def join_group(self, v: int, body: dict, ctx: Context) -> dict:
+        fields = {"group": body["group_id"], "member_id": body["member_id"],
+                  "group_instance_id": body["group_instance_id"],
+                  "session_timeout_ms": body["session_timeout_ms"],
+                  "rebalance_timeout_ms": (body["rebalance_timeout_ms"] if v >= 1
+                                           else body["session_timeout_ms"]),
+                  "protocols": [(p["name"], cp.subscription_to_raftlog(p["metadata"])
+                                 if body["protocol_type"] == CONSUMER else p["metadata"])
+                                for p in body["protocols"]],
+                  "protocol_type": body["protocol_type"], "client_id": ctx.client_id,
+                  "client_host": ctx.client_host}
+        try:
+            got = await self._group(Api.JOIN_GROUP, fields)
+        except ApiError as e:
+            return {"error_code": _E[e.code], "generation_id": -1, "protocol_type": None,
+                    "protocol_name": None if v >= 7 else "", "leader": "",
+                    "member_id": body["member_id"], "members": []}
+        protocol = got["protocol"]
+        return {"error_code": 0, "generation_id": got["generation"],
+                "protocol_type": got.get("protocol_type"),
+                "protocol_name": protocol if protocol is not None or v >= 7 else "",
+                "leader": got["leader"] or "", "member_id": got["member_id"],
+                "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                             "metadata": _subscription_bytes(body["protocol_type"], m.metadata)}
+                            for m in got.get("members") or []]}
+
+    async def sync_group(self, v: int, body: dict, ctx: Context) -> dict:
+        consumer = self._protocol_type(body["group_id"]) == CONSUMER
+        fields = {"group": body["group_id"], "generation": body["generation_id"],
+                  "member_id": body["member_id"],
+                  "assignments": [(a["member_id"], cp.assignment_to_raftlog(a["assignment"])
+                                   if consumer else a["assignment"])
+                                  for a in body["assignments"]]}
+        try:
+            got = await self._group(Api.SYNC_GROUP, fields)
+        except ApiError as e:
+            return {"error_code": _E[e.code], "assignment": b""}
+        ptype = got.get("protocol_type")
+        return {"error_code": 0, "protocol_type": ptype, "protocol_name": got.get("protocol"),
+                "assignment": _assignment_bytes(ptype, got["assignment"])}
+
+    def _protocol_type(self, group_id: str) -> str | None:
+        """The group's protocol type as the coordinator has it (None: unknown group)."""
+        groups = self.broker.groups
+        g = groups.service.coordinator.groups.get(group_id) if groups is not None else None
+        return g.protocol_type if g is not None else None
+
+    async def heartbeat(self, v: int, body: dict, ctx: Context) -> dict:
+        try:
+            await self._group(Api.HEARTBEAT, {"group": body["group_id"],
+                                              "generation": body["generation_id"],
+                                              "member_id": body["member_id"]})
+            return {"error_code": 0}
+        except ApiError as e:
+            return {"error_code": _E[e.code]}
+
+    async def leave_group(self, v: int, body: dict, ctx: Context) -> dict:
+        members = body["members"] if v >= 3 else [{"member_id": body["member_id"],
+                                                    "group_instance_id": None}]
+        rows, first = [], 0
+        for m in members:
+            try:
+                await self._group(Api.LEAVE_GROUP, {"group": body["group_id"],
+                                                    "member_id": m["member_id"]})
+                code = 0
+            except ApiError as e:
+                code = _E[e.code]
+            first = first or code
+            rows.append({**m, "error_code": code})
+        return {"error_code": first if v < 3 else 0, "members": rows}
+
+    async def offset_commit(self, v: int, body: dict, ctx: Context) -> dict:
+        offsets, bad = [], set()
+        for t in body["topics"]:
+            for p in t["partitions"]:
+                if p["partition_index"] < 0 or p["committed_offset"] < 0:
+                    bad.add((t["name"], p["partition_index"]))
+                else:
+                    offsets.append((t["name"], p["partition_index"], p["committed_offset"],
+                                    p["committed_metadata"]))
+        fields = {"group": body["group_id"], "generation": body["generation_id_or_member_epoch"],
+                  "member_id": body["member_id"], "offsets": offsets}
+        codes: dict = {}
+        try:
+            got = await self._group(Api.OFFSET_COMMIT, fields) if offsets else {"parts": []}
+            codes = {(r.topic, r.partition): to_kafka(r.error) for r in got["parts"]}
+            whole = None
+        except ApiError as e:
+            whole = _E[e.code]
+        return {"throttle_time_ms": 0, "topics": [
+            {"name": t["name"], "partitions": [
+                {"partition_index": p["partition_index"],
+                 "error_code": (_E[ErrorCode.INVALID_REQUEST]
+                                if (t["name"], p["partition_index"]) in bad
+                                else whole if whole is not None
+                                else codes.get((t["name"], p["partition_index"]), 0))}
+                for p in t["partitions"]]} for t in body["topics"]]}
+
+    async def offset_fetch(self, v: int, body: dict, ctx: Context) -> dict:
+        topics = body["topics"]
+        parts = None if topics is None else [(t["name"], i) for t in topics
+                                             for i in t["partition_indexes"] if i >= 0]
+        try:
+            got = await self._group(Api.OFFSET_FETCH, {"group": body["group_id"], "parts": parts})
+        except ApiError as e:
+            code = _E[e.code]
+            return {"error_code": code, "topics": [
+                {"name": t["name"], "partitions": [
+                    {"partition_index": i, "committed_offset": -1, "metadata": None,
+                     "error_code": code} for i in t["partition_indexes"]]}
+                for t in topics or []]}
+        by_topic: dict = {}
+        for r in got["parts"]:
+            by_topic.setdefault(r.topic, []).append(
+                {"partition_index": r.partition, "committed_offset": r.offset,
+                 "committed_leader_epoch": -1, "metadata": r.metadata or "", "error_code": 0})
+        return {"error_code": 0, "topics": [{"name": n, "partitions": rows}
+                                            for n, rows in by_topic.items()]}
+
+    async def list_groups(self, v: int, body: dict, ctx: Context) -> dict:
+        try:
+            got = await self._group(Api.LIST_GROUPS, {})
+        except ApiError as e:
+            return {"error_code": _E[e.code], "groups": []}
+        wanted = {s.lower() for s in body["states_filter"]} if v >= 4 else set()
+        return {"error_code": 0, "groups": [
+            {"group_id": g.group, "protocol_type": g.protocol_type, "group_state": g.state}
+            for g in got["groups"] if not wanted or g.state.lower() in wanted]}
+
+    async def describe_groups(self, v: int, body: dict, ctx: Context) -> dict:
+        try:
+            got = await self._group(Api.DESCRIBE_GROUPS, {"groups": list(body["groups"])})
+        except ApiError as e:
+            return {"groups": [{"error_code": _E[e.code], "group_id": g, "group_state": "",
+                                "protocol_type": "", "protocol_data": "", "members": []}
+                               for g in body["groups"]]}
+        return {"groups": [{
+            "error_code": to_kafka(g["error"]), "group_id": g["group"], "group_state": g["state"],
+            "protocol_type": g["protocol_type"], "protocol_data": g["protocol"],
+            "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                         "client_id": m.client_id, "client_host": m.client_host,
+                         "member_metadata": _subscription_bytes(g["protocol_type"], m.metadata),
+                         "member_assignment": _assignment_bytes(g["protocol_type"], m.assignment)}
+                        for m in g["members"]],
+        } for g in got["groups"]]}
+
+
+CONSUMER = "consumer"
+
+
+def _produce_body(order: list, rows: list, errors: dict) -> dict:
+    """Produce response: a row per partition of the request, grouped by topic in
+    request order; ``rows`` are the broker's results, ``errors`` the edge's own."""
+    results = {(r.topic, r.partition): r for r in rows}
+    by_topic: dict = {}
+    for key in order:
+        r = results.get(key)
+        if r is not None:
+            row = {"index": key[1], "error_code": to_kafka(r.error), "base_offset": r.base_offset,
+                   "log_append_time_ms": r.log_append_time_ms, "log_start_offset": -1,
+                   "error_message": r.message or None}
+        else:
+            code, msg = errors[key]
+            row = {"index": key[1], "error_code": _E[code], "base_offset": -1,
+                   "log_append_time_ms": -1, "log_start_offset": -1, "error_message": msg}
+        by_topic.setdefault(key[0], []).append(row)
+    return {"responses": [{"name": n, "partition_responses": rows}
+                          for n, rows in by_topic.items()], "throttle_time_ms": 0}
+
+
+def _subscription_bytes(protocol_type, metadata) -> bytes:
+    if protocol_type == CONSUMER:
+        return cp.subscription_to_kafka(metadata)
+    return _as_bytes(metadata)
+
+
+def _assignment_bytes(protocol_type, assignment) -> bytes:
+    if protocol_type == CONSUMER:
+        return cp.assignment_to_kafka(assignment)
+    return _as_bytes(assignment)
+
+
+def _as_bytes(x) -> bytes:
+    """Group metadata and assignments are opaque bytes to Kafka clients; a raftlog
+    client's may be other CBOR values, which a Kafka client cannot read anyway."""
+    if isinstance(x, (bytes, bytearray, memoryview)):
+        return bytes(x)
+    if x is None:
+        return b""
+    import cbor2
+
+    return cbor2.dumps(x)

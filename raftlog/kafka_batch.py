@@ -1,0 +1,544 @@
+"""Kafka record batch v2 (magic 2): decode, encode, and conversion to and from raftlog batches.
+
+Byte layout (big-endian), the same 61-byte header shape as raftlog's (records.py)::
+
+    offset  size  field
+    0       8     base_offset
+    8       4     batch_length            bytes after this field
+    12      4     partition_leader_epoch
+    16      1     magic                   2
+    17      4     crc                     CRC-32C of bytes [21, end)
+    21      2     attributes              bits 0-2 compression (0 none, 1 gzip, 2 snappy,
+                                          3 lz4, 4 zstd), 3 timestamp type (1 LogAppendTime),
+                                          4 transactional, 5 control
+    23      4     last_offset_delta
+    27      8     base_timestamp
+    35      8     max_timestamp
+    43      8     producer_id
+    51      2     producer_epoch
+    53      4     base_sequence
+    57      4     record_count
+    61            records (the whole section compressed when compression is set)
+
+A record is ``varint length, int8 attributes, varlong timestamp_delta, varint
+offset_delta, varint key_length (-1 null), key, varint value_length, value, varint
+header_count, (varint key_length, key utf-8, varint value_length, value)*``.
+
+Conversion happens once per batch at the Kafka listener's edge: offsets (as deltas),
+timestamps and their type, keys, values, headers and the producer id, epoch and base
+sequence survive both ways, so a record produced through either listener is
+consumed unchanged through the other. Kafka's record format needs a Python loop per
+record (varints); it is kept to one tight function each way. Snappy, which raftlog's
+storage does not have, is stored as lz4.
+
+Untrusted bytes raise :class:`~raftlog.errors.CorruptRecordError` and nothing else.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import crc32c as _crc32c
+
+from raftlog import records as rl
+from raftlog.errors import CorruptRecordError
+
+MAGIC = 2
+HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = HEADER.size  # 61
+ATTRIBUTES_OFFSET = 21
+LOG_OVERHEAD = 12
+assert HEADER_SIZE == 61
+
+NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE = 0x08
+TRANSACTIONAL = 0x10
+CONTROL = 0x20
+
+#: Largest batch (and decompressed records section) accepted, as raftlog's.
+MAX_BATCH_BYTES = rl.MAX_BATCH_BYTES
+
+_TO_RAFTLOG_CODEC = {NONE: rl.NO_COMPRESSION, GZIP: rl.GZIP, SNAPPY: rl.LZ4, LZ4: rl.LZ4,
+                     ZSTD: rl.ZSTD}
+_FROM_RAFTLOG_CODEC = {rl.NO_COMPRESSION: NONE, rl.GZIP: GZIP, rl.LZ4: LZ4, rl.ZSTD: ZSTD}
+_XERIAL = b"\x82SNAPPY\x00"
+_I32 = struct.Struct(">i")
+
+
+class KafkaBatchHeader(NamedTuple):
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def size(self) -> int:
+        return self.batch_length + LOG_OVERHEAD
+
+
+class KafkaRecords(NamedTuple):
+    """The records of one batch as parallel lists."""
+
+    offset_deltas: list
+    timestamps: list  # absolute, ms
+    keys: list
+    values: list
+    headers: list  # per record: tuple of (str, bytes | None)
+
+
+# --------------------------------------------------------------------------- varints
+
+
+def _zz32(n: int) -> int:
+    return ((n << 1) ^ (n >> 31)) & 0xFFFFFFFF
+
+
+def _zz64(n: int) -> int:
+    return ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
+
+
+def _uv(n: int) -> bytes:
+    if n < 0x80:
+        return _SMALL[n]
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_SMALL = [bytes((i,)) for i in range(0x80)]
+
+
+def _read_varint(data, pos: int) -> tuple[int, int]:
+    """Zigzag varint (up to 64 bits) at ``pos``: (value, next position)."""
+    b = data[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    value, shift = b & 0x7F, 7
+    while True:
+        pos += 1
+        b = data[pos]
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (value >> 1) ^ -(value & 1), pos + 1
+        shift += 7
+        if shift > 63:
+            raise CorruptRecordError(f"varint longer than 10 bytes at {pos}")
+
+
+# --------------------------------------------------------------------------- compression
+
+
+def _decompress(codec: int, data) -> bytes:
+    try:
+        if codec == SNAPPY:
+            out = _snappy_decompress(bytes(data))
+        elif codec == LZ4:
+            import lz4.frame
+
+            out = lz4.frame.decompress(bytes(data))
+        elif codec in (GZIP, ZSTD):
+            out = rl._decompress(_TO_RAFTLOG_CODEC[codec], data)
+        else:
+            raise CorruptRecordError(f"unknown compression codec {codec}")
+    except CorruptRecordError:
+        raise
+    except Exception as e:  # each codec raises its own types on garbage
+        raise CorruptRecordError(f"records section does not decompress: {e}") from None
+    if len(out) > MAX_BATCH_BYTES:
+        raise CorruptRecordError("decompressed records section exceeds MAX_BATCH_BYTES")
+    return out
+
+
+def _snappy_decompress(data: bytes) -> bytes:
+    """Raw snappy, or xerial's framing (what Java's SnappyOutputStream writes)."""
+    import cramjam
+
+    if not data.startswith(_XERIAL):
+        return bytes(cramjam.snappy.decompress_raw(data))
+    pos, out, total = 16, [], 0
+    while pos < len(data):
+        if pos + 4 > len(data):
+            raise CorruptRecordError("xerial snappy block length cut short")
+        (n,) = _I32.unpack_from(data, pos)
+        if n < 0 or pos + 4 + n > len(data):
+            raise CorruptRecordError(f"xerial snappy block of {n} bytes overruns the data")
+        block = bytes(cramjam.snappy.decompress_raw(data[pos + 4 : pos + 4 + n]))
+        total += len(block)
+        if total > MAX_BATCH_BYTES:
+            raise CorruptRecordError("decompressed records section exceeds MAX_BATCH_BYTES")
+        out.append(block)
+        pos += 4 + n
+    return b"".join(out)
+
+
+def _compress(codec: int, data: bytes) -> bytes:
+    if codec == LZ4:
+        import lz4.frame
+
+        # Kafka's Java LZ4 reader wants independent blocks and no content size
+        return lz4.frame.compress(data, block_linked=False, store_size=False)
+    if codec == SNAPPY:
+        import cramjam
+
+        blocks = [_XERIAL, struct.pack(">ii", 1, 1)]
+        for i in range(0, len(data), 32 * 1024):
+            block = bytes(cramjam.snappy.compress_raw(data[i : i + 32 * 1024]))
+            blocks.append(_I32.pack(len(block)))
+            blocks.append(block)
+        return b"".join(blocks)
+    if codec in (GZIP, ZSTD):
+        return rl._compress(_TO_RAFTLOG_CODEC[codec], data)
+    raise ValueError(f"unknown compression codec {codec}")
+
+
+# --------------------------------------------------------------------------- decode
+
+
+def read_header(buf, pos: int = 0) -> KafkaBatchHeader:
+    """Parse and sanity-check the Kafka batch header at ``buf[pos:]``."""
+    if len(buf) - pos < HEADER_SIZE:
+        raise CorruptRecordError(
+            f"Kafka batch header needs {HEADER_SIZE} bytes, {len(buf) - pos} available")
+    h = KafkaBatchHeader(*HEADER.unpack_from(buf, pos))
+    if h.magic != MAGIC:
+        raise CorruptRecordError(
+            f"record batch magic {h.magic} at {pos}: only magic 2 (Kafka 0.11+) is accepted")
+    if h.batch_length < HEADER_SIZE - LOG_OVERHEAD or h.batch_length > MAX_BATCH_BYTES:
+        raise CorruptRecordError(f"impossible batch length {h.batch_length} at {pos}")
+    if h.record_count < 0 or h.last_offset_delta < 0 or (
+            h.record_count and h.last_offset_delta + 1 < h.record_count):
+        raise CorruptRecordError(f"record count {h.record_count} does not fit last offset "
+                                 f"delta {h.last_offset_delta} at {pos}")
+    return h
+
+
+def iter_batches(buf, *, allow_partial: bool = False) -> Iterator[tuple[int, KafkaBatchHeader]]:
+    """(position, header) of every batch in ``buf``, CRC-checked. A trailing partial
+    batch is an error unless ``allow_partial``."""
+    pos, end = 0, len(buf)
+    with memoryview(buf) as view:
+        while pos < end:
+            if allow_partial and end - pos < HEADER_SIZE:
+                return
+            h = read_header(buf, pos)
+            stop = pos + h.size
+            if stop > end:
+                if allow_partial:
+                    return
+                raise CorruptRecordError(f"batch at {pos} claims {h.size} bytes, "
+                                         f"{end - pos} available")
+            crc = _crc32c.crc32c(view[pos + ATTRIBUTES_OFFSET : stop])
+            if crc != h.crc:
+                raise CorruptRecordError(f"CRC-32C mismatch in batch at {pos}: stored "
+                                         f"{h.crc:#010x}, computed {crc:#010x}")
+            yield pos, h
+            pos = stop
+
+
+def decode_records(buf, pos: int, h: KafkaBatchHeader) -> KafkaRecords:
+    """The records of the (CRC-checked) batch at ``buf[pos:]``."""
+    data = buf[pos + HEADER_SIZE : pos + h.size]
+    codec = h.attributes & COMPRESSION_MASK
+    data = _decompress(codec, data) if codec else bytes(data)
+    n = h.record_count
+    if n * 7 > len(data):  # a record takes at least 7 bytes: a lying count fails here
+        raise CorruptRecordError(f"record count {n} does not fit {len(data)} bytes")
+    try:
+        return _parse_records(data, n, h)
+    except CorruptRecordError:
+        raise
+    except (IndexError, ValueError, UnicodeDecodeError) as e:
+        raise CorruptRecordError(f"records of batch at offset {h.base_offset}: {e}") from None
+
+
+#: zigzag value of every one-byte varint: the common case decodes with one lookup
+_ZZ1 = [(b >> 1) ^ -(b & 1) for b in range(0x80)]
+
+
+def _parse_records(data: bytes, n: int, h: KafkaBatchHeader) -> KafkaRecords:
+    # One loop per record, varints inlined (one-byte ones are a table lookup): this is
+    # the only per-record Python work of a Kafka produce.
+    rv, zz = _read_varint, _ZZ1
+    offs, tss, keys, vals, hdrs = [], [], [], [], []
+    add_o, add_t, add_k, add_v, add_h = (offs.append, tss.append, keys.append, vals.append,
+                                         hdrs.append)
+    pos, end = 0, len(data)
+    no_headers = ()
+    for _ in range(n):
+        b = data[pos]
+        if b < 0x80:
+            length = zz[b]
+            pos += 1
+        elif data[pos + 1] < 0x80:  # two bytes: records of 64..8191 bytes
+            length = (b & 0x7F) | (data[pos + 1] << 7)
+            length = (length >> 1) ^ -(length & 1)
+            pos += 2
+        else:
+            length, pos = rv(data, pos)
+        stop = pos + length
+        if length < 6 or stop > end:
+            raise CorruptRecordError(f"record length {length} at {pos} overruns the batch")
+        b = data[pos + 1]  # (pos: record attributes, unused)
+        if b < 0x80:
+            ts = zz[b]
+            pos += 2
+        else:
+            ts, pos = rv(data, pos + 1)
+        b = data[pos]
+        if b < 0x80:
+            od = zz[b]
+            pos += 1
+        else:
+            od, pos = rv(data, pos)
+        b = data[pos]
+        if b < 0x80:
+            kl = zz[b]
+            pos += 1
+        else:
+            kl, pos = rv(data, pos)
+        if kl < 0:
+            key = None
+        else:
+            key = data[pos : pos + kl]
+            pos += kl
+        b = data[pos]
+        if b < 0x80:
+            vl = zz[b]
+            pos += 1
+        elif data[pos + 1] < 0x80:
+            vl = (b & 0x7F) | (data[pos + 1] << 7)
+            vl = (vl >> 1) ^ -(vl & 1)
+            pos += 2
+        else:
+            vl, pos = rv(data, pos)
+        if vl < 0:
+            value = None
+        else:
+            value = data[pos : pos + vl]
+            pos += vl
+        if data[pos] == 0:
+            headers = no_headers
+            pos += 1
+        else:
+            hc, pos = rv(data, pos)
+            headers, pos = _parse_headers(data, pos, hc, stop)
+        if pos != stop:
+            raise CorruptRecordError(f"record ends at {pos}, its length says {stop}")
+        add_o(od)
+        add_t(ts)
+        add_k(key)
+        add_v(value)
+        add_h(headers)
+    if pos != end:
+        raise CorruptRecordError(f"{end - pos} bytes after the last record")
+    base_ts = h.base_timestamp
+    if base_ts:
+        tss = [base_ts + t for t in tss]
+    return KafkaRecords(offs, tss, keys, vals, hdrs)
+
+
+def _parse_headers(data: bytes, pos: int, hc: int, stop: int) -> tuple[tuple, int]:
+    rv = _read_varint
+    if hc < 0 or hc > stop - pos:
+        raise CorruptRecordError(f"header count {hc} overruns its record")
+    pairs = []
+    for _ in range(hc):
+        hkl, pos = rv(data, pos)
+        if hkl < 0 or pos + hkl > stop:
+            raise CorruptRecordError("a record header key is null or overruns its record")
+        hk = data[pos : pos + hkl].decode()
+        pos += hkl
+        hvl, pos = rv(data, pos)
+        if hvl < 0:
+            hv = None
+        else:
+            hv = data[pos : pos + hvl]
+            pos += hvl
+        pairs.append((hk, hv))
+    return tuple(pairs), pos
+
+
+# --------------------------------------------------------------------------- encode
+
+
+#: zigzag varint encodings of 0..8191 (one or two bytes): record lengths, key and value
+#: lengths, offset and timestamp deltas of ordinary records come from this table
+_ZZ_TABLE_SIZE = 8192
+_SMALL_ZZ = [bytes((n << 1,)) if n < 64 else bytes((((n << 1) & 0x7F) | 0x80, n >> 6))
+             for n in range(_ZZ_TABLE_SIZE)]
+
+
+def _zzb(n: int) -> bytes:
+    """Zigzag varint of a (32- or 64-bit) int, small non-negative ones from a table."""
+    if 0 <= n < _ZZ_TABLE_SIZE:
+        return _SMALL_ZZ[n]
+    return _uv(((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF)
+
+
+def _bytes_field(b) -> bytes:
+    if b is None:
+        return b"\x01"
+    n = len(b)
+    return (_SMALL_ZZ[n] if n < _ZZ_TABLE_SIZE else _uv(_zz32(n))) + b
+
+
+def _encode_headers(hs) -> bytes:
+    parts = [_zzb(len(hs))]
+    for hk, hv in hs:
+        parts.append(_bytes_field(hk.encode()))
+        parts.append(_bytes_field(hv))
+    return b"".join(parts)
+
+
+def _encode_records(offset_deltas, timestamps, keys, values, headers, base_ts: int) -> bytes:
+    zzb, field, small, uv = _zzb, _bytes_field, _SMALL_ZZ, _uv
+    out = []
+    append = out.append
+    join = b"".join
+    for od, ts, k, v, hs in zip(offset_deltas, timestamps, keys, values, headers):
+        body = join((b"\x00", zzb(ts - base_ts), zzb(od), field(k), field(v),
+                     _encode_headers(hs) if hs else b"\x00"))
+        n = len(body)
+        append(small[n] if n < 8192 else uv(_zz32(n)))
+        append(body)
+    return join(out)
+
+
+def encode_batch(values, keys=None, *, timestamps, headers=None, offset_deltas=None,
+                 base_offset: int = 0, partition_leader_epoch: int = -1,
+                 compression: int = NONE, log_append_time: int | None = None,
+                 producer_id: int = -1, producer_epoch: int = -1,
+                 base_sequence: int = -1) -> bytes:
+    """One Kafka record batch v2 from parallel sequences (CRC set).
+
+    ``log_append_time`` set makes a LogAppendTime batch whose max timestamp is it.
+    Pure encoding: nothing is durable.
+    """
+    n = len(values)
+    if n == 0:
+        raise ValueError("a batch needs at least one record")
+    keys = keys if keys is not None else [None] * n
+    headers = headers if headers is not None else [()] * n
+    offset_deltas = offset_deltas if offset_deltas is not None else range(n)
+    base_ts = timestamps[0]
+    section = _encode_records(offset_deltas, timestamps, keys, values, headers, base_ts)
+    if compression:
+        section = _compress(compression, section)
+    attrs = compression
+    max_ts = max(timestamps)
+    if log_append_time is not None:
+        attrs |= TIMESTAMP_TYPE
+        max_ts = log_append_time
+    body = struct.pack(">hiqqqhii", attrs, offset_deltas[-1], base_ts, max_ts, producer_id,
+                       producer_epoch, base_sequence, n) + section
+    size = HEADER_SIZE + len(section)
+    if size > MAX_BATCH_BYTES:
+        raise ValueError(f"batch of {size} bytes exceeds MAX_BATCH_BYTES")
+    return struct.pack(">qiibI", base_offset, size - LOG_OVERHEAD, partition_leader_epoch,
+                       MAGIC, _crc32c.crc32c(body)) + body
+
+
+# --------------------------------------------------------------------------- conversion
+
+
+def to_raftlog(buf, *, require_sequential: bool = True) -> tuple[bytes, int]:
+    """Every Kafka batch in ``buf`` (a Produce request's records) as raftlog batches.
+
+    Returns (raftlog batches concatenated, record count). Empty batches are dropped.
+    ``require_sequential`` (produce) refuses offset deltas other than 0..n-1, as a
+    Kafka broker does for what producers send.
+
+    Raises:
+        CorruptRecordError: not valid Kafka batches, control or transactional batches
+            (raftlog has no transactions), or an unknown codec.
+    """
+    out, count = [], 0
+    for pos, h in iter_batches(buf):
+        if h.attributes & (CONTROL | TRANSACTIONAL):
+            raise CorruptRecordError("transactional and control batches are not supported")
+        if h.record_count == 0:
+            continue
+        codec = h.attributes & COMPRESSION_MASK
+        if codec not in _TO_RAFTLOG_CODEC:
+            raise CorruptRecordError(f"unknown compression codec {codec}")
+        r = decode_records(buf, pos, h)
+        deltas = r.offset_deltas
+        sequential = deltas[0] == 0 and deltas[-1] == len(deltas) - 1 and all(
+            map(int.__lt__, deltas, deltas[1:]))
+        if not sequential and (require_sequential or deltas[0] != 0
+                               or not all(map(int.__lt__, deltas, deltas[1:]))):
+            raise CorruptRecordError("record offset deltas are not 0..n-1")
+        if deltas[-1] != h.last_offset_delta:
+            raise CorruptRecordError(f"last offset delta {h.last_offset_delta} does not "
+                                     f"match the records' {deltas[-1]}")
+        log_append = bool(h.attributes & TIMESTAMP_TYPE)
+        ts = r.timestamps
+        uniform = log_append or ts.count(ts[0]) == len(ts)
+        try:
+            out.append(rl.encode_batch(
+                r.values, r.keys if r.keys.count(None) != len(r.keys) else None,
+                timestamp=h.max_timestamp if log_append else ts[0],
+                timestamps=None if uniform else ts,
+                headers=r.headers if any(r.headers) else None,
+                compression=_TO_RAFTLOG_CODEC[codec],
+                base_offset=0, leader_epoch=-1,  # (the leader stamps both)
+                producer_id=h.producer_id, producer_epoch=h.producer_epoch,
+                base_sequence=h.base_sequence,
+                offset_deltas=None if sequential else deltas,
+                timestamp_type=rl.LOG_APPEND_TIME if log_append else rl.CREATE_TIME))
+        except (struct.error, OverflowError, ValueError) as e:  # timestamps past int64 ...
+            raise CorruptRecordError(f"batch at {pos} does not fit a raftlog batch: {e}") from None
+        count += h.record_count
+    return b"".join(out), count
+
+
+def from_raftlog(buf, *, compression: int | None = None, start_offset: int = 0) -> bytes:
+    """raftlog batches (a fetch slice, maybe ending in a partial batch, which is
+    dropped) as Kafka batches. ``compression`` None keeps each batch's codec.
+    Batches wholly below ``start_offset`` are skipped (a fetch may start mid-batch; the
+    client drops the earlier records of a batch it gets, as with Kafka).
+
+    Raises:
+        CorruptRecordError: the raftlog bytes fail their checks (never served).
+    """
+    out = []
+    for pos, h in rl.iter_batches(buf, verify=True, allow_partial=True):
+        if h.record_count == 0 or h.last_offset < start_offset:
+            continue
+        recs = rl.decode_records(buf, pos, h)
+        base = h.base_offset
+        codec = _FROM_RAFTLOG_CODEC[h.compression] if compression is None else compression
+        offsets = [r[2] for r in recs]
+        log_append = h.attributes & rl.ATTR_LOG_APPEND_TIME
+        out.append(encode_batch(
+            [r[5] for r in recs], [r[4] for r in recs],
+            timestamps=[r[3] for r in recs] if not log_append else [h.first_timestamp] * len(recs),
+            headers=[r[6] for r in recs],
+            offset_deltas=[o - base for o in offsets],
+            base_offset=base, partition_leader_epoch=h.leader_epoch, compression=codec,
+            log_append_time=h.max_timestamp if log_append else None,
+            producer_id=h.producer_id, producer_epoch=h.producer_epoch,
+            base_sequence=h.base_sequence))
+    return b"".join(out)
+
+
+__all__ = [
+    "MAGIC", "KafkaBatchHeader", "KafkaRecords", "read_header", "iter_batches",
+    "decode_records", "encode_batch", "to_raftlog", "from_raftlog",
+    "NONE", "GZIP", "SNAPPY", "LZ4", "ZSTD",
+]

@@ -1,0 +1,170 @@
+"""Stock Kafka clients against a 3-node cluster through the Kafka listeners: topics
+with RF 3, an idempotent acks=all producer, and a consumer group that rebalances
+when a member leaves."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from ..conftest import free_ports
+from .cluster import LocalCluster, until
+
+kafka = pytest.importorskip("kafka")
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer  # noqa: E402
+from kafka.admin import NewTopic  # noqa: E402
+from kafka.structs import TopicPartition as KTP  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def _kafka_cluster(tmp_path) -> tuple[LocalCluster, str]:
+    cluster = LocalCluster(tmp_path, 3, offsets_topic_replication_factor=3,
+                           offsets_topic_num_partitions=3, group_initial_rebalance_delay_ms=0)
+    kports = free_ports(3)
+    brokers = ",".join(f"{i}@127.0.0.1:{p}" for i, p in enumerate(kports, 1))
+    for n, kport in zip(cluster.nodes, kports):
+        n.extra.update({"kafka.listener": f"127.0.0.1:{kport}", "kafka.brokers": brokers})
+    cluster.start()
+    return cluster, ",".join(f"127.0.0.1:{p}" for p in kports)
+
+
+class _Member(threading.Thread):
+    def __init__(self, bootstrap: str, name: str):
+        super().__init__(daemon=True)
+        self.c = KafkaConsumer("rg", bootstrap_servers=bootstrap, group_id="g3",
+                               client_id=name, auto_offset_reset="earliest",
+                               session_timeout_ms=6000, heartbeat_interval_ms=300,
+                               max_poll_interval_ms=20000)
+        self.stop = threading.Event()
+        self.assignment: set = set()
+        self.values: list = []
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for recs in self.c.poll(timeout_ms=200).values():
+                self.values += [r.value for r in recs]
+            self.assignment = {tp.partition for tp in self.c.assignment()}
+        self.c.close()
+
+
+def test_kafka_clients_against_three_nodes(tmp_path):
+    cluster, bootstrap = _kafka_cluster(tmp_path)
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=20_000)
+        admin.create_topics([NewTopic("rg", 3, 3)])
+        until(lambda: all(len(cluster.partition("rg", p).isr) == 3 for p in range(3)),
+              timeout_s=30)
+        ports = {b["port"] for b in admin.describe_cluster()["brokers"]}
+        assert ports == {int(a.split(":")[1]) for a in bootstrap.split(",")}
+        p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+        metas = [p.send("rg", value=b"%d" % i).get(timeout=30) for i in range(300)]
+        p.close()
+        assert {m.partition for m in metas} == {0, 1, 2}
+
+        _confluent_pipelined_acks_all(bootstrap)
+
+        members = [_Member(bootstrap, f"m{i}") for i in range(3)]
+        for m in members:
+            m.start()
+        until(lambda: sorted(x for m in members for x in m.assignment) == [0, 1, 2]
+              and all(m.assignment for m in members), timeout_s=60)
+        until(lambda: sum(len(m.values) for m in members) >= 300, timeout_s=30)
+        members[2].stop.set()  # a member leaves: the other two take its partitions
+        members[2].join(20)
+        until(lambda: sorted(x for m in members[:2] for x in m.assignment) == [0, 1, 2],
+              timeout_s=60)
+        for m in members[:2]:
+            m.stop.set()
+            m.join(20)
+        seen = sorted(int(v) for m in members for v in m.values)
+        assert set(seen) == set(range(300))  # every record; none lost
+        desc = admin.describe_groups(["g3"])["g3"]
+        assert desc["error"] is None
+        kc = KafkaConsumer(bootstrap_servers=bootstrap, consumer_timeout_ms=3000)
+        kc.assign([KTP("rg", i) for i in range(3)])
+        kc.seek_to_beginning()
+        assert sorted(int(m.value) for m in kc) == list(range(300))
+        kc.close()
+        admin.close()
+    finally:
+        cluster.stop()
+    for n in cluster.nodes:
+        assert "kafka_handler_failed" not in n.log_text()
+
+
+def _confluent_pipelined_acks_all(bootstrap: str) -> None:
+    """librdkafka keeps up to 5 acks=all produces in flight per connection: they wait for
+    the ISR side by side and are answered in order, each record once, in send order."""
+    ck = pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin import NewTopic as CNewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # (kept: its futures need it)
+    for f in admin.create_topics([CNewTopic("pipe", 1, 3)]).values():
+        f.result(30)
+    acked: list = []
+    p = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                     "linger.ms": 1, "batch.num.messages": 50,
+                     "max.in.flight.requests.per.connection": 5})
+    for i in range(3000):
+        p.produce("pipe", b"%d" % i, partition=0,
+                  on_delivery=lambda e, m: acked.append((e, m.offset(), int(m.value()))))
+        p.poll(0)
+    assert p.flush(60) == 0
+    assert all(e is None for e, _o, _v in acked)
+    assert sorted((o, v) for _e, o, v in acked) == [(i, i) for i in range(3000)]
+
+
+def test_librdkafka_idempotent_producer_across_a_leader_failover(tmp_path):
+    """confluent-kafka (idempotent, acks=all) keeps producing while the partition's
+    leader is killed: every acknowledged record is in the log once, at its offset."""
+    ck = pytest.importorskip("confluent_kafka")
+    cluster, bootstrap = _kafka_cluster(tmp_path)
+    try:
+        with cluster.admin() as a:
+            a.create_topic("kfail", partitions=1, replication_factor=3)
+        cluster.wait_isr("kfail", 0, {1, 2, 3})
+        acked: dict = {}
+        errors: list = []
+        stop = threading.Event()
+
+        def report(err, msg):
+            if err is None:
+                acked[msg.value()] = msg.offset()
+            else:
+                errors.append(err)
+
+        def produce():
+            p = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                             "enable.idempotence": True, "linger.ms": 2,
+                             "message.timeout.ms": 120_000})
+            i = 0
+            while not stop.is_set():
+                for _ in range(20):
+                    p.produce("kfail", b"v%06d" % i, partition=0, on_delivery=report)
+                    i += 1
+                p.poll(0.005)
+            assert p.flush(120) == 0
+
+        t = threading.Thread(target=produce)
+        t.start()
+        until(lambda: len(acked) > 500, timeout_s=30)
+        leader = cluster.partition("kfail", 0).leader
+        cluster.node(leader).kill()
+        before = len(acked)
+        until(lambda: len(acked) > before + 2000, timeout_s=90)
+        stop.set()
+        t.join(150)
+        assert not errors, errors[:3]
+        survivor = next(n for n in cluster.nodes if n.node_id != leader)
+        cluster.node(leader).start()
+        cluster.wait_isr("kfail", 0, {1, 2, 3}, via=survivor, timeout_s=60)
+    finally:
+        cluster.stop()
+    log = cluster.read_replica(survivor.node_id, "kfail", 0)
+    values = [v for _o, _k, v in log]
+    assert len(values) == len(set(values)), "a record was appended twice"
+    offsets = {v: o for o, _k, v in log}
+    assert all(offsets.get(v) == o for v, o in acked.items()), "an acked record moved or vanished"

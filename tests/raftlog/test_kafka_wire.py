@@ -1,0 +1,282 @@
+"""The Kafka codec: round trips per API/version, kafka-python as an independent
+encoder/decoder, and garbage that must raise only KafkaDecodeError."""
+
+from __future__ import annotations
+
+import base64
+import struct
+import uuid
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from raftlog import kafka_wire as kw
+from raftlog.errors import ProtocolError
+from raftlog.kafka_messages import ADVERTISED, SCHEMAS
+from raftlog.kafka_wire import _fill_defaults
+
+from .kafka_strategies import body_of
+
+try:
+    import kafka.protocol  # noqa: F401  (kafka-python: the independent codec of the cross-checks)
+
+    HAVE_KAFKA_PYTHON = True
+except ImportError:
+    HAVE_KAFKA_PYTHON = False
+
+CASES = [(key, kind, v) for key, lo, hi in ADVERTISED.values() for v in range(lo, hi + 1)
+         for kind in ("request", "response")]
+_SETTINGS = settings(max_examples=15, deadline=None,
+                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def _ids(case):
+    key, kind, v = case
+    return f"{kw.API_NAMES[key]}-{kind}-v{v}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=_ids)
+@_SETTINGS
+@given(data=st.data())
+def test_round_trip_every_api_and_version(case, data):
+    key, kind, v = case
+    value = data.draw(body_of(key, kind, v))
+    encoded = kw.encode_body(key, v, kind, value)
+    decoded = kw.decode_body(key, v, kind, encoded)
+    expected = _fill_defaults(value, SCHEMAS[(key, kind)]["fields"], v)
+    assert _only_version(decoded, key, kind, v) == expected
+
+
+def _only_version(d, key, kind, v):
+    """Drop the defaults decode adds for fields outside this version (nested too)."""
+    return _strip(d, SCHEMAS[(key, kind)]["fields"], v)
+
+
+def _strip(d, fields, v):
+    out = {}
+    for name, ftype, lo, hi, *_rest, sub in fields:
+        if not lo <= v <= hi:
+            continue
+        x = d[name]
+        if ftype == "[]struct" and x is not None:
+            x = [_strip(e, sub, v) for e in x]
+        elif ftype == "struct" and x is not None:
+            x = _strip(x, sub, v)
+        out[name] = x
+    return out
+
+
+# --------------------------------------------------------------------------- kafka-python
+
+
+def _kp_class(key, kind):
+    import kafka.protocol  # noqa: F401  (registers every message class)
+    from kafka.protocol.api_message import ApiMessage
+
+    want = SCHEMAS[(key, kind)]["name"]
+    todo = list(ApiMessage.__subclasses__())
+    while todo:
+        c = todo.pop()
+        todo.extend(c.__subclasses__())
+        if c.__dict__.get("_json") is not None and c._json["name"] == want:
+            return c
+    pytest.skip(f"kafka-python has no {want}")
+
+
+def _to_kp(container_cls, value, fields, v):
+    """One of our dicts as kafka-python's DataContainer of that struct."""
+    kwargs = {}
+    kfields = container_cls._struct.fields
+    for name, ftype, lo, hi, *_rest, sub in fields:
+        if not lo <= v <= hi or name not in value or _kp_differs(name, ftype):
+            continue
+        x = value[name]
+        if x is not None and ftype in ("[]struct", "struct"):
+            dc = kfields[name].data_class
+            x = ([_to_kp(dc, e, sub, v) for e in x] if ftype == "[]struct"
+                 else _to_kp(dc, x, sub, v))
+        elif x is not None and ftype == "uuid":
+            x = uuid.UUID(bytes=bytes(x))
+        kwargs[name] = x
+    return container_cls(version=v, **kwargs)
+
+
+def _from_kp(obj, fields, v):
+    """kafka-python's decoded container as one of our dicts (attributes, not its
+    to_dict(), which turns bytes into text)."""
+    out = {}
+    for name, ftype, lo, hi, *_rest, sub in fields:
+        if not lo <= v <= hi:
+            continue
+        if _kp_differs(name, ftype):
+            continue
+        x = getattr(obj, name)
+        if x is None and ftype == "uuid":
+            x = bytes(16)  # kafka-python reads the zero uuid as None
+        if x is not None and ftype == "[]struct":
+            x = [_from_kp(e, sub, v) for e in x]
+        elif x is not None and ftype == "struct":
+            x = _from_kp(x, sub, v)
+        elif x is not None and ftype == "uuid":
+            x = x if isinstance(x, bytes) else x.bytes if isinstance(x, uuid.UUID) else _uuid_text(str(x))
+        elif ftype in ("bytes", "records") and x is not None:
+            x = bytes(x)
+        out[name] = x
+    return out
+
+
+@pytest.mark.skipif(not HAVE_KAFKA_PYTHON, reason="kafka-python is not installed")
+@pytest.mark.parametrize("case", CASES, ids=_ids)
+@_SETTINGS
+@given(data=st.data())
+def test_kafka_python_reads_what_we_write_and_back(case, data):
+    key, kind, v = case
+    cls = _kp_class(key, kind)
+    if v > cls.max_version:
+        pytest.skip("kafka-python does not know this version")
+    fields = SCHEMAS[(key, kind)]["fields"]
+    value = _fill_defaults(data.draw(body_of(key, kind, v)), fields, v)
+    if key == 18 and kind == "response":
+        value["error_code"] = 0  # kafka-python reads an ApiVersions error as v0 (as it should)
+    ours = kw.encode_body(key, v, kind, value)
+    theirs = cls.decode(ours, version=v)
+    assert _from_kp(theirs, fields, v) == _comparable(value, fields, v)
+    back = _to_kp(cls, value, fields, v).encode(version=v)
+    assert _from_kp(cls.decode(back, version=v), fields, v) == _comparable(value, fields, v)
+    assert _comparable(kw.decode_body(key, v, kind, back), fields, v) == _comparable(value, fields, v)
+
+
+def _kp_differs(name: str, ftype: str) -> bool:
+    """kafka-python turns the authorized-operations bit fields into sets of names."""
+    return ftype == "int32" and name.endswith("authorized_operations")
+
+
+def _uuid_text(t: str) -> bytes:
+    """A uuid as text: hex, or Kafka's url-safe base64 (Uuid.toString)."""
+    try:
+        return uuid.UUID(t).bytes
+    except ValueError:
+        return base64.urlsafe_b64decode(t + "==")
+
+
+def _comparable(value, fields, v):
+    """Our value without the fields kafka-python represents differently."""
+    out = {}
+    for name, ftype, lo, hi, *_rest, sub in fields:
+        if not lo <= v <= hi or _kp_differs(name, ftype):
+            continue
+        x = value[name]
+        if x is not None and ftype == "[]struct":
+            x = [_comparable(e, sub, v) for e in x]
+        elif x is not None and ftype == "struct":
+            x = _comparable(x, sub, v)
+        out[name] = x
+    return out
+
+
+# --------------------------------------------------------------------------- headers, frames
+
+
+def test_request_header_and_frame_round_trip():
+    frame = kw.encode_request(3, 12, 77, {"topics": None}, client_id="me")
+    dec = kw.FrameDecoder()
+    dec.receive_data(frame[:3])
+    assert dec.next_frame() is None
+    dec.receive_data(frame[3:])
+    req = kw.decode_request(dec.next_frame())
+    assert req.header == kw.RequestHeader(3, 12, 77, "me")
+    assert req.body["topics"] is None
+
+
+def test_api_versions_response_uses_header_v0_even_when_flexible():
+    frame = kw.encode_response(18, 3, 5, {"error_code": 0, "api_keys": []})
+    assert kw.response_header_version(18, 3) == 0
+    assert struct.unpack_from(">i", frame, 4)[0] == 5
+    assert kw.decode_response(18, 3, frame[4:]) == (5, kw.decode_body(18, 3, "response", frame[8:]))
+
+
+def test_unsupported_api_or_version_carries_the_correlation_id():
+    payload = struct.pack(">hhi", 9999, 0, 42) + b"\xff\xff"
+    with pytest.raises(kw.UnsupportedRequest) as e:
+        kw.decode_request(payload)
+    assert e.value.correlation_id == 42
+    payload = struct.pack(">hhi", 0, 99, 43) + b"\xff\xff"
+    with pytest.raises(kw.UnsupportedRequest):
+        kw.decode_request(payload)
+
+
+def test_oversized_and_negative_frames_are_refused():
+    dec = kw.FrameDecoder(max_frame_bytes=100)
+    dec.receive_data(struct.pack(">i", 101))
+    with pytest.raises(kw.KafkaDecodeError, match="max.frame.bytes"):
+        dec.next_frame()
+    dec = kw.FrameDecoder()
+    dec.receive_data(struct.pack(">i", -5))
+    with pytest.raises(kw.KafkaDecodeError):
+        dec.next_frame()
+
+
+@pytest.mark.parametrize("n,encoded", [(0, b"\x00"), (1, b"\x02"), (-1, b"\x01"),
+                                       (300, b"\xd8\x04"), (-(2**31), b"\xff\xff\xff\xff\x0f")])
+def test_varint_known_encodings(n, encoded):
+    assert kw.varint(n) == encoded
+    assert kw.Reader(encoded).varint() == n
+
+
+@given(st.integers(-(2**63), 2**63 - 1))
+def test_varlong_round_trip(n):
+    assert kw.Reader(kw.varlong(n)).varlong() == n
+
+
+def test_lying_array_length_fails_before_allocating():
+    body = struct.pack(">i", 2**31 - 1)  # Metadata v1 topics array of 2^31-1 entries
+    with pytest.raises(kw.KafkaDecodeError, match="elements"):
+        kw.decode_body(3, 1, "request", body)
+
+
+def test_invalid_utf8_is_a_decode_error():
+    body = struct.pack(">i", 1) + struct.pack(">h", 2) + b"\xff\xfe"
+    with pytest.raises(kw.KafkaDecodeError, match="UTF-8"):
+        kw.decode_body(3, 1, "request", body)
+
+
+def test_trailing_bytes_are_a_decode_error():
+    body = kw.encode_body(3, 1, "request", {"topics": []}) + b"x"
+    with pytest.raises(kw.KafkaDecodeError, match="trailing"):
+        kw.decode_body(3, 1, "request", body)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[1] == "request"], ids=_ids)
+@settings(max_examples=40, deadline=None)
+@given(garbage=st.binary(max_size=200))
+def test_garbage_raises_only_the_typed_error(case, garbage):
+    key, _kind, v = case
+    try:
+        kw.decode_body(key, v, "request", garbage)
+    except kw.KafkaDecodeError as e:
+        assert isinstance(e, ProtocolError)
+
+
+@settings(max_examples=300, deadline=None)
+@given(garbage=st.binary(max_size=300))
+def test_garbage_requests_raise_only_protocol_errors(garbage):
+    try:
+        kw.decode_request(garbage)
+    except (kw.KafkaDecodeError, kw.UnsupportedRequest):
+        pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_mutated_valid_requests_raise_only_the_typed_error(data):
+    key, _kind, v = data.draw(st.sampled_from([c for c in CASES if c[1] == "request"]))
+    frame = bytearray(kw.encode_request(key, v, 1, data.draw(body_of(key, "request", v))))
+    for _ in range(data.draw(st.integers(1, 4))):
+        i = data.draw(st.integers(4, len(frame) - 1))
+        frame[i] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(4, len(frame)))
+    try:
+        kw.decode_request(bytes(frame[4:cut]))
+    except (kw.KafkaDecodeError, kw.UnsupportedRequest):
+        pass
