@@ -286,6 +286,12 @@ class NodeConfig:
 
     def _validate_security(self) -> None:
         lc = self.listener_config  # raises ConfigError for bad listener keys
+        if (self.kafka_port is not None and not self.allow_plaintext_listeners
+                and not L.is_loopback(self.kafka_host or "")):
+            # the Kafka listener has no TLS or SASL yet: the same rule as `listeners`
+            raise ConfigError(
+                f"kafka.listener {self.kafka_host}:{self.kafka_port} is unencrypted and "
+                "unauthenticated on a non-loopback address: set allow.plaintext.listeners=true")
         protocols = {x.protocol for x in lc.listeners}
         if any(p.tls for p in protocols) and not self.ssl_keystore_location:
             raise ConfigError("ssl.keystore.location (PEM certificate and key) is required by "
