@@ -477,9 +477,10 @@ class Broker:
                 continue
             header, piece = self._read_part(key[0], key[1], sp.offset, limit, sp.epoch,
                                             replica, False)
-            if header.error:
+            if header.error:  # answered, and dropped: the follower names it again
                 error = True
                 session.drop(key)
+                headers.append(header)
                 continue
             part = self.partitions.get(key)
             st = part.leader_state if part is not None else None

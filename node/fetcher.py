@@ -50,11 +50,9 @@ from .peer import open_peer, peer_address
 #: of the partitions followed interrupts the wait (see LeaderFetcher.assign).
 FETCH_MAX_WAIT_MS_MIN = 500
 FETCH_MAX_WAIT_MS_MAX = 5000
-#: Fetch through a session on the leader (only what changed per fetch). Off: a
-#: re-added replica was seen to stall (no data sent after its first fetch) in
-#: tests/cluster/test_reassign.py; until that is found, every fetch names every
-#: partition (the leader's fetch sessions stay served for when it is back on).
-FETCH_SESSIONS = False
+#: Fetch through a session on the leader (only what changed per fetch); False: every
+#: fetch names every partition, as a plain fetch.
+FETCH_SESSIONS = True
 #: How soon a parked fetch is resent after partitions to follow were added.
 INTERRUPT_DELAY_S = 0.2
 FETCH_MAX_BYTES = 16 * 1024 * 1024
