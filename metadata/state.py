@@ -322,20 +322,28 @@ def _config_change(s: MetadataState, r: R.ConfigChange, term: int):
     return _elect_offline(replace(s, topics=topics)), OK  # unclean election may now apply
 
 
-def _partition_change(s: MetadataState, r: R.PartitionChange, term: int):
+def _checked_partition(s: MetadataState, r, term: int):
+    """(topic, partition, None) for a controller's compare-and-set record ``r`` (its
+    term current, its partition known, its partition epoch the expected one), else
+    (None, None, the failure)."""
     if r.controller_epoch != term:
-        return s, _fail(
-            f"proposed in term {r.controller_epoch}, applied in term {term}: stale controller"
-        )
+        return None, None, _fail(
+            f"proposed in term {r.controller_epoch}, applied in term {term}: stale controller")
     t = s.topics.get(r.topic)
     if t is None or not 0 <= r.partition < len(t.partitions):
-        return s, _fail(f"unknown partition {r.topic}-{r.partition}",
-                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        return None, None, _fail(f"unknown partition {r.topic}-{r.partition}",
+                                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     p = t.partitions[r.partition]
     if p.partition_epoch != r.expected_partition_epoch:
-        return s, _fail(
-            f"partition epoch is {p.partition_epoch}, not the expected {r.expected_partition_epoch}"
-        )
+        return None, None, _fail(
+            f"partition epoch is {p.partition_epoch}, not the expected {r.expected_partition_epoch}")
+    return t, p, None
+
+
+def _partition_change(s: MetadataState, r: R.PartitionChange, term: int):
+    t, p, failed = _checked_partition(s, r, term)
+    if failed:
+        return s, failed
     isr = tuple(r.isr)
     if not isr or not set(isr) <= set(p.replicas) or len(set(isr)) != len(isr):
         return s, _fail(f"ISR {isr} must be a non-empty subset of replicas {p.replicas}")
@@ -405,17 +413,9 @@ def _reassign(s: MetadataState, r: R.ReassignPartition, term: int):
 
 
 def _complete_reassignment(s: MetadataState, r: R.CompleteReassignment, term: int):
-    if r.controller_epoch != term:
-        return s, _fail(
-            f"proposed in term {r.controller_epoch}, applied in term {term}: stale controller")
-    t = s.topics.get(r.topic)
-    if t is None or not 0 <= r.partition < len(t.partitions):
-        return s, _fail(f"unknown partition {r.topic}-{r.partition}",
-                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-    p = t.partitions[r.partition]
-    if p.partition_epoch != r.expected_partition_epoch:
-        return s, _fail(
-            f"partition epoch is {p.partition_epoch}, not the expected {r.expected_partition_epoch}")
+    t, p, failed = _checked_partition(s, r, term)
+    if failed:
+        return s, failed
     if not p.target:
         return s, _fail(f"{r.topic}-{r.partition} has no reassignment in progress",
                         ErrorCode.NO_REASSIGNMENT_IN_PROGRESS)
