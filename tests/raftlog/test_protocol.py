@@ -101,6 +101,20 @@ def test_field_errors_name_the_field():
         parse_request(frame)
 
 
+def test_fetch_session_fields_are_checked():
+    """A fetch session mode outside none/full/incremental, or a forgotten entry that is
+    not [topic, partition]: BadRequest naming the field."""
+    for bad, name in (({"session": 7}, "session"), ({"session": "1"}, "session"),
+                      ({"forgotten": [["t"]]}, "forgotten"), ({"forgotten": "t"}, "forgotten")):
+        (frame,), _ = _frames(encode_frame({"id": 3, "api": int(Api.FETCH), "parts": [], **bad}))
+        with pytest.raises(BadRequest, match=name):
+            parse_request(frame)
+    (frame,), _ = _frames(encode_frame({"id": 3, "api": int(Api.FETCH), "parts": [],
+                                        "session": 2, "forgotten": [["t", 0]]}))
+    req = parse_request(frame)
+    assert req.fields["session"] == 2 and req.fields["forgotten"] == [("t", 0)]
+
+
 def test_encode_request_rejects_our_own_bad_fields():
     with pytest.raises(LocalProtocolError):
         encode_request(Api.PRODUCE, 1, {"parts": [["t", "zero", 1]]})
