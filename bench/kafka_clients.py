@@ -5,7 +5,12 @@ fixed rate (open loop, each record stamped with its scheduled CLOCK_MONOTONIC ti
 
 Client settings are librdkafka's defaults except: acks as given (idempotence on with
 acks=all, as the SDK), linger.ms=5 and batch.size=1 MB for the throughput run
-(librdkafka's recommended throughput settings), linger.ms=0 for the latency run.
+(librdkafka's recommended throughput settings), linger.ms=0 for the latency run; the
+consumer of the throughput run has fetch.max.bytes 50 MB, max.partition.fetch.bytes 10 MB
+and queued.min.messages 1,000,000 (with the default 100,000 its prefetch queue fills in
+one fetch and librdkafka backs off fetching for fetch.queue.backoff.ms, 1 s: a client
+pause, not the node's rate). The producers connect and take their producer id before the
+clock starts, as the SDK's Producer does in its constructor.
 """
 
 from __future__ import annotations
@@ -17,6 +22,14 @@ VALUE_BYTES = 100
 
 def _acks(acks) -> str:
     return "all" if str(acks) in ("all", "-1") else str(acks)
+
+
+def _ready(p, topic: str) -> None:
+    """Connect before the clock starts, as the SDK's Producer does in its constructor:
+    librdkafka connects, fetches metadata and takes its producer id lazily, and the
+    first records of a run would otherwise wait for all three."""
+    p.list_topics(topic, timeout=10)
+    p.poll(0.5)
 
 
 def produce(bootstrap: str, topic: str, n: int, acks) -> dict:
@@ -33,6 +46,7 @@ def produce(bootstrap: str, topic: str, n: int, acks) -> dict:
             errors.append(err)
 
     value = b"x" * VALUE_BYTES
+    _ready(p, topic)
     start = time.perf_counter()
     for _ in range(n):
         while True:
@@ -54,7 +68,8 @@ def consume(bootstrap: str, topic: str, n: int) -> dict:
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{time.time_ns()}",
                   "enable.auto.commit": False, "fetch.max.bytes": 50 * 1024 * 1024,
-                  "max.partition.fetch.bytes": 10 * 1024 * 1024})
+                  "max.partition.fetch.bytes": 10 * 1024 * 1024,
+                  "queued.min.messages": 1_000_000})
     start = time.perf_counter()  # (includes the connection setup, as the SDK's figure)
     c.assign([TopicPartition(topic, 0, 0)])
     got = 0
@@ -75,6 +90,7 @@ def latency_producer(bootstrap: str, topic: str, rate: int, secs: float, acks) -
                   "enable.idempotence": acks == "all", "linger.ms": 0})
     pad = b"x" * (VALUE_BYTES - 8)
     total = int(rate * secs)
+    _ready(p, topic)
     start_ns = time.monotonic_ns()
     for i in range(total):
         due_ns = start_ns + i * 1_000_000_000 // rate

@@ -85,15 +85,21 @@ def scan_segment(path: str, keep_data: bool = False) -> Iterator[BatchInfo | Pro
             pos += h.size
 
 
+#: codec numbers of a batch whose records section came verbatim from the Kafka listener
+_KAFKA_CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+
+
 def describe_batch(b: BatchInfo) -> dict:
     """One batch as a flat dict (the JSON form; the text form prints the same keys)."""
     h = b.header
-    codec = {v: k for k, v in records.COMPRESSION_NAMES.items()}.get(h.compression,
-                                                                      str(h.compression))
+    kafka = bool(h.attributes & records.ATTR_KAFKA_RECORDS)
+    names = _KAFKA_CODECS if kafka else {v: k for k, v in records.COMPRESSION_NAMES.items()}
+    codec = names.get(h.compression, str(h.compression))
     return {
         "baseOffset": h.base_offset, "lastOffset": h.last_offset, "count": h.record_count,
         "position": b.position, "size": h.size, "partitionLeaderEpoch": h.leader_epoch,
         "magic": h.magic, "compresscodec": codec,
+        "recordsFormat": "kafka" if kafka else "raftlog",
         "timestampType": "LogAppendTime" if h.timestamp_type == records.LOG_APPEND_TIME
         else "CreateTime",
         "firstTimestamp": h.first_timestamp, "maxTimestamp": h.max_timestamp,

@@ -259,7 +259,7 @@ def decode_records(buf, pos: int, h: KafkaBatchHeader) -> KafkaRecords:
     if n * 7 > len(data):  # a record takes at least 7 bytes: a lying count fails here
         raise CorruptRecordError(f"record count {n} does not fit {len(data)} bytes")
     try:
-        return _parse_records(data, n, h)
+        return _parse_records(data, n, h.base_timestamp)
     except CorruptRecordError:
         raise
     except (IndexError, ValueError, UnicodeDecodeError) as e:
@@ -270,7 +270,7 @@ def decode_records(buf, pos: int, h: KafkaBatchHeader) -> KafkaRecords:
 _ZZ1 = [(b >> 1) ^ -(b & 1) for b in range(0x80)]
 
 
-def _parse_records(data: bytes, n: int, h: KafkaBatchHeader) -> KafkaRecords:
+def _parse_records(data: bytes, n: int, base_ts: int) -> KafkaRecords:
     # One loop per record, varints inlined (one-byte ones are a table lookup): this is
     # the only per-record Python work of a Kafka produce.
     rv, zz = _read_varint, _ZZ1
@@ -346,7 +346,6 @@ def _parse_records(data: bytes, n: int, h: KafkaBatchHeader) -> KafkaRecords:
         add_h(headers)
     if pos != end:
         raise CorruptRecordError(f"{end - pos} bytes after the last record")
-    base_ts = h.base_timestamp
     if base_ts:
         tss = [base_ts + t for t in tss]
     return KafkaRecords(offs, tss, keys, vals, hdrs)
@@ -456,89 +455,266 @@ def encode_batch(values, keys=None, *, timestamps, headers=None, offset_deltas=N
 # --------------------------------------------------------------------------- conversion
 
 
+def _walk(data, n: int) -> tuple[int, int] | None:
+    """Check a plain records section of ``n`` ordinary records byte for byte -- offset
+    deltas 0..n-1, no headers -- without building anything. Returns the (lowest,
+    highest) timestamp delta, or None for any other shape or any damage: the full
+    parser (:func:`_parse_records`) then decides, and names the fault.
+
+    This is the whole per-record cost of a Kafka produce: the section is stored as sent.
+    Varints of one and two bytes are inlined; longer ones (offset deltas past 8191)
+    take the general reader.
+    """
+    zz, rv = _ZZ1, _read_varint
+    pos, end = 0, len(data)
+    lo = hi = None
+    try:
+        for i in range(n):
+            b = data[pos]
+            if b < 0x80:
+                length = zz[b]
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                length = (b & 0x7F) | (data[pos + 1] << 7)
+                length = (length >> 1) ^ -(length & 1)
+                pos += 2
+            else:
+                length, pos = rv(data, pos)
+            stop = pos + length
+            if length < 6 or stop > end:
+                return None
+            p = pos + 1  # (record attributes: unused, as in Kafka)
+            b = data[p]
+            if b < 0x80:
+                t = zz[b]
+                p += 1
+            else:
+                t, p = rv(data, p)
+            if lo is None:
+                lo = hi = t
+            elif t < lo:
+                lo = t
+            elif t > hi:
+                hi = t
+            b = data[p]
+            if b < 0x80:
+                od = zz[b]
+                p += 1
+            elif data[p + 1] < 0x80:
+                od = (b & 0x7F) | (data[p + 1] << 7)
+                od = (od >> 1) ^ -(od & 1)
+                p += 2
+            else:
+                od, p = rv(data, p)
+            if od != i:
+                return None
+            for _field in (0, 1):  # key, then value: varint length (-1 null) and bytes
+                b = data[p]
+                if b < 0x80:
+                    fl = zz[b]
+                    p += 1
+                elif data[p + 1] < 0x80:
+                    fl = (b & 0x7F) | (data[p + 1] << 7)
+                    fl = (fl >> 1) ^ -(fl & 1)
+                    p += 2
+                else:
+                    fl, p = rv(data, p)
+                if fl > 0:
+                    p += fl
+                elif fl < -1:
+                    return None
+            if p + 1 != stop or data[p] != 0:  # no headers, and the record ends here
+                return None
+            pos = stop
+    except (IndexError, CorruptRecordError):
+        return None
+    if pos != end or lo is None:
+        return None
+    return lo, hi
+
+
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+#: raftlog's header without its first five fields, and those five (records.HEADER split
+#: at the CRC): a verbatim Kafka section gets a raftlog header without re-encoding
+_RL_TAIL = struct.Struct("<hiqqqhii")
+_RL_HEAD = struct.Struct("<qiibI")
+_K_TAIL = struct.Struct(">hiqqqhii")
+_K_HEAD = struct.Struct(">qiibI")
+assert _RL_HEAD.size + _RL_TAIL.size == rl.HEADER_SIZE == HEADER_SIZE
+
+
 def to_raftlog(buf, *, require_sequential: bool = True) -> tuple[bytes, int]:
     """Every Kafka batch in ``buf`` (a Produce request's records) as raftlog batches.
 
     Returns (raftlog batches concatenated, record count). Empty batches are dropped.
-    ``require_sequential`` (produce) refuses offset deltas other than 0..n-1, as a
-    Kafka broker does for what producers send.
+    A batch with offset deltas 0..n-1 (what producers send) keeps its records section
+    verbatim, compressed or not, under a raftlog header with
+    ``records.ATTR_KAFKA_RECORDS``: it is validated record by record (as a Kafka
+    broker does) but not re-encoded, and a Kafka consumer gets it back byte for byte.
+    Other batches (``require_sequential=False``) are converted to raftlog's layout.
 
     Raises:
         CorruptRecordError: not valid Kafka batches, control or transactional batches
             (raftlog has no transactions), or an unknown codec.
     """
     out, count = [], 0
-    for pos, h in iter_batches(buf):
-        if h.attributes & (CONTROL | TRANSACTIONAL):
-            raise CorruptRecordError("transactional and control batches are not supported")
-        if h.record_count == 0:
-            continue
-        codec = h.attributes & COMPRESSION_MASK
-        if codec not in _TO_RAFTLOG_CODEC:
-            raise CorruptRecordError(f"unknown compression codec {codec}")
-        r = decode_records(buf, pos, h)
-        deltas = r.offset_deltas
-        sequential = deltas[0] == 0 and deltas[-1] == len(deltas) - 1 and all(
-            map(int.__lt__, deltas, deltas[1:]))
-        if not sequential and (require_sequential or deltas[0] != 0
-                               or not all(map(int.__lt__, deltas, deltas[1:]))):
-            raise CorruptRecordError("record offset deltas are not 0..n-1")
-        if deltas[-1] != h.last_offset_delta:
-            raise CorruptRecordError(f"last offset delta {h.last_offset_delta} does not "
-                                     f"match the records' {deltas[-1]}")
-        log_append = bool(h.attributes & TIMESTAMP_TYPE)
-        ts = r.timestamps
-        uniform = log_append or ts.count(ts[0]) == len(ts)
-        try:
-            out.append(rl.encode_batch(
-                r.values, r.keys if r.keys.count(None) != len(r.keys) else None,
-                timestamp=h.max_timestamp if log_append else ts[0],
-                timestamps=None if uniform else ts,
-                headers=r.headers if any(r.headers) else None,
-                compression=_TO_RAFTLOG_CODEC[codec],
-                base_offset=0, leader_epoch=-1,  # (the leader stamps both)
-                producer_id=h.producer_id, producer_epoch=h.producer_epoch,
-                base_sequence=h.base_sequence,
-                offset_deltas=None if sequential else deltas,
-                timestamp_type=rl.LOG_APPEND_TIME if log_append else rl.CREATE_TIME))
-        except (struct.error, OverflowError, ValueError) as e:  # timestamps past int64 ...
-            raise CorruptRecordError(f"batch at {pos} does not fit a raftlog batch: {e}") from None
-        count += h.record_count
-    return b"".join(out), count
+    with memoryview(buf) as view:
+        for pos, h in iter_batches(buf):
+            if h.attributes & (CONTROL | TRANSACTIONAL):
+                raise CorruptRecordError("transactional and control batches are not supported")
+            n = h.record_count
+            if n == 0:
+                continue
+            codec = h.attributes & COMPRESSION_MASK
+            if codec not in _TO_RAFTLOG_CODEC:
+                raise CorruptRecordError(f"unknown compression codec {codec}")
+            section = view[pos + HEADER_SIZE : pos + h.size]
+            plain = _decompress(codec, section) if codec else section
+            span = _walk(plain, n)
+            if span is None:  # an uncommon shape, or damage: the full parser decides
+                r = decode_records(buf, pos, h)
+                deltas = r.offset_deltas
+                sequential = deltas[0] == 0 and deltas[-1] == n - 1 and all(
+                    map(int.__lt__, deltas, deltas[1:]))
+                if not sequential:
+                    out.append(_converted(buf, pos, h, r, require_sequential))
+                    count += n
+                    continue
+                ts = r.timestamps
+                span = (min(ts) - h.base_timestamp, max(ts) - h.base_timestamp)
+            if h.last_offset_delta != n - 1:
+                raise CorruptRecordError(f"last offset delta {h.last_offset_delta} does not "
+                                         f"match the records' {n - 1}")
+            first = h.base_timestamp
+            if not (_I64_MIN <= first + span[0] and first + span[1] <= _I64_MAX):
+                raise CorruptRecordError(f"batch at {pos}: a record timestamp overflows int64")
+            log_append = h.attributes & TIMESTAMP_TYPE
+            tail = _RL_TAIL.pack(rl.ATTR_KAFKA_RECORDS | codec | log_append, n - 1, first,
+                                 h.max_timestamp if log_append else first + span[1],
+                                 h.producer_id, h.producer_epoch, h.base_sequence, n)
+            crc = _crc32c.crc32c(section, _crc32c.crc32c(tail))
+            # (offset and leader epoch: the leader stamps both)
+            out.append(_RL_HEAD.pack(0, rl.HEADER_SIZE + len(section) - rl.LOG_OVERHEAD, -1,
+                                     rl.MAGIC, crc))
+            out.append(tail)
+            out.append(section)
+            count += n
+        return b"".join(out), count
+
+
+def _converted(buf, pos: int, h: KafkaBatchHeader, r: KafkaRecords,
+               require_sequential: bool) -> bytes:
+    """One Kafka batch re-encoded in raftlog's own layout (offset deltas with gaps)."""
+    deltas = r.offset_deltas
+    if require_sequential or deltas[0] != 0 or not all(map(int.__lt__, deltas, deltas[1:])):
+        raise CorruptRecordError("record offset deltas are not 0..n-1")
+    if deltas[-1] != h.last_offset_delta:
+        raise CorruptRecordError(f"last offset delta {h.last_offset_delta} does not "
+                                 f"match the records' {deltas[-1]}")
+    log_append = bool(h.attributes & TIMESTAMP_TYPE)
+    ts = r.timestamps
+    uniform = log_append or ts.count(ts[0]) == len(ts)
+    try:
+        return rl.encode_batch(
+            r.values, r.keys if r.keys.count(None) != len(r.keys) else None,
+            timestamp=h.max_timestamp if log_append else ts[0],
+            timestamps=None if uniform else ts,
+            headers=r.headers if any(r.headers) else None,
+            compression=_TO_RAFTLOG_CODEC[h.attributes & COMPRESSION_MASK],
+            base_offset=0, leader_epoch=-1,  # (the leader stamps both)
+            producer_id=h.producer_id, producer_epoch=h.producer_epoch,
+            base_sequence=h.base_sequence, offset_deltas=deltas,
+            timestamp_type=rl.LOG_APPEND_TIME if log_append else rl.CREATE_TIME)
+    except (struct.error, OverflowError, ValueError) as e:  # timestamps past int64 ...
+        raise CorruptRecordError(f"batch at {pos} does not fit a raftlog batch: {e}") from None
+
+
+def section_records(region, header, topic: str = "", partition: int = 0) -> list:
+    """The records of a raftlog batch whose region is a verbatim Kafka records section
+    (``records.ATTR_KAFKA_RECORDS``; its compression bits are Kafka's codec numbers).
+    ``records.decode_records`` calls this for such batches.
+
+    Raises:
+        CorruptRecordError: the section does not parse.
+    """
+    codec = header.attributes & COMPRESSION_MASK
+    data = _decompress(codec, region) if codec else bytes(region)
+    n = header.record_count
+    if n * 7 > len(data):
+        raise CorruptRecordError(f"record count {n} does not fit {len(data)} bytes")
+    try:
+        r = _parse_records(data, n, header.first_timestamp)
+    except CorruptRecordError:
+        raise
+    except (IndexError, ValueError, UnicodeDecodeError) as e:
+        raise CorruptRecordError(
+            f"records of batch at offset {header.base_offset}: {e}") from None
+    deltas = r.offset_deltas
+    if n and deltas[-1] != header.last_offset_delta:
+        raise CorruptRecordError(f"last offset delta {header.last_offset_delta} does not "
+                                 f"match the records' {deltas[-1]}")
+    base = header.base_offset
+    ts = ([header.max_timestamp] * n if header.attributes & rl.ATTR_LOG_APPEND_TIME
+          else r.timestamps)
+    return [rl.Record(topic, partition, base + od, t, k, v, hs)
+            for od, t, k, v, hs in zip(deltas, ts, r.keys, r.values, r.headers)]
 
 
 def from_raftlog(buf, *, compression: int | None = None, start_offset: int = 0) -> bytes:
     """raftlog batches (a fetch slice, maybe ending in a partial batch, which is
     dropped) as Kafka batches. ``compression`` None keeps each batch's codec.
     Batches wholly below ``start_offset`` are skipped (a fetch may start mid-batch; the
-    client drops the earlier records of a batch it gets, as with Kafka).
+    client drops the earlier records of a batch it gets, as with Kafka). A batch
+    written by the Kafka listener (a verbatim section) only gets its Kafka header back.
 
     Raises:
         CorruptRecordError: the raftlog bytes fail their checks (never served).
     """
     out = []
-    for pos, h in rl.iter_batches(buf, verify=True, allow_partial=True):
-        if h.record_count == 0 or h.last_offset < start_offset:
-            continue
-        recs = rl.decode_records(buf, pos, h)
-        base = h.base_offset
-        codec = _FROM_RAFTLOG_CODEC[h.compression] if compression is None else compression
-        offsets = [r[2] for r in recs]
-        log_append = h.attributes & rl.ATTR_LOG_APPEND_TIME
-        out.append(encode_batch(
-            [r[5] for r in recs], [r[4] for r in recs],
-            timestamps=[r[3] for r in recs] if not log_append else [h.first_timestamp] * len(recs),
-            headers=[r[6] for r in recs],
-            offset_deltas=[o - base for o in offsets],
-            base_offset=base, partition_leader_epoch=h.leader_epoch, compression=codec,
-            log_append_time=h.max_timestamp if log_append else None,
-            producer_id=h.producer_id, producer_epoch=h.producer_epoch,
-            base_sequence=h.base_sequence))
-    return b"".join(out)
+    with memoryview(buf) as view:
+        for pos, h in rl.iter_batches(buf, verify=True, allow_partial=True):
+            if h.record_count == 0 or h.last_offset < start_offset:
+                continue
+            attrs = h.attributes
+            if attrs & rl.ATTR_KAFKA_RECORDS and (
+                    compression is None or compression == attrs & COMPRESSION_MASK):
+                section = view[pos + rl.HEADER_SIZE : pos + h.size]
+                # Kafka's bits 0-3 (codec, timestamp type) are raftlog's for these batches
+                tail = _K_TAIL.pack(attrs & (COMPRESSION_MASK | TIMESTAMP_TYPE),
+                                    h.last_offset_delta, h.first_timestamp, h.max_timestamp,
+                                    h.producer_id, h.producer_epoch, h.base_sequence,
+                                    h.record_count)
+                crc = _crc32c.crc32c(section, _crc32c.crc32c(tail))
+                out.append(_K_HEAD.pack(h.base_offset, HEADER_SIZE + len(section) - LOG_OVERHEAD,
+                                        h.leader_epoch, MAGIC, crc))
+                out.append(tail)
+                out.append(section)
+                continue
+            recs = rl.decode_records(buf, pos, h)
+            base = h.base_offset
+            if compression is not None:
+                codec = compression
+            elif attrs & rl.ATTR_KAFKA_RECORDS:
+                codec = attrs & COMPRESSION_MASK
+            else:
+                codec = _FROM_RAFTLOG_CODEC[h.compression]
+            offsets = [r[2] for r in recs]
+            log_append = attrs & rl.ATTR_LOG_APPEND_TIME
+            out.append(encode_batch(
+                [r[5] for r in recs], [r[4] for r in recs],
+                timestamps=([r[3] for r in recs] if not log_append
+                            else [h.first_timestamp] * len(recs)),
+                headers=[r[6] for r in recs],
+                offset_deltas=[o - base for o in offsets],
+                base_offset=base, partition_leader_epoch=h.leader_epoch, compression=codec,
+                log_append_time=h.max_timestamp if log_append else None,
+                producer_id=h.producer_id, producer_epoch=h.producer_epoch,
+                base_sequence=h.base_sequence))
+        return b"".join(out)
 
 
 __all__ = [
     "MAGIC", "KafkaBatchHeader", "KafkaRecords", "read_header", "iter_batches",
-    "decode_records", "encode_batch", "to_raftlog", "from_raftlog",
+    "decode_records", "encode_batch", "to_raftlog", "from_raftlog", "section_records",
     "NONE", "GZIP", "SNAPPY", "LZ4", "ZSTD",
 ]

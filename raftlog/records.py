@@ -85,7 +85,10 @@ ATTR_HEADERS = 0x80
 ATTR_UNIFORM_TS = 0x100
 ATTR_WIDE_TS = 0x200
 ATTR_NULL_KEYS = 0x400
-ATTR_KNOWN = 0x7FF
+#: the records region is a Kafka record batch v2 records section, stored as the Kafka
+#: listener received it (raftlog.kafka_batch); bits 0-2 are then Kafka's codec numbers
+ATTR_KAFKA_RECORDS = 0x800
+ATTR_KNOWN = 0xFFF
 
 CREATE_TIME, LOG_APPEND_TIME = 0, 1
 
@@ -493,6 +496,10 @@ def decode_records(
     attrs = header.attributes
     end = pos + header.size
     region = buf[pos + RECORDS_OFFSET : end]
+    if attrs & ATTR_KAFKA_RECORDS:
+        from raftlog import kafka_batch  # (it imports this module)
+
+        return kafka_batch.section_records(region, header, topic, partition)
     if attrs & COMPRESSION_MASK:
         region = _decompress(attrs & COMPRESSION_MASK, region)
     elif not isinstance(region, bytes):

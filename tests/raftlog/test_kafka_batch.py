@@ -158,9 +158,61 @@ def test_mutated_batches_raise_only_corrupt_record_error(recs, codec, data):
     blob = _recrc(raw) if data.draw(st.booleans()) else bytes(raw)
     blob = blob[: data.draw(st.integers(0, len(blob)))]
     try:
-        kb.to_raftlog(blob)
+        ours, count = kb.to_raftlog(blob)
     except CorruptRecordError:
-        pass
+        return
+    # accepted means storable and readable: every record decodes again, both ways
+    stamped = bytearray(ours)
+    for pos, _h in rl.iter_batches(ours):
+        rl.stamp(stamped, pos, 7, 1)
+    assert len(rl.decode_batches(bytes(stamped))) == count
+    assert sum(h.record_count for _, h in kb.iter_batches(kb.from_raftlog(bytes(stamped)))) == count
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@_SETTINGS
+@given(recs=_batch, producer=_producer, base=st.integers(0, 2**40), epoch=st.integers(0, 99))
+def test_a_kafka_batch_is_stored_verbatim_and_served_back_byte_for_byte(
+        codec, recs, producer, base, epoch):
+    """What a Kafka producer sent is what a Kafka consumer gets: same records section,
+    same CRC; only the offset and leader epoch the leader stamps differ."""
+    sent = _kp_build(recs, codec, producer)
+    ours, _ = kb.to_raftlog(sent)
+    h = rl.read_header(ours)
+    assert h.attributes & rl.ATTR_KAFKA_RECORDS and ours[rl.HEADER_SIZE:] == sent[kb.HEADER_SIZE:]
+    stamped = bytearray(ours)
+    rl.stamp(stamped, 0, base, epoch)
+    back = kb.from_raftlog(bytes(stamped))
+    assert back[kb.ATTRIBUTES_OFFSET - 4:] == sent[kb.ATTRIBUTES_OFFSET - 4:]  # CRC on
+    k = kb.read_header(back)
+    assert (k.base_offset, k.partition_leader_epoch, k.batch_length) == (
+        base, epoch, len(sent) - 12)
+
+
+def test_fast_check_and_full_parser_agree_on_shapes_the_fast_one_leaves():
+    """Headers, keys, long values and large deltas leave the fast walk; the full parser
+    takes them, and the stored batch reads back equal."""
+    recs = [(b"k" * 300, b"v" * 9000, 10**12, (("h", b"1"),)), (None, None, 10**12 - 5, ())]
+    sent = _kp_build(recs, kb.NONE, (-1, -1, -1))
+    [(pos, h)] = list(kb.iter_batches(sent))
+    assert kb._walk(sent[kb.HEADER_SIZE:], 2) is None
+    ours, _ = kb.to_raftlog(sent)
+    got = rl.decode_batch(ours)
+    assert [(r.key, r.value, r.timestamp, r.headers) for r in got] == recs
+    assert rl.read_header(ours).max_timestamp == 10**12
+    plain = _kp_build([(None, b"x" * 100, 5 + i % 3, ()) for i in range(300)], kb.NONE,
+                      (-1, -1, -1))
+    assert kb._walk(plain[kb.HEADER_SIZE:], 300) == (0, 2)
+
+
+def test_log_append_time_on_a_verbatim_batch():
+    sent = _kp_build([(None, b"a", 5, ()), (b"k", b"b", 6, ())], kb.LZ4, (-1, -1, -1))
+    ours = bytearray(kb.to_raftlog(sent)[0])
+    rl.stamp(ours, 0, 40, 2)
+    rl.set_log_append_time(ours, 0, rl.read_header(ours), 777)
+    assert [(r.offset, r.timestamp) for r in rl.decode_batch(bytes(ours))] == [(40, 777), (41, 777)]
+    batch, got = _kp_read(kb.from_raftlog(bytes(ours)))
+    assert batch.timestamp_type == 1 and [g[:2] for g in got] == [(40, 777), (41, 777)]
 
 
 @settings(max_examples=300, deadline=None)
