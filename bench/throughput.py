@@ -50,12 +50,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_node(kafka_port: int | None = None) -> tuple[subprocess.Popen, str, str]:
+def _sets(settings: dict) -> list[str]:
+    return [x for k, v in settings.items() for x in ("--set", f"{k}={v}")]
+
+
+def start_node(kafka_port: int | None = None,
+               security=None) -> tuple[subprocess.Popen, str, str]:
     d = tempfile.mkdtemp(prefix="raftlog-bench-")
     port = _free_port()
     kafka = ["--set", f"kafka.listener=127.0.0.1:{kafka_port}"] if kafka_port else []
+    sec = _sets(security.node_config(1, "127.0.0.1", port)) if security else []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "raftlog.node", "--port", str(port), "--data-dir", d] + kafka,
+        [sys.executable, "-m", "raftlog.node", "--port", str(port), "--data-dir", d] + kafka
+        + sec,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -70,9 +77,10 @@ def start_node(kafka_port: int | None = None) -> tuple[subprocess.Popen, str, st
     raise SystemExit("node did not start")
 
 
-def start_cluster(n: int, kafka_ports: list | None = None) -> tuple[list, str, str]:
+def start_cluster(n: int, kafka_ports: list | None = None, security=None,
+                  client_options: dict | None = None) -> tuple[list, str, str]:
     """N real node processes, every one a voter, on loopback (with Kafka listeners on
-    ``kafka_ports`` when given)."""
+    ``kafka_ports`` when given; TLS + SCRAM on every listener with ``security``)."""
     d = tempfile.mkdtemp(prefix="raftlog-bench-")
     ports = [_free_port() for _ in range(2 * n)]
     voters = ",".join(f"{i}@127.0.0.1:{ports[n + i - 1]}" for i in range(1, n + 1))
@@ -84,13 +92,14 @@ def start_cluster(n: int, kafka_ports: list | None = None) -> tuple[list, str, s
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "raftlog.node", "--node-id", str(i), "--port", str(ports[i - 1]),
              "--data-dir", os.path.join(d, f"node-{i}"),
-             "--set", f"controller.quorum.voters={voters}", "--set", "raft.password=bench-password-0123456789"] + kafka,
+             "--set", f"controller.quorum.voters={voters}", "--set", "raft.password=bench-password-0123456789"] + kafka
+            + (_sets(security.node_config(i, "127.0.0.1", ports[i - 1])) if security else []),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     bootstrap = ",".join(f"127.0.0.1:{p}" for p in ports[:n])
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            with Admin(bootstrap) as a:
+            with Admin(bootstrap, **(client_options or {})) as a:
                 brokers = a.describe_cluster().brokers
             if len(brokers) == n and not any(b.fenced for b in brokers):
                 return procs, bootstrap, d
@@ -102,9 +111,14 @@ def start_cluster(n: int, kafka_ports: list | None = None) -> tuple[list, str, s
     raise SystemExit("cluster did not start")
 
 
+#: security options of every SDK client of the run (``--security-protocol`` /
+#: ``--command-config``): kafka-python's names, as the SDK takes them
+CLIENT_OPTIONS: dict = {}
+
+
 def produce(bootstrap: str, topic: str, n: int, acks, mode: str) -> dict:
     value = b"x" * VALUE_BYTES
-    p = Producer(bootstrap, acks=acks)  # the SDK's defaults otherwise
+    p = Producer(bootstrap, acks=acks, **CLIENT_OPTIONS)  # the SDK's defaults otherwise
     start = time.perf_counter()
     if mode == "send_many":
         values = [value] * CHUNK
@@ -123,7 +137,8 @@ def produce(bootstrap: str, topic: str, n: int, acks, mode: str) -> dict:
 
 
 def consume(bootstrap: str, topic: str, n: int) -> dict:
-    c = Consumer(bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100)
+    c = Consumer(bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100,
+                 **CLIENT_OPTIONS)
     c.assign([TopicPartition(topic, 0)])
     c.seek(TopicPartition(topic, 0), 0)
     got = 0
@@ -136,7 +151,7 @@ def consume(bootstrap: str, topic: str, n: int) -> dict:
 
 
 def latency_producer(bootstrap: str, topic: str, rate: int, secs: float, acks) -> None:
-    p = Producer(bootstrap, acks=acks)  # the SDK's defaults otherwise
+    p = Producer(bootstrap, acks=acks, **CLIENT_OPTIONS)  # the SDK's defaults otherwise
     pad = b"x" * (VALUE_BYTES - 8)
     total = int(rate * secs)
     start_ns = time.monotonic_ns()
@@ -152,7 +167,8 @@ def latency_producer(bootstrap: str, topic: str, rate: int, secs: float, acks) -
 
 def latency_consumer(bootstrap: str, topic: str, total: int, secs: float,
                      ready_file: str) -> dict:
-    c = Consumer(bootstrap, auto_offset_reset="latest", fetch_max_wait_ms=500)
+    c = Consumer(bootstrap, auto_offset_reset="latest", fetch_max_wait_ms=500,
+                 **CLIENT_OPTIONS)
     tp = TopicPartition(topic, 0)
     c.assign([tp])
     c.seek_to_end(tp)
@@ -249,6 +265,8 @@ def _child(args, role: str, topic: str, extra: list[str] | None = None) -> subpr
         str(args.acks),
         "--client",
         args.client,
+        "--client-options-json",
+        json.dumps(CLIENT_OPTIONS),
     ] + (extra or [])
     return subprocess.Popen(cmd, stdout=subprocess.PIPE)
 
@@ -264,7 +282,7 @@ def run(args) -> dict:
             if not args.kafka_bootstrap:
                 raise SystemExit("--client confluent-kafka with --bootstrap needs --kafka-bootstrap")
             one.bootstrap = args.kafka_bootstrap
-        runs[client] = run_client(one, Admin(args.bootstrap))
+        runs[client] = run_client(one, Admin(args.bootstrap, **CLIENT_OPTIONS))
     return {**runs[clients[0]], "clients": runs}
 
 
@@ -279,6 +297,7 @@ def run_client(args, admin) -> dict:
         "mode": args.mode,
         "replication_factor": args.replication_factor,
         "client": args.client,
+        "security_protocol": CLIENT_OPTIONS.get("security_protocol", "PLAINTEXT"),
     }
     if args.client == "confluent-kafka":
         import kafka_clients
@@ -352,20 +371,44 @@ def main() -> None:
                     "(Kafka listener), or both in one run")
     ap.add_argument("--kafka-bootstrap",
                     help="HOST:PORT of the running nodes' Kafka listeners (with --bootstrap)")
+    ap.add_argument("--security-protocol", choices=["PLAINTEXT", "SASL_SSL"],
+                    default="PLAINTEXT",
+                    help="SASL_SSL: the nodes it starts get TLS + SCRAM-SHA-512 on every "
+                    "listener (a throwaway CA, as the harness's) and every SDK client uses it")
+    ap.add_argument("--command-config", metavar="FILE",
+                    help="client security properties for a running cluster (--bootstrap), "
+                    "as the CLI's --command-config")
     ap.add_argument("--role", help=argparse.SUPPRESS)
+    ap.add_argument("--client-options-json", default="{}", help=argparse.SUPPRESS)
     ap.add_argument("--topic", help=argparse.SUPPRESS)
     ap.add_argument("--ready", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    CLIENT_OPTIONS.update(json.loads(args.client_options_json))
     if args.role:
         _run_role(args)
         return
+    security = None
+    if args.command_config:
+        from raftlog.client.security import load_command_config
+
+        CLIENT_OPTIONS.update(load_command_config(args.command_config))
+    if args.security_protocol != "PLAINTEXT" or CLIENT_OPTIONS:
+        if args.client != "raftlog":
+            raise SystemExit("--security-protocol / --command-config: the Kafka listener has "
+                             "no TLS or SASL; use --client raftlog")
     nodes = []
     if not args.bootstrap:
         kports = [_free_port() for _ in range(args.nodes)] if args.client != "raftlog" else None
+        if args.security_protocol == "SASL_SSL":
+            from raftlog.jepsen.security import SaslSslMaterial
+
+            security = SaslSslMaterial(tempfile.mkdtemp(prefix="raftlog-bench-tls-"))
+            CLIENT_OPTIONS.update(security.client_options())
         if args.nodes > 1:
-            nodes, args.bootstrap, data_dir = start_cluster(args.nodes, kports)
+            nodes, args.bootstrap, data_dir = start_cluster(args.nodes, kports, security,
+                                                            CLIENT_OPTIONS)
         else:
-            node, args.bootstrap, data_dir = start_node(kports[0] if kports else None)
+            node, args.bootstrap, data_dir = start_node(kports[0] if kports else None, security)
             nodes = [node]
         if kports:
             args.kafka_bootstrap = ",".join(f"127.0.0.1:{p}" for p in kports)
@@ -378,6 +421,8 @@ def main() -> None:
             node.wait(30)
         if nodes:
             shutil.rmtree(data_dir, ignore_errors=True)
+        if security:
+            shutil.rmtree(security.dir, ignore_errors=True)
     if args.json:
         print(json.dumps(res))
     else:
@@ -407,7 +452,9 @@ LATENCY_TARGETS_REPLICATED = {"lat_p50_ms": 0.8, "lat_p99_ms": 2.0,
 
 def print_table(res: dict) -> None:
     print(
-        f"client={res.get('client', 'raftlog')} nodes={res['nodes']} n={res['n']} "
+        f"client={res.get('client', 'raftlog')} "
+        f"security_protocol={res.get('security_protocol', 'PLAINTEXT')} "
+        f"nodes={res['nodes']} n={res['n']} "
         f"acks={res['acks']} mode={res['mode']} replication_factor={res['replication_factor']}"
     )
     replicated = res["replication_factor"] > 1
