@@ -43,14 +43,15 @@ async def recv_into(sock, buf: bytearray) -> tuple[memoryview, bool]:
 
 async def tls_recv_into(sock, buf: bytearray) -> tuple[memoryview, bool]:
     """recv_into for an SSLSocket: one TLS record per call is at most 16 KiB, so also take
-    the plaintext OpenSSL already holds, up to the buffer's size (fewer turns of the
-    request loop per large request)."""
+    the further records already received (OpenSSL's buffer, then the kernel's), up to
+    the buffer's size, until a read would block (fewer turns of the request loop per
+    large request)."""
     view, waited = await recv_into(sock, buf)
     n = len(view)
     if not n:
         return view, waited
     whole = memoryview(buf)
-    while n < len(buf) and sock.pending():
+    while n < len(buf):
         try:
             got = sock.recv_into(whole[n:])
         except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
