@@ -4,12 +4,15 @@ A second codec in front of the same node: frames are split and decoded by
 raftlog.kafka_wire (sans-IO), each request is answered by node/kafka_handlers.py,
 which calls the broker and group coordinator the native server calls.
 
-Per connection, requests are handled in order and answered in order. An acks=all
-produce is appended at once and waits for the ISR in a task while the connection's
-next requests are read (as the native server does: a producer with several requests
-in flight pays one replication round for all of them); any other request that waits
-(a long-poll fetch, a rebalance, a metadata write) holds the connection's reading, as
-a Kafka broker does. A writer task sends the answers that are ready in one send.
+Per connection, requests are handled in order and answered in order, on a plain
+non-blocking socket (node/sockio.py) with the native server's Outbox: a trio
+SocketStream costs two scheduler checkpoints per call, which the latency of a small
+produce or a tailing fetch feels. An acks=all produce is appended at once and its
+answer keeps its place (a Deferred) while it waits for the ISR in a task and the
+connection's next requests are read (as the native server does: a producer with
+several requests in flight pays one replication round for all of them); any other
+request that waits (a long-poll fetch, a rebalance, a metadata write) holds the
+connection's reading, as a Kafka broker does, after the answers already ready are sent.
 
 What a client sends never takes the node down:
 
@@ -23,7 +26,7 @@ What a client sends never takes the node down:
 
 from __future__ import annotations
 
-import collections
+import socket as _stdsocket
 import struct
 
 import trio
@@ -40,6 +43,8 @@ from raftlog.kafka_wire import (
 )
 
 from .kafka_handlers import Context, KafkaApis
+from .outbox import Deferred, Outbox
+from .sockio import accept_loop, recv_into
 
 RECV_BYTES = 256 * 1024
 #: Connections served at once; further ones are accepted and closed at once.
@@ -49,20 +54,6 @@ MAX_CONNECTIONS = 4096
 MAX_IN_FLIGHT = 64
 PRODUCE_KEY = 0
 _UNSUPPORTED = KAFKA["UNSUPPORTED_VERSION"]
-
-
-class _Slot:
-    """One request's place in the connection's answer order."""
-
-    __slots__ = ("frame", "done")
-
-    def __init__(self) -> None:
-        self.frame: bytes | None = None
-        self.done = trio.Event()
-
-    def fill(self, frame: bytes | None) -> None:
-        self.frame = frame
-        self.done.set()
 
 
 class KafkaServer:
@@ -89,100 +80,84 @@ class KafkaServer:
         return host, port + (mine[1] - c.advertised[1])
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(self.config.kafka_port,
-                                                  host=self.config.kafka_host, backlog=1024)
-        addr = listeners[0].socket.getsockname()
-        self.address = (addr[0], addr[1])
-        self.events.info("kafka_listening", host=addr[0], port=addr[1])
-        async with trio.open_nursery() as nursery:
-            task_status.started(self.address)
-            await trio.serve_listeners(self._handle, listeners, handler_nursery=nursery)
-
-    async def _handle(self, stream: trio.SocketStream) -> None:
+        sock = _stdsocket.create_server((self.config.kafka_host, self.config.kafka_port),
+                                        backlog=1024, reuse_port=False)
         try:
-            peer = stream.socket.getpeername()
-            host = f"{peer[0]}"
-        except OSError:
-            host = ""
-        if self.connections >= MAX_CONNECTIONS:
-            self.events.warning("connection_refused", peer=host, reason="too many connections",
-                                listener="kafka")
-            await stream.aclose()
-            return
-        self.connections += 1
-        try:
-            await self._serve_connection(stream, host)
+            sock.setblocking(False)
+            addr = sock.getsockname()
+            self.address = (addr[0], addr[1])
+            self.events.info("kafka_listening", host=addr[0], port=addr[1])
+            async with trio.open_nursery() as nursery:
+                task_status.started(self.address)
+                await accept_loop(sock, self._handle, self.events, nursery)
         finally:
-            self.connections -= 1
-            await stream.aclose()
+            trio.lowlevel.notify_closing(sock)
+            sock.close()
 
-    async def _serve_connection(self, stream: trio.SocketStream, host: str) -> None:
-        """A reader that handles requests in order and a writer that sends their answers
-        in order, joined by a bounded queue of answer slots. Every failure ends in this
-        nursery's cancellation (never an exception out of it): the connection closes."""
-        send_ch, recv_ch = trio.open_memory_channel(MAX_IN_FLIGHT)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._writer, stream, recv_ch, nursery.cancel_scope)
+    async def _handle(self, sock, peer) -> None:
+        sock.setblocking(False)
+        host = f"{peer[0]}"
+        try:
+            if self.connections >= MAX_CONNECTIONS:
+                self.events.warning("connection_refused", peer=host,
+                                    reason="too many connections", listener="kafka")
+                return
+            self.connections += 1
             try:
-                await self._reader(stream, host, send_ch, nursery)
+                await self._serve_connection(sock, host)
             except KafkaDecodeError as e:
                 self.events.warning("connection_closed", peer=host, reason=str(e),
                                     listener="kafka")
-                nursery.cancel_scope.cancel()
-            except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
-                nursery.cancel_scope.cancel()
+            except (ConnectionError, BrokenPipeError, trio.ClosedResourceError):
+                pass
+            except OSError as e:
+                self.events.warning("connection_error", peer=host, error=e, listener="kafka")
             finally:
-                send_ch.close()  # the writer sends what is pending, then ends
+                self.connections -= 1
+        finally:
+            if sock.fileno() != -1:
+                trio.lowlevel.notify_closing(sock)
+                sock.close()
 
-    async def _reader(self, stream, host: str, send_ch, nursery) -> None:
+    async def _serve_connection(self, sock, host: str) -> None:
+        """The connection's reader, plus a task per acks=all produce waiting for the ISR
+        (and per answer that found the socket full), owned by one nursery: whatever
+        fails ends the nursery, and the connection closes."""
+        sock.setsockopt(_stdsocket.IPPROTO_TCP, _stdsocket.TCP_NODELAY, 1)
+        failure: BaseException | None = None
+        async with trio.open_nursery() as nursery:
+            try:
+                await self._reader(sock, host, Outbox(), nursery)
+            except Exception as e:  # raised below, outside the nursery (no group wrapping)
+                failure = e
+            nursery.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+
+    async def _reader(self, sock, host: str, out: Outbox, nursery) -> None:
         decoder = FrameDecoder(self.config.max_frame_bytes)
+        buf = bytearray(RECV_BYTES)
         while True:
-            data = await stream.receive_some(RECV_BYTES)
+            data, waited = await recv_into(sock, buf)
             if not data:
                 return
             decoder.receive_data(data)
             while (payload := decoder.next_frame()) is not None:
-                slot = _Slot()
-                try:  # no checkpoint while there is room: answers of one read go in one send
-                    send_ch.send_nowait(slot)
-                except trio.WouldBlock:
-                    await send_ch.send(slot)  # MAX_IN_FLIGHT answers pending: wait for room
-                await self._answer(payload, host, slot, nursery)
+                while out.deferred >= MAX_IN_FLIGHT:
+                    await out.room.wait()  # bounded: a client pipelining past it waits
+                await self._answer(payload, host, sock, out, nursery)
+            if out.pieces:
+                await out.flush(sock)
+            if not waited:
+                await trio.lowlevel.checkpoint()  # never blocked this turn: let others run
 
-    async def _writer(self, stream, recv_ch, cancel_scope) -> None:
-        """Send answers in request order, every ready one in one send."""
-        pending: collections.deque = collections.deque()
-        try:
-            async with recv_ch:
-                while True:
-                    if not pending:
-                        try:
-                            pending.append(await recv_ch.receive())
-                        except trio.EndOfChannel:
-                            return
-                    await pending[0].done.wait()
-                    out = []
-                    while pending and pending[0].done.is_set():
-                        frame = pending.popleft().frame
-                        if frame is not None:
-                            out.append(frame)
-                        if not pending:
-                            try:
-                                pending.append(recv_ch.receive_nowait())
-                            except (trio.WouldBlock, trio.EndOfChannel):
-                                break
-                    if out:
-                        await stream.send_all(b"".join(out))
-        except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
-            cancel_scope.cancel()
-
-    async def _answer(self, payload: bytes, host: str, slot: _Slot, nursery) -> None:
-        """Fill ``slot`` with the response frame of one request payload (None: none).
-        An acks=all produce is appended now and answered by a task once replicated."""
+    async def _answer(self, payload: bytes, host: str, sock, out: Outbox, nursery) -> None:
+        """Answer one request payload into ``out`` (nothing for acks=0). An acks=all
+        produce is appended now and its answer's place filled by a task once replicated."""
         try:
             req = decode_request(payload)
         except UnsupportedRequest as e:
-            slot.fill(self._unsupported(e))
+            out.add(self._unsupported(e))
             return
         h = req.header
         ctx = Context(h.client_id, host, h.correlation_id)
@@ -190,25 +165,38 @@ class KafkaServer:
             if h.api_key == PRODUCE_KEY:
                 body, finish = self.apis.produce_begin(h.api_version, req.body, ctx)
                 if finish is not None:
-                    nursery.start_soon(self._finish, h, finish, slot, nursery.cancel_scope)
+                    place = out.add_deferred()
+                    nursery.start_soon(self._finish, h, finish, sock, out, place, nursery)
                     return
             else:
+                if out.pieces:  # the answers ready so far go before this one may wait
+                    await out.flush(sock)
                 body = await self.apis.handlers[h.api_key](h.api_version, req.body, ctx)
-            slot.fill(None if body is None else
-                      encode_response(h.api_key, h.api_version, h.correlation_id, body))
+            if body is not None:
+                out.add(encode_response(h.api_key, h.api_version, h.correlation_id, body))
+        except (OSError, trio.Cancelled):
+            raise
         except Exception as e:  # our bug: log it, drop this connection, keep serving others
             self.events.error("kafka_handler_failed", api=h.api_key, version=h.api_version,
                               error=repr(e))
             raise KafkaDecodeError(f"internal error answering api {h.api_key}: {e!r}") from None
 
-    async def _finish(self, h, finish, slot: _Slot, cancel_scope) -> None:
+    async def _finish(self, h, finish, sock, out: Outbox, place: Deferred, nursery) -> None:
         try:
             body = await finish()
-            slot.fill(encode_response(h.api_key, h.api_version, h.correlation_id, body))
+            frame = encode_response(h.api_key, h.api_version, h.correlation_id, body)
         except Exception as e:  # our bug: log it and drop the connection
             self.events.error("kafka_handler_failed", api=h.api_key, version=h.api_version,
                               error=repr(e))
-            cancel_scope.cancel()
+            nursery.cancel_scope.cancel()
+            return
+        out.fill(place, [frame])
+        try:
+            if out.try_send_now(sock):
+                return
+            await out.flush(sock)
+        except OSError:
+            nursery.cancel_scope.cancel()
 
     def _unsupported(self, e: UnsupportedRequest) -> bytes:
         if e.api_key == API_VERSIONS_KEY:

@@ -20,6 +20,7 @@ through one Outbox, one flush at a time (see Outbox).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import secrets
 import socket as _stdsocket
 from time import perf_counter
@@ -51,7 +52,7 @@ from .outbox import Deferred, Outbox
 from .purgatory import Delayed, Purgatory
 from .routes import ROUTES, SERVED_APIS, Mode
 from .sockio import recv_into as _recv
-from .sockio import tls_handshake
+from .sockio import accept_loop, tls_handshake
 from .sockio import tls_recv_into as _tls_recv
 
 RECV_BYTES = 256 * 1024
@@ -305,25 +306,16 @@ class Server:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self.purgatory.run)
                 for x, sock in zip(listeners, socks):
-                    nursery.start_soon(self._accept_loop, sock, x, nursery)
+                    nursery.start_soon(accept_loop, sock, functools.partial(self._accepted, x),
+                                       self.events, nursery)
                 task_status.started(socks[0].getsockname())
         finally:
             for sock in socks:
                 trio.lowlevel.notify_closing(sock)
                 sock.close()
 
-    async def _accept_loop(self, listener, x: Listener, nursery) -> None:
-        while True:
-            await trio.lowlevel.wait_readable(listener)
-            try:
-                conn, peer = listener.accept()
-            except (BlockingIOError, ConnectionAbortedError):
-                continue
-            except OSError as e:  # EMFILE and friends: back off, keep serving
-                self.events.warning("accept_failed", error=e)
-                await trio.sleep(0.1)
-                continue
-            nursery.start_soon(self._handle, conn, f"{peer[0]}:{peer[1]}", x)
+    async def _accepted(self, listener: Listener, sock, peer) -> None:
+        await self._handle(sock, f"{peer[0]}:{peer[1]}", listener)
 
     async def _handle(self, sock, peer: str, listener: Listener | None = None) -> None:
         sock.setblocking(False)

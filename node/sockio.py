@@ -116,3 +116,20 @@ def close(sock) -> None:
     """Close ``sock``, waking any task trio has parked on it first."""
     trio.lowlevel.notify_closing(sock)
     sock.close()
+
+
+async def accept_loop(listener, handle, events, nursery) -> None:
+    """Accept connections on a non-blocking listening socket forever; each one is
+    ``handle(sock, peer address)`` in a task of ``nursery``. Running out of file
+    descriptors (EMFILE and friends) backs off and keeps serving."""
+    while True:
+        await trio.lowlevel.wait_readable(listener)
+        try:
+            conn, peer = listener.accept()
+        except (BlockingIOError, ConnectionAbortedError):
+            continue
+        except OSError as e:
+            events.warning("accept_failed", error=e)
+            await trio.sleep(0.1)
+            continue
+        nursery.start_soon(handle, conn, peer)
