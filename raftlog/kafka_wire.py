@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from raftlog.errors import LocalProtocolError, RemoteProtocolError
+from raftlog.framing import FrameBuffer
 from raftlog.kafka_messages import ADVERTISED, DATA_VERSIONS, SCHEMAS
 
 #: Largest frame the codec accepts by default (Kafka's socket.request.max.bytes).
@@ -687,24 +688,12 @@ def decode_response(api_key: int, version: int, payload) -> tuple[int, dict]:
     return cid, decode_body(api_key, version, "response", payload, r.pos)
 
 
-class FrameDecoder:
-    """Incremental ``int32 size | payload`` splitter. Raises only KafkaDecodeError."""
+class FrameDecoder(FrameBuffer):
+    """Incremental ``int32 size | payload`` splitter (big-endian size, as Kafka).
+    Raises only KafkaDecodeError."""
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES):
-        assert max_frame_bytes > 0
-        self.max_frame_bytes = max_frame_bytes
-        self._buf = bytearray()
-        self._pos = 0
-
-    def receive_data(self, data) -> None:
-        if self._pos and self._pos >= len(self._buf) // 2:
-            del self._buf[: self._pos]
-            self._pos = 0
-        self._buf += data
-
-    @property
-    def buffered(self) -> int:
-        return len(self._buf) - self._pos
+        super().__init__(max_frame_bytes)
 
     def next_frame(self) -> bytes | None:
         """The next payload, or None when more data is needed."""
@@ -722,10 +711,7 @@ class FrameDecoder:
         if len(buf) < end:
             return None
         payload = bytes(buf[pos + 4 : end])
-        self._pos = end
-        if end == len(buf):
-            buf.clear()
-            self._pos = 0
+        self._consumed(end)
         return payload
 
 

@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 import cbor2
 
 from raftlog.errors import ErrorCode, LocalProtocolError, RemoteProtocolError
+from raftlog.framing import FrameBuffer
 
 PREFIX = struct.Struct("<II")
 PREFIX_SIZE = PREFIX.size
@@ -124,24 +125,12 @@ def encode_frame_head(header: dict, body_length: int) -> bytes:
     return PREFIX.pack(4 + len(h) + body_length, len(h)) + h
 
 
-class FrameDecoder:
+class FrameDecoder(FrameBuffer):
     """Incremental frame decoder. Never raises anything but RemoteProtocolError."""
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES):
         assert max_frame_bytes > PREFIX_SIZE
-        self.max_frame_bytes = max_frame_bytes
-        self._buf = bytearray()
-        self._pos = 0
-
-    def receive_data(self, data: bytes) -> None:
-        if self._pos and self._pos >= len(self._buf) // 2:
-            del self._buf[: self._pos]
-            self._pos = 0
-        self._buf += data
-
-    @property
-    def buffered(self) -> int:
-        return len(self._buf) - self._pos
+        super().__init__(max_frame_bytes)
 
     def next_frame(self) -> Frame | None:
         """The next complete frame, or None when more data is needed."""
@@ -172,10 +161,7 @@ class FrameDecoder:
             raise RemoteProtocolError(f"frame header is a {type(header).__name__}, not a map")
         with memoryview(buf) as view:
             body = bytes(view[hstart + hlen : end])
-        self._pos = end
-        if self._pos == len(buf):
-            buf.clear()
-            self._pos = 0
+        self._consumed(end)
         return Frame(header, body)
 
 
