@@ -25,6 +25,13 @@ thread only -- every function here runs inside pysyncobj's message or tick handl
    pre-votes and ignores RequestVote: a rejoining partitioned node cannot depose a
    healthy leader, and (its term never rose while it was cut off) rejoins quietly.
    The leader's own check-quorum is pysyncobj's ``leaderFallbackTimeout``.
+4. **Ticks when there is something to do.** pysyncobj's tick thread polls its sockets
+   for ``autoTickPeriod`` and then runs its timers, so an idle voter woke up every
+   period to find nothing due. A tick now waits until the next timer of its role is
+   due -- the leader's next heartbeat, a follower's election deadline -- capped at
+   :data:`MAX_TICK_WAIT_S` (pysyncobj's reconnects and other housekeeping run on
+   ticks); a message or a proposal (pysyncobj's pipe notifier) still ends the wait at
+   once.
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ PRE_VOTE = "rl_pre_vote"
 PRE_VOTE_RESPONSE = "rl_pre_vote_response"
 
 ORIGINALS: dict = {}
+#: Longest a tick waits with nothing due (reconnects, log compaction checks).
+MAX_TICK_WAIT_S = 0.1
 _LEADER, _FOLLOWER, _CANDIDATE = _RAFT_STATE.LEADER, _RAFT_STATE.FOLLOWER, _RAFT_STATE.CANDIDATE
 
 
@@ -178,7 +187,15 @@ def on_tick(self, timeToWait=0.0):  # noqa: N803
             self._rl_pre_vote_won = False  # this tick's election was won in a pre-vote
         else:
             _start_pre_vote(self)  # instead of an election: moves the deadline on
-    return ORIGINALS["on_tick"](self, timeToWait)
+    return ORIGINALS["on_tick"](self, _tick_wait(self, timeToWait))
+
+
+def _tick_wait(self, period: float) -> float:
+    """How long this tick may wait for messages: until the role's next timer is due
+    (never below ``period``/4, never above MAX_TICK_WAIT_S)."""
+    due = (_get(self, "newAppendEntriesTime") if _get(self, "raftState") == _LEADER
+           else _get(self, "raftElectionDeadline")) - monotonic()
+    return min(max(due, period / 4), MAX_TICK_WAIT_S)
 
 
 def _start_pre_vote(self) -> None:

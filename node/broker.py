@@ -66,6 +66,10 @@ PLANTED_BUGS = frozenset({
 
 
 
+#: flush_all looks at every partition (not only the written ones) every this many calls.
+FULL_FLUSH_EVERY = 60
+
+
 class Broker:
     """The state a node serves requests from: topics, partitions, their logs."""
 
@@ -79,6 +83,9 @@ class Broker:
         self.cluster_mode = store is not None
         self.store = store if store is not None else LocalTopicStore(config.data_dir, config.node_id)
         self.partitions: dict[tuple[str, int], Partition] = {}
+        #: partitions written (appended, truncated, created) since the last flush_all
+        self._unflushed: set = set()
+        self._flushes = 0
         self.log_configs: dict[str, LogConfig] = {}
         self._applied_configs: dict[str, dict] = {}
         #: {topic: TopicInfo} as the last reconcile saw them, and the registration
@@ -114,7 +121,8 @@ class Broker:
             events.warning("planted_bugs_enabled", flags=",".join(sorted(flags)))
         #: Called with (partition, offset, error) when a read finds corrupt data on disk.
         self.on_corrupt_log = None
-        #: Cluster mode: pokes the ISR manager (follower progress or metadata changed).
+        #: Cluster mode: pokes the ISR manager with the partition keys whose follower
+        #: progress or metadata changed (None: all of them).
         self.isr_changed = None
         #: The group coordinator host (node/coordinator.py), set by the node.
         self.groups = None
@@ -179,7 +187,7 @@ class Broker:
         if self.fetchers is not None:
             self.fetchers.update(follow, only=None if full else touched)
         if self.isr_changed is not None:
-            self.isr_changed()
+            self.isr_changed(None if full else touched)
         if self.groups is not None:
             self.groups.on_reconcile()
 
@@ -218,7 +226,7 @@ class Broker:
             if part is None:
                 path = partition_dir(self.config.data_dir, name, p.partition)
                 part = Partition(name, p.partition, PartitionLog.open(path, cfg), p.leader_epoch,
-                                 node_id=me)
+                                 node_id=me, unflushed=self._unflushed)
                 part.disk = self.disk
                 self.partitions[key] = part
             part.log.config = cfg
@@ -260,13 +268,25 @@ class Broker:
         self.led.clear()
 
     def flush_all(self) -> None:
-        """fsync every log with unflushed data. Runs in a worker thread (see node.py)."""
-        for part in list(self.partitions.values()):
-            if not part.log.needs_flush:
+        """fsync every log with unflushed data. Runs in a worker thread (see node.py).
+
+        Looks at the partitions written since the last call only (work proportional to
+        what changed, not to what exists), and at all of them every FULL_FLUSH_EVERY
+        calls (a safety net: a log that got dirty some other way)."""
+        self._flushes += 1
+        if self._flushes % FULL_FLUSH_EVERY == 0:
+            todo = list(self.partitions.values())
+        else:
+            todo = list(self._unflushed)
+        # (an append after this line re-adds its partition: flushed now or next time)
+        self._unflushed.difference_update(todo)
+        for part in todo:
+            if self.partitions.get(part.key) is not part or not part.log.needs_flush:
                 continue
             try:
                 part.log.flush()
             except StorageError as e:  # one line per incident (recovery: the next append)
+                self._unflushed.add(part)  # (tried again next time)
                 self.disk.write_failed(e, part, op="flush")
 
     def compact_all(self) -> int:
@@ -577,7 +597,7 @@ class Broker:
                 was_in_isr = replica in part.isr
                 part.on_follower_fetch(replica, offset, session)
                 if not was_in_isr and self.isr_changed is not None:
-                    self.isr_changed()
+                    self.isr_changed((part.key,))
             except ApiError:
                 continue
 

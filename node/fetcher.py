@@ -104,36 +104,39 @@ class FetcherManager:
         Trio thread."""
         drop = [k for k in (self.follows if only is None else only)
                 if k not in wanted and k in self.follows]
-        affected = set()
+        added: dict[int, dict] = {}  # leader -> {key: FollowState} it starts to serve here
+        removed: dict[int, list] = {}  # leader -> keys it no longer serves here
         for key in drop:
             st = self.follows.pop(key)
             self._by_leader[st.leader_id].pop(key, None)
-            affected.add(st.leader_id)
+            removed.setdefault(st.leader_id, []).append(key)
         for key, (leader, epoch) in wanted.items():
             st = self.follows.get(key)
             if st is not None and (st.leader_id, st.leader_epoch) == (leader, epoch):
                 continue
             if st is not None:
                 self._by_leader[st.leader_id].pop(key, None)
-                affected.add(st.leader_id)
+                if st.leader_id != leader:
+                    removed.setdefault(st.leader_id, []).append(key)
             st = self.follows[key] = FollowState(leader, epoch)  # truncate again first
             self._by_leader.setdefault(leader, {})[key] = st
-            affected.add(leader)
-        for leader in affected:
-            parts = self._by_leader.get(leader) or {}
-            if not parts:
+            added.setdefault(leader, {})[key] = st
+        for leader in set(added) | set(removed):
+            if not self._by_leader.get(leader):
                 self._by_leader.pop(leader, None)
             fetcher = self.fetchers.get(leader)
-            if fetcher is not None:
-                fetcher.assign(parts)
-                if not fetcher.partitions:
-                    fetcher.cancel()
-                    del self.fetchers[leader]
-            elif parts:
+            if fetcher is None:
+                if leader not in added:
+                    continue
                 fetcher = LeaderFetcher(self.broker, leader, self.events)
-                fetcher.assign(parts)
                 self.fetchers[leader] = fetcher
+                fetcher.assign(added[leader], ())
                 self.nursery.start_soon(fetcher.run)
+                continue
+            fetcher.assign(added.get(leader, {}), removed.get(leader, ()))
+            if not fetcher.partitions:
+                fetcher.cancel()
+                del self.fetchers[leader]
 
     def refetch(self, key) -> bool:
         """Truncate ``key`` again before its next fetch (to ``Partition.corrupt_from``
@@ -152,10 +155,6 @@ class FetcherManager:
         return {k: (st.leader_id, st.truncated) for k, st in self.follows.items()}
 
 
-class _Interrupted(Exception):
-    """The partitions followed changed while a FETCH was parked on the leader."""
-
-
 class LeaderFetcher:
     def __init__(self, broker, leader_id: int, events):
         self.broker = broker
@@ -172,25 +171,28 @@ class LeaderFetcher:
         #: the cancel scope of the FETCH in flight (None between fetches)
         self._fetch_scope: trio.CancelScope | None = None
         self._interrupted = False
+        #: ids of nudges sent whose answers have not come yet (see _call)
+        self._nudges: set[int] = set()
         #: what the leader's fetch session on this connection holds:
         #: {key: (fetch offset, max bytes, leader epoch)}; None before the full fetch
         self._told: dict[tuple, tuple] | None = None
         #: partitions to look at in the next round (what may have changed)
         self._pending: set[tuple] = set()
 
-    def assign(self, parts: dict) -> None:
-        new = [k for k, v in parts.items() if self.partitions.get(k) is not v]
-        gone = [k for k in self.partitions if k not in parts]
+    def assign(self, added: dict, removed=()) -> None:
+        """Start following ``added`` ({key: FollowState}, new or in a new epoch) from this
+        leader and stop following ``removed`` (keys): work proportional to the change."""
+        gone = [k for k in removed if self.partitions.pop(k, None) is not None]
         self._pending.update(gone)
-        if new:
-            # a parked fetch lacks partitions to start (or truncate): resend soon.
-            # Changes within INTERRUPT_DELAY_S share one resend (a burst of topic
-            # creations costs a few rounds, not one per topic); a partition only
-            # dropped waits for the fetch to end.
-            self.wake(new)
+        self.partitions.update(added)
+        if added:
+            # a parked fetch lacks partitions to start (or truncate): ask the leader to
+            # answer it soon. Changes within INTERRUPT_DELAY_S share one nudge (a burst
+            # of topic creations costs a few rounds, not one per topic); a partition
+            # only dropped waits for the fetch to end.
+            self.wake(list(added))
         elif gone:
             self._changed.set()
-        self.partitions = dict(parts)
 
     def wake(self, keys=()) -> None:
         """Partitions ``keys`` need attention (start, truncate): end a parked fetch
@@ -303,16 +305,12 @@ class LeaderFetcher:
             wait_ms = min(wait_ms, int(THROTTLE_WAIT_S * 1000))
         if retry_at < math.inf:
             wait_ms = min(wait_ms, max(int((retry_at - now) * 1000), 10))
-        try:
-            header, body = await self._call(Api.FETCH, {
-                "replica_id": self.broker.config.node_id, "max_wait_ms": wait_ms,
-                "min_bytes": 1, "max_bytes": FETCH_MAX_BYTES, "session": mode,
-                "parts": [[k[0], k[1], *v] for k, v in upserts],
-                "forgotten": [list(k) for k in forgotten]},
-                timeout_s=REQUEST_TIMEOUT_S + wait_ms / 1000, interruptible=True)
-        except _Interrupted:  # the answer would be for the old set: the stream is dropped
-            await self._close()
-            return
+        header, body = await self._call(Api.FETCH, {
+            "replica_id": self.broker.config.node_id, "max_wait_ms": wait_ms,
+            "min_bytes": 1, "max_bytes": FETCH_MAX_BYTES, "session": mode,
+            "parts": [[k[0], k[1], *v] for k, v in upserts],
+            "forgotten": [list(k) for k in forgotten]},
+            timeout_s=REQUEST_TIMEOUT_S + wait_ms / 1000, interruptible=True)
         pos = 0
         for topic, partition, err, hw, log_start, n, msg in header["parts"]:
             data = body[pos:pos + n]
@@ -430,32 +428,53 @@ class LeaderFetcher:
             raise OSError(f"leader {self.leader_id} has no known address")
         host, port = peer_address(broker.listeners, self.broker.config.listener_config.inter_broker)
         self._sock = await open_peer(self.broker.peer_security, host, port, REQUEST_TIMEOUT_S)
-        self._proto = ClientConnection(max_in_flight=1)
+        self._proto = ClientConnection(max_in_flight=2)  # (a request and a nudge)
+        self._nudges = set()
 
     async def _call(self, api: Api, fields: dict, timeout_s: float, interruptible=False):
-        _, data = self._proto.send_request(api, fields)
-        # A bare cancel scope (trio.fail_after's context-manager wrapper costs as much
-        # again, twice per replicated batch).
-        with trio.CancelScope(deadline=trio.current_time() + timeout_s) as scope:
-            if interruptible:
-                self._fetch_scope, self._interrupted = scope, False
-            try:
-                await sockio.send_all(self._sock, data)
-                while (frame := self._proto.next_response()) is None:
-                    chunk, _ = await sockio.recv_into(self._sock, self._buf)
-                    if not chunk:
-                        raise OSError(f"leader {self.leader_id} closed the connection")
-                    self._proto.receive_data(chunk)
-            finally:
-                self._fetch_scope = None
-        if scope.cancelled_caught:
-            if self._interrupted:
-                self._interrupted = False
-                raise _Interrupted
-            raise trio.TooSlowError
+        """Send one request and return its answer (header, body). An interruptible one
+        (a parked FETCH) that :meth:`wake` interrupts is not dropped: a nudge (an
+        ApiVersions request) follows it on the connection, the leader answers the
+        parked fetch at once when the nudge arrives, and the nudge's own answer is
+        skipped when it comes -- the session and the connection live on."""
+        rid, data = self._proto.send_request(api, fields)
+        deadline = trio.current_time() + timeout_s
+        await sockio.send_all(self._sock, data)
+        while True:
+            # A bare cancel scope (trio.fail_after's context-manager wrapper costs as
+            # much again, twice per replicated batch).
+            with trio.CancelScope(deadline=deadline) as scope:
+                if interruptible:
+                    self._fetch_scope, self._interrupted = scope, False
+                try:
+                    frame = await self._next_frame(rid)
+                finally:
+                    self._fetch_scope = None
+            if not scope.cancelled_caught:
+                break
+            if not self._interrupted or trio.current_time() >= deadline:
+                raise trio.TooSlowError
+            self._interrupted = False
+            if not self._nudges:
+                nid, nudge = self._proto.send_request(Api.API_VERSIONS, {})
+                self._nudges.add(nid)
+                await sockio.send_all(self._sock, nudge)
         if frame.header.get("error"):
             raise ApiError(ErrorCode(frame.header["error"]), frame.header.get("message", ""))
         return frame.header, frame.body
+
+    async def _next_frame(self, rid: int):
+        """The answer to request ``rid``, skipping the answers to nudges before it."""
+        while True:
+            while (frame := self._proto.next_response()) is None:
+                chunk, _ = await sockio.recv_into(self._sock, self._buf)
+                if not chunk:
+                    raise OSError(f"leader {self.leader_id} closed the connection")
+                self._proto.receive_data(chunk)
+            fid = frame.header.get("id")
+            if fid == rid:
+                return frame
+            self._nudges.discard(fid)
 
     async def _close(self) -> None:
         self._told = None  # the leader's session dies with the connection

@@ -35,30 +35,65 @@ class IsrManager:
         self.max_lag_ms = broker.config.replica_lag_time_max_ms
         self.check_s = max(ISR_CHECK_S_MIN, min(ISR_CHECK_S_MAX, self.max_lag_ms / 10_000))
         self._poke = trio.Event()
+        #: partition keys poked since the last check (None: look at every one)
+        self._poked: set | None = set()
 
-    def poke(self) -> None:
+    def poke(self, keys=None) -> None:
+        """Look at ``keys`` (partition keys; None: every partition led here) soon."""
+        if keys is None:
+            self._poked = None
+        elif self._poked is not None:
+            self._poked.update(keys)
         self._poke.set()
 
     async def run(self) -> None:
+        """Every check_s, every partition led here (its quiet note makes most of them
+        cheap); when poked, the partitions poked (a metadata change of some topics, a
+        follower catching up): work proportional to what changed."""
+        next_full = trio.current_time() + self.check_s
         while True:
-            with trio.move_on_after(self.check_s):
+            with trio.move_on_at(next_full):
                 await self._poke.wait()
             self._poke = trio.Event()
-            for part, isr in self.changes(node_ms()):
+            poked, self._poked = self._poked, set()
+            if poked is None or trio.current_time() >= next_full:
+                next_full = trio.current_time() + self.check_s
+                parts = list(self.broker.led.values())
+            else:
+                led = self.broker.led
+                parts = [led[k] for k in poked if k in led]
+            for part, isr in self.changes(node_ms(), parts):
                 await self._propose(part, isr)
 
-    def changes(self, now_ms: int) -> list:
+    def changes(self, now_ms: int, parts=None) -> list:
+        """(partition, proposed ISR) for every led partition whose ISR should change.
+
+        A partition found with its whole replica set in sync and every follower at the
+        leader's log end is noted quiet until its first follower could lag
+        (LeaderState.quiet_until); until then, and as long as its log end, ISR,
+        replicas and followers' positions stay the same, it is not looked at again:
+        an idle node's duty is proportional to what changed, not to what it leads."""
         out = []
-        for part in list(self.broker.led.values()):
+        for part in list(self.broker.led.values()) if parts is None else parts:
             st = part.leader_state
             if not part.is_leader or st is None or part.pending_isr is not None:
                 continue
-            remove = st.lagging(part.isr, now_ms, self.max_lag_ms, part.log.log_end_offset)
+            leo = part.log.log_end_offset
+            q = st.quiet
+            if (q is not None and now_ms < q[0] and q[1] == leo and q[2] == st.version
+                    and q[3] is part.isr and q[4] is part.replicas):
+                continue
+            st.quiet = None
+            remove = st.lagging(part.isr, now_ms, self.max_lag_ms, leo)
             remove += [r for r in st.below_high_watermark(part.isr, part.high_watermark)
                        if r not in remove]
             start = next((o for e, o in part.log.epochs if e == part.leader_epoch), 0)
             add = st.caught_up(part.isr, part.high_watermark, start, now_ms, self.max_lag_ms)
             if not remove and not add:
+                if len(part.isr) == len(part.replicas):
+                    until = st.quiet_until(part.isr, leo, self.max_lag_ms)
+                    if until is not None:
+                        st.quiet = (until, leo, st.version, part.isr, part.replicas)
                 continue
             isr = proposed_isr(part.replicas, part.isr, remove, add)
             if part.node_id in isr and isr != part.isr:

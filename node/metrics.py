@@ -67,6 +67,9 @@ METRICS: dict[str, tuple[str, str]] = {
     "raftlog_isr_shrinks_total": (
         COUNTER, "ISR shrinks of partitions led here (by the leader or the controller)."),
     "raftlog_isr_expands_total": (COUNTER, "ISR expansions of partitions led here."),
+    "raftlog_fetch_sessions_created_total": (
+        COUNTER, "Followers' fetch sessions opened here (a full fetch naming every "
+        "partition: one per follower connection)."),
     "raftlog_leader_elections_total": (
         COUNTER, "Times this node became the leader of a partition (new leader epoch)."),
     "raftlog_controller_active": (GAUGE, "1 on the active controller (Raft leader), else 0."),
@@ -161,6 +164,7 @@ class NodeMetrics:
         self.replication_bytes_out = 0
         self.isr_shrinks = 0
         self.isr_expands = 0
+        self.fetch_sessions_created = 0
         self.leader_elections = 0
 
     def topic(self, name: str) -> TopicStats:
@@ -335,6 +339,7 @@ def _partitions(out: Exposition, m: NodeMetrics, broker, store) -> None:
     out.sample("raftlog_offline_partitions", offline)
     out.sample("raftlog_isr_shrinks_total", m.isr_shrinks)
     out.sample("raftlog_isr_expands_total", m.isr_expands)
+    out.sample("raftlog_fetch_sessions_created_total", m.fetch_sessions_created)
     out.sample("raftlog_leader_elections_total", m.leader_elections)
 
 

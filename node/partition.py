@@ -52,7 +52,7 @@ class Partition:
     """One replica. Leadership, ISR and epochs come from metadata."""
 
     def __init__(self, topic: str, partition: int, log: PartitionLog, leader_epoch: int = 0,
-                 node_id: int = 0):
+                 node_id: int = 0, unflushed: set | None = None):
         self.topic = topic
         self.partition = partition
         self.key = (topic, partition)
@@ -84,6 +84,14 @@ class Partition:
         self._producers: ProducerStateManager | None = None
         #: the node's data dir health (node/disk.py); None in tools and unit tests
         self.disk = None
+        #: the node's set of partitions written since its last periodic flush (the
+        #: flush then looks at those only); None in tools and unit tests
+        self._unflushed = unflushed
+        self._written()  # (a new log's first flush writes its checkpoint)
+
+    def _written(self) -> None:
+        if self._unflushed is not None:
+            self._unflushed.add(self)
 
     @property
     def high_watermark(self) -> int:
@@ -196,6 +204,9 @@ class Partition:
                 return check.duplicate.base_offset, check.duplicate.last_offset
             if check.verdict is not Verdict.APPEND:
                 raise ApiError(check.error_code, f"{self}: {check.message}")
+        self._written()
+        if self.leader_state is not None:
+            self.leader_state.before_append(self.log.log_end_offset)
         try:
             base, last = self.log.append(data, leader_epoch=self.leader_epoch)
         except CorruptRecordError as e:
@@ -260,6 +271,7 @@ class Partition:
             StorageError: the disk write failed (nothing written; logged once per
                 incident by the data dir's health, see node/disk.py).
         """
+        self._written()
         try:
             base, last = self.log.append_as_follower(data)
         except StorageError as e:
@@ -273,11 +285,13 @@ class Partition:
         return base, last
 
     def truncate_to(self, offset: int) -> None:
+        self._written()
         self._drop_producer_snapshot()
         self.log.truncate_to(offset)
         self._producers = None
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
+        self._written()
         self._drop_producer_snapshot()
         self.log.truncate_fully_and_start_at(offset)
         self._producers = None

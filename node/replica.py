@@ -60,6 +60,10 @@ class LeaderState:
 
     def __init__(self, leader_id: int, replicas: tuple, now_ms: int):
         self.leader_id = leader_id
+        #: bumped whenever a follower's LEO or session changes (see quiet_until)
+        self.version = 0
+        #: the ISR duty's note that nothing could change here before a time (node/isr.py)
+        self.quiet: tuple | None = None
         # Every follower gets a full lag window from the moment leadership starts.
         self.followers: dict[int, FollowerState] = {
             r: FollowerState(last_caught_up_ms=now_ms) for r in replicas if r != leader_id
@@ -80,6 +84,8 @@ class LeaderState:
         f = self.followers.get(replica)
         if f is None:
             return False
+        if f.session is not session or f.leo != min(fetch_offset, leader_leo):
+            self.version += 1
         f.session = session
         if fetch_offset >= leader_leo:
             f.last_caught_up_ms = now_ms
@@ -89,6 +95,17 @@ class LeaderState:
         f.last_fetch_ms = now_ms
         f.last_fetch_leader_leo = leader_leo
         return True
+
+    def before_append(self, leader_leo: int) -> None:
+        """The leader is about to append at ``leader_leo``. A follower that had all of it
+        at its session's last fetch was caught up then: recorded now, because once the
+        log end moves its session's later fetches no longer say so (until it fetches
+        the new records, which names the partition)."""
+        for f in self.followers.values():
+            s = f.session
+            if (s is not None and not s.closed and f.leo >= leader_leo
+                    and s.last_fetch_ms > f.last_caught_up_ms):
+                f.last_caught_up_ms = s.last_fetch_ms
 
     def high_watermark(self, leader_leo: int, isr) -> int:
         """min LEO over ``isr``; UNKNOWN while an ISR follower has not fetched yet."""
@@ -113,6 +130,22 @@ class LeaderState:
                     and now_ms - f.caught_up_ms(leader_leo) > max_lag_ms):
                 out.append(r)
         return out
+
+    def quiet_until(self, isr, leader_leo: int, max_lag_ms: int) -> int | None:
+        """When an ISR follower could first become lagging if nothing changes -- every
+        follower has the leader's whole log and keeps it (its caught-up time only moves
+        forward while its LEO and session stay as they are) -- or None when some
+        follower is behind (then any fetch may matter)."""
+        until = None
+        for r in isr:
+            if r == self.leader_id:
+                continue
+            f = self.followers.get(r)
+            if f is None or f.leo != leader_leo:
+                return None
+            t = f.caught_up_ms(leader_leo) + max_lag_ms
+            until = t if until is None else min(until, t)
+        return until
 
     def below_high_watermark(self, isr, high_watermark: int) -> list[int]:
         """ISR followers whose last fetch asked for an offset below the HW: they lost

@@ -37,8 +37,9 @@ from raftlog.scrub import (
     pace_s,
 )
 
-#: How long to wait before looking again when no partition has a closed segment.
-IDLE_S = 1.0
+#: How long to wait before looking again when no partition has a closed segment (a
+#: segment closes at a roll, after its batches were checked on append: no hurry).
+IDLE_S = 10.0
 
 
 class Scrubber:
@@ -122,7 +123,8 @@ class Scrubber:
     # ------------------------------------------------------------------ views for the cursor
 
     def _keys(self) -> list:
-        return sorted(self.broker.partitions)
+        """The partitions with a closed segment (the others have nothing to scrub)."""
+        return sorted(k for k, p in self.broker.partitions.items() if len(p.log.segments) > 1)
 
     def _segments_of(self, key) -> list | None:
         part = self.broker.partitions.get(key)

@@ -430,6 +430,8 @@ class Server:
                 while out.deferred and (out.deferred >= MAX_DEFERRED_PER_CONNECTION
                                         or out.size >= MAX_PENDING_SEND_BYTES):
                     await out.room.wait()  # bounded: a client pipelining past the limit waits
+                if conn.parked:
+                    self._answer_parked_follower_fetches(conn)
                 await self._dispatch(frame, conn)
                 handled += 1
                 if out.size >= MAX_PENDING_SEND_BYTES or handled >= MAX_REQUESTS_PER_TURN:
@@ -443,6 +445,15 @@ class Server:
                 await out.flush(sock)
             if not waited:
                 await trio.lowlevel.checkpoint()  # never blocked this turn: let others run
+
+    def _answer_parked_follower_fetches(self, conn: Conn) -> None:
+        """A follower's fetch parked on this connection is answered at once when the
+        follower sends another request: its way to have partitions it starts to follow
+        looked at without waiting out the long poll, nor dropping its connection and
+        fetch session (node/fetcher.py, LeaderFetcher._call)."""
+        for op in [op for op in conn.parked if isinstance(op, (ParkedFetch, ParkedSessionFetch))
+                   and op.req.fields["replica_id"] >= 0]:
+            self.purgatory.complete_now(op)
 
     def send_soon(self, conn: Conn, place: Deferred, pieces: list) -> None:
         """Fill a parked request's place and send what is ready now if the socket takes
@@ -673,6 +684,7 @@ class Server:
             if session is not None:
                 session.close()
             session = conn.session = FetchSession(replica)
+            self.broker.metrics.fetch_sessions_created += 1
         elif session is None or session.replica != replica:
             raise ApiError(ErrorCode.INVALID_REQUEST,
                            "no fetch session on this connection: send a full fetch")

@@ -98,3 +98,40 @@ def test_metrics_status_and_log_dirs_of_a_cluster(tmp_path):
               timeout_s=30)
     finally:
         c.stop()
+
+
+@pytest.mark.slow
+def test_new_partitions_join_parked_followers_without_new_fetch_sessions(tmp_path):
+    """Followers park long fetches on their leaders (replica.lag.time.max.ms 30 s: 5 s
+    waits). Topics created meanwhile are replicated at once, and no follower drops its
+    connection to do it: the leaders open no new fetch session (a new one is a full
+    fetch naming every partition the follower has from that leader)."""
+    c = LocalCluster(tmp_path, 3, replica_lag_time_max_ms=30_000)
+    ports = free_ports(3)
+    for n, port in zip(c.nodes, ports):
+        n.extra["metrics.listener"] = f"127.0.0.1:{port}"
+    c.start()
+    try:
+        with c.admin() as a:
+            for i in range(3):
+                a.create_topic(f"base{i}", partitions=3, replication_factor=3)
+        for i in range(3):
+            for p in range(3):
+                c.wait_isr(f"base{i}", p, {1, 2, 3})
+
+        def sessions():
+            return sum(value(scrape(port), "raftlog_fetch_sessions_created_total")
+                       for port in ports)
+
+        until(lambda: sessions() > 0)
+        before = sessions()
+        with c.admin() as a:
+            for i in range(5):
+                a.create_topic(f"new{i}", partitions=3, replication_factor=3)
+        with Producer(c.bootstrap, acks="all") as p:  # replicated to all three: acked
+            for i in range(5):
+                for part in range(3):
+                    p.send(f"new{i}", b"v", partition=part).result(10)
+        assert sessions() == before
+    finally:
+        c.stop()

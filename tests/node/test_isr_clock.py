@@ -57,3 +57,56 @@ async def test_a_silent_follower_leaves_the_isr_after_the_lag_and_rejoins(tmp_pa
         assert trio.current_time() - back <= 2 * isr.check_s
         nursery.cancel_scope.cancel()
     part.log.close()
+
+
+class _Session:
+    """A follower's fetch session as LeaderState sees it."""
+
+    def __init__(self):
+        self.last_fetch_ms = 0
+        self.closed = False
+
+
+async def test_a_quiet_partition_still_loses_a_follower_whose_session_stops(
+        tmp_path, autojump_clock):
+    """The duty skips a partition it found quiet (full ISR at the log end) until its
+    first follower could lag: a follower whose session keeps fetching stays in, one
+    whose session stops leaves one lag after its last fetch, and an append makes the
+    partition looked at again at once."""
+    from raftlog.node.clock import node_ms
+
+    # (no jump while the store's worker thread commits: the proposal's time is its own)
+    autojump_clock.autojump_threshold = 0.02
+    part = Partition("t", 0, PartitionLog.open(str(tmp_path / "t-0")), node_id=1)
+    part.update_metadata(1, 1, (1, 2, 3), (1, 2, 3), 0)
+    part.log.append(encode_batch([b"a"]), leader_epoch=1)
+    store = _Store(part)
+    broker = SimpleNamespace(led={("t", 0): part},
+                             config=SimpleNamespace(replica_lag_time_max_ms=LAG_MS))
+    isr = IsrManager(broker, store, EventLog(1, stream=io.StringIO()))
+    s2, s3 = _Session(), _Session()
+    part.on_follower_fetch(2, 1, s2)
+    part.on_follower_fetch(3, 1, s3)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(isr.run)
+        for _ in range(int(2 * LAG_MS / 1000)):  # two lags of session fetches by both
+            await trio.sleep(1)
+            s2.last_fetch_ms = s3.last_fetch_ms = node_ms()
+            assert part.leader_state.quiet is not None or trio.current_time() < 1.5
+        assert part.isr == (1, 2, 3)
+        last = trio.current_time()
+        for _ in range(3):  # node 3 goes on, node 2 stops
+            await trio.sleep(1)
+            s3.last_fetch_ms = node_ms()
+        part.append_as_leader(encode_batch([b"b"]), 1 << 20)  # only node 3 fetches it
+        part.on_follower_fetch(3, 2, s3)
+        async def keep_3():
+            while True:
+                await trio.sleep(1)
+                s3.last_fetch_ms = node_ms()
+        nursery.start_soon(keep_3)
+        isr_, at = await store.proposals.receive()
+        assert isr_ == (1, 3)
+        assert LAG_MS / 1000 <= at - last <= LAG_MS / 1000 + 2 * isr.check_s
+        nursery.cancel_scope.cancel()
+    part.log.close()
