@@ -50,15 +50,48 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+class _Scraper:
+    """GETs every node's /metrics every ``interval`` seconds in a thread (a Prometheus
+    server's view of the run); stop() returns how many scrapes succeeded."""
+
+    def __init__(self, ports: list, interval: float):
+        import threading
+
+        self.ports, self.interval, self.count = ports, interval, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import urllib.request
+
+        while not self._stop.wait(self.interval):
+            for port in self.ports:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                                timeout=5) as r:
+                        r.read()
+                    self.count += 1
+                except OSError:
+                    pass
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join(10)
+        return self.count
+
+
 def _sets(settings: dict) -> list[str]:
     return [x for k, v in settings.items() for x in ("--set", f"{k}={v}")]
 
 
-def start_node(kafka_port: int | None = None,
-               security=None) -> tuple[subprocess.Popen, str, str]:
+def start_node(kafka_port: int | None = None, security=None,
+               metrics_port: int | None = None) -> tuple[subprocess.Popen, str, str]:
     d = tempfile.mkdtemp(prefix="raftlog-bench-")
     port = _free_port()
     kafka = ["--set", f"kafka.listener=127.0.0.1:{kafka_port}"] if kafka_port else []
+    if metrics_port:
+        kafka += ["--set", f"metrics.listener=127.0.0.1:{metrics_port}"]
     sec = _sets(security.node_config(1, "127.0.0.1", port)) if security else []
     proc = subprocess.Popen(
         [sys.executable, "-m", "raftlog.node", "--port", str(port), "--data-dir", d] + kafka
@@ -78,7 +111,8 @@ def start_node(kafka_port: int | None = None,
 
 
 def start_cluster(n: int, kafka_ports: list | None = None, security=None,
-                  client_options: dict | None = None) -> tuple[list, str, str]:
+                  client_options: dict | None = None,
+                  metrics_ports: list | None = None) -> tuple[list, str, str]:
     """N real node processes, every one a voter, on loopback (with Kafka listeners on
     ``kafka_ports`` when given; TLS + SCRAM on every listener with ``security``)."""
     d = tempfile.mkdtemp(prefix="raftlog-bench-")
@@ -93,7 +127,9 @@ def start_cluster(n: int, kafka_ports: list | None = None, security=None,
             [sys.executable, "-m", "raftlog.node", "--node-id", str(i), "--port", str(ports[i - 1]),
              "--data-dir", os.path.join(d, f"node-{i}"),
              "--set", f"controller.quorum.voters={voters}", "--set", "raft.password=bench-password-0123456789"] + kafka
-            + (_sets(security.node_config(i, "127.0.0.1", ports[i - 1])) if security else []),
+            + (_sets(security.node_config(i, "127.0.0.1", ports[i - 1])) if security else [])
+            + (["--set", f"metrics.listener=127.0.0.1:{metrics_ports[i - 1]}"]
+               if metrics_ports else []),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     bootstrap = ",".join(f"127.0.0.1:{p}" for p in ports[:n])
     deadline = time.monotonic() + 60
@@ -378,6 +414,11 @@ def main() -> None:
     ap.add_argument("--command-config", metavar="FILE",
                     help="client security properties for a running cluster (--bootstrap), "
                     "as the CLI's --command-config")
+    ap.add_argument("--metrics", action="store_true",
+                    help="the nodes it starts serve Prometheus metrics (metrics.listener), "
+                    "scraped every --scrape-interval seconds during the run (what the "
+                    "endpoint costs: compare with a run without)")
+    ap.add_argument("--scrape-interval", type=float, default=1.0)
     ap.add_argument("--role", help=argparse.SUPPRESS)
     ap.add_argument("--client-options-json", default="{}", help=argparse.SUPPRESS)
     ap.add_argument("--topic", help=argparse.SUPPRESS)
@@ -387,7 +428,7 @@ def main() -> None:
     if args.role:
         _run_role(args)
         return
-    security = None
+    security = scraper = None
     if args.command_config:
         from raftlog.client.security import load_command_config
 
@@ -404,16 +445,22 @@ def main() -> None:
 
             security = SaslSslMaterial(tempfile.mkdtemp(prefix="raftlog-bench-tls-"))
             CLIENT_OPTIONS.update(security.client_options())
+        mports = [_free_port() for _ in range(args.nodes)] if args.metrics else None
         if args.nodes > 1:
             nodes, args.bootstrap, data_dir = start_cluster(args.nodes, kports, security,
-                                                            CLIENT_OPTIONS)
+                                                            CLIENT_OPTIONS, mports)
         else:
-            node, args.bootstrap, data_dir = start_node(kports[0] if kports else None, security)
+            node, args.bootstrap, data_dir = start_node(kports[0] if kports else None, security,
+                                                        mports[0] if mports else None)
             nodes = [node]
+        if mports:
+            scraper = _Scraper(mports, args.scrape_interval)
         if kports:
             args.kafka_bootstrap = ",".join(f"127.0.0.1:{p}" for p in kports)
     try:
         res = run(args)
+        if scraper is not None:
+            res["metrics_scrapes"] = scraper.stop()
     finally:
         for node in nodes:
             node.terminate()
