@@ -39,7 +39,7 @@ from .errors import (
 from .future import BatchMetadata, RecordMetadata
 from .group import ConsumerRebalanceListener
 from .producer import Producer
-from .types import OffsetAndTimestamp, TopicPartition
+from .types import ConsumerGroupMetadata, OffsetAndTimestamp, TopicPartition
 
 __all__ = [
     "Admin",
@@ -52,6 +52,7 @@ __all__ = [
     "ClusterDescription",
     "CommitFailedError",
     "Consumer",
+    "ConsumerGroupMetadata",
     "ConsumerRebalanceListener",
     "DeliveryTimeoutError",
     "ErrorCode",

@@ -35,7 +35,7 @@ from .errors import (
 )
 from .offsets import list_offsets_strict, requests_by_leader
 from .security import ClientSecurity
-from .types import OffsetAndTimestamp, TopicPartition
+from .types import ConsumerGroupMetadata, OffsetAndTimestamp, TopicPartition
 
 #: Record lists buffered ahead of poll() at most.
 MAX_PREFETCH_CHUNKS = 64
@@ -275,6 +275,17 @@ class Consumer:
     def assignment(self) -> set[TopicPartition]:
         with self._lock:
             return set(self._assignment)
+
+    def group_metadata(self) -> ConsumerGroupMetadata | None:
+        """This consumer's group membership now (None without a ``group_id``):
+        generation -1 and member id "" while it is not a member."""
+        if self.group_id is None:
+            return None
+        member = self._member
+        if member is None:
+            return ConsumerGroupMetadata(self.group_id, -1, "")
+        return ConsumerGroupMetadata(self.group_id, member.generation, member.member_id,
+                                     member.coordinator_id)
 
     def partitions_for_topic(self, topic: str) -> set[int]:
         """The partition ids of ``topic`` (as Kafka's ``partitionsFor``); raises

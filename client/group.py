@@ -123,6 +123,12 @@ class GroupMember:
 
     # ------------------------------------------------------------------ public side
 
+    @property
+    def coordinator_id(self) -> int | None:
+        """The node id of the coordinator this member talks to (None: not found yet)."""
+        conn = self._conn
+        return None if conn is None else conn.node_id
+
     def subscribe(self, topics: Iterable[str], pattern: re.Pattern | None, listener) -> None:
         with self._wake:
             self.topics = tuple(sorted(set(topics)))

@@ -15,3 +15,14 @@ class TopicPartition:
 class OffsetAndTimestamp:
     offset: int
     timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadata:
+    """A consumer's view of its group (Kafka's ``groupMetadata()``), plus the node that
+    coordinates it as far as this consumer knows (None before it found one)."""
+
+    group_id: str
+    generation_id: int
+    member_id: str
+    coordinator_id: int | None = None

@@ -312,11 +312,9 @@ class QueueWorkload(Workload):
 
 
 def _coordinator_of(consumer: Consumer) -> int | None:
-    """The node that answered for the consumer's group (diagnostics; client internals)."""
-    try:
-        return consumer._member._conn.node_id
-    except AttributeError:
-        return None
+    """The node that answers for the consumer's group (diagnostics)."""
+    meta = consumer.group_metadata()
+    return None if meta is None else meta.coordinator_id
 
 
 def _quiet(fn):

@@ -63,6 +63,13 @@ def test_one_group_shares_partitions_two_groups_each_read_everything(node_factor
     assert sorted(r.value for r in got) == sorted(f"v{i}".encode() for i in range(400))
     _until(lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2, what="2+2 split")
     assert not a.assignment() & b.assignment()
+    ma, mb = a.group_metadata(), b.group_metadata()
+    assert ma.group_id == mb.group_id == "g1" and ma.member_id != mb.member_id
+    assert ma.generation_id == mb.generation_id >= 1
+    assert ma.coordinator_id == mb.coordinator_id == 1  # (the one node)
+    solo = Consumer(node.bootstrap)
+    assert solo.group_metadata() is None  # no group
+    solo.close()
     other = _consumer(node, "g2")
     other.subscribe(["q"])
     got2 = _drain([other], 400)
