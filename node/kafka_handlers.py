@@ -12,6 +12,11 @@ long-poll fetches behave the same on both listeners.
 Each handler is ``async (version, body, ctx) -> response body dict`` (None: no
 response, Produce with acks=0). Per-item errors go in the response; an ApiError of a
 whole request becomes the API's top-level error where it has one, else every item's.
+
+Produce and Fetch are also split in two synchronous halves, so the listener parks a
+waiting one in the node's purgatory as the native server does (node/purgatory.py: woken
+in the turn that moves its partition, no task per request): ``*_begin`` answers now or
+returns a :class:`Wait`, and ``*_check(wait, expired)`` answers once it can.
 """
 
 from __future__ import annotations
@@ -58,6 +63,16 @@ def _topic_id_bytes(topic_id: str) -> bytes:
         return uuid.UUID(topic_id).bytes
     except (ValueError, TypeError, AttributeError):
         return bytes(16)
+
+
+class Wait:
+    """A Produce (acks=all) or Fetch that waits for its partitions: what ``*_check``
+    needs, the partitions to watch (their high watermark), and its deadline."""
+
+    __slots__ = ("kind", "req", "parts", "deadline", "state")
+
+    def __init__(self, kind: str, req: Request, parts: list, deadline: float, state: tuple):
+        self.kind, self.req, self.parts, self.deadline, self.state = kind, req, parts, deadline, state
 
 
 class KafkaApis:
@@ -139,16 +154,20 @@ class KafkaApis:
     # ------------------------------------------------------------------ produce
 
     async def produce(self, v: int, body: dict, ctx: Context) -> dict | None:
-        answer, finish = self.produce_begin(v, body, ctx)
-        return await finish() if finish is not None else answer
+        answer, wait = self.produce_begin(v, body, ctx)
+        if wait is None:
+            return answer
+        failed = await self.broker.await_replicated(wait.state[3], wait.deadline)
+        self.broker.mark_failed(wait.state[1], failed)
+        return _produce_body(wait.state[0], wait.state[1], wait.state[2])
 
     def produce_begin(self, v: int, body: dict, ctx: Context):
         """Convert and append every partition's batches now, in request order, as the
         native server does. Returns ``(body, None)`` when the answer is known (body None:
-        acks=0, no answer), or ``(None, finish)`` for acks=all still waiting for the
-        ISR, where ``await finish()`` returns the body. The listener appends the next
-        requests of the connection while an acks=all one waits (one replication round
-        for several requests in flight), answering in request order."""
+        acks=0, no answer), or ``(None, wait)`` for acks=all still waiting for the ISR
+        (:meth:`produce_check`). The listener appends the next requests of the
+        connection while an acks=all one waits (one replication round for several
+        requests in flight), answering in request order."""
         acks, errors, parts, bodies, order = body["acks"], {}, [], [], []
         for t in body["topic_data"]:
             for p in t["partition_data"]:
@@ -176,12 +195,8 @@ class KafkaApis:
             if acks == -1:
                 rows, waits, deadline = self.broker.produce_acks_all_append(req)
                 if waits:
-                    async def finish() -> dict:
-                        failed = await self.broker.await_replicated(waits, deadline)
-                        self.broker.mark_failed(rows, failed)
-                        return _produce_body(order, rows, errors)
-
-                    return None, finish
+                    return None, Wait("produce", req, [w[0] for w in waits], deadline,
+                                      (order, rows, errors, waits))
             elif acks in (0, 1):
                 rows = self.broker.produce(req)[0]["parts"]
             else:
@@ -191,9 +206,41 @@ class KafkaApis:
             return None, None
         return _produce_body(order, rows, errors), None
 
+    def produce_check(self, wait: Wait, expired: bool) -> dict | None:
+        """The answer of a waiting acks=all produce once every batch is replicated or
+        failed (``expired``: its timeout passed); None while it still waits (and
+        ``wait.parts`` says what to watch)."""
+        order, rows, errors, waits = wait.state
+        waits, failed = self.broker.check_high_watermarks(waits, expired)
+        if failed:
+            self.broker.mark_failed(rows, failed)
+        if waits:
+            wait.state, wait.parts = (order, rows, errors, waits), [w[0] for w in waits]
+            return None
+        return _produce_body(order, rows, errors)
+
     # ------------------------------------------------------------------ fetch
 
     async def fetch(self, v: int, body: dict, ctx: Context) -> dict:
+        answer, wait = self.fetch_begin(v, body, ctx)
+        while wait is not None:
+            ev = trio.Event()
+            registered = [p for p in wait.parts if p.add_waiter(ev)]
+            try:
+                with trio.move_on_at(wait.deadline):
+                    await ev.wait()
+            finally:
+                for p in registered:
+                    p.remove_waiter(ev)
+            answer = self.fetch_check(wait, trio.current_time() >= wait.deadline
+                                      or len(registered) < len(wait.parts))
+            wait = None if answer is not None else wait
+        return answer
+
+    def fetch_begin(self, v: int, body: dict, ctx: Context):
+        """``(body, None)`` when the fetch can be answered now, else ``(None, wait)``:
+        until min_bytes are there, an error shows or max_wait passes
+        (:meth:`fetch_check`; the native ParkedFetch's rule)."""
         parts, order, bad = [], [], {}
         max_bytes = body["max_bytes"] if v >= 3 and body["max_bytes"] > 0 else FETCH_MAX_BYTES_MAX
         for t in body["topics"]:
@@ -211,7 +258,26 @@ class KafkaApis:
                                     "min_bytes": max(body["min_bytes"], 0),
                                     "max_bytes": min(max_bytes, FETCH_MAX_BYTES_MAX),
                                     "parts": parts})
-        heads, pieces = await self._fetch_wait(req) if parts else ([], [])
+        if not parts:
+            return self._fetch_body([], [], order, bad), None
+        wait = Wait("fetch", req, [], trio.current_time() + max_wait_ms / 1000, (order, bad))
+        answer = self.fetch_check(wait, max_wait_ms == 0)
+        return (answer, None) if answer is not None else (None, wait)
+
+    def fetch_check(self, wait: Wait, expired: bool) -> dict | None:
+        """The fetch's answer if min_bytes are there, an error shows, a partition is
+        gone or ``expired``; else None (``wait.parts``: the partitions to watch)."""
+        broker, req = self.broker, wait.req
+        heads, pieces, total, error = broker.fetch_once(req)
+        order, bad = wait.state
+        if not (error or total >= req.fields["min_bytes"] or expired):
+            parts = [broker.partitions.get((t, p)) for t, p, *_ in req.fields["parts"]]
+            if all(p is not None for p in parts):
+                wait.parts = parts
+                return None
+        return self._fetch_body(heads, pieces, order, bad)
+
+    def _fetch_body(self, heads: list, pieces: list, order: list, bad: dict) -> dict:
         got: dict = {}
         it = iter(pieces)
         for h in heads:
@@ -241,30 +307,6 @@ class KafkaApis:
             by_topic.setdefault(key[0], []).append(row)
         return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0,
                 "responses": [{"topic": n, "partitions": rows} for n, rows in by_topic.items()]}
-
-    async def _fetch_wait(self, req: Request) -> tuple[list, list]:
-        """The broker's fetch, long-polled: read once; until min_bytes are there, an
-        error shows or max_wait passes, wait for any of the partitions' high watermark to
-        move and read again (the native ParkedFetch's rule, as a task)."""
-        broker = self.broker
-        deadline = trio.current_time() + req.fields["max_wait_ms"] / 1000
-        while True:
-            heads, pieces, total, error = broker.fetch_once(req)
-            if error or total >= req.fields["min_bytes"] or trio.current_time() >= deadline:
-                return heads, pieces
-            ev = trio.Event()
-            parts = [broker.partitions.get((t, p)) for t, p, *_ in req.fields["parts"]]
-            if any(p is None for p in parts):
-                return heads, pieces
-            registered = [p for p in parts if p.add_waiter(ev)]
-            try:
-                if len(registered) < len(parts):
-                    return heads, pieces  # no room to wait on a partition: answer now
-                with trio.move_on_at(deadline):
-                    await ev.wait()
-            finally:
-                for p in registered:
-                    p.remove_waiter(ev)
 
     async def list_offsets(self, v: int, body: dict, ctx: Context) -> dict:
         parts, order = [], []

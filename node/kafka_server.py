@@ -7,12 +7,13 @@ which calls the broker and group coordinator the native server calls.
 Per connection, requests are handled in order and answered in order, on a plain
 non-blocking socket (node/sockio.py) with the native server's Outbox: a trio
 SocketStream costs two scheduler checkpoints per call, which the latency of a small
-produce or a tailing fetch feels. An acks=all produce is appended at once and its
-answer keeps its place (a Deferred) while it waits for the ISR in a task and the
-connection's next requests are read (as the native server does: a producer with
-several requests in flight pays one replication round for all of them); any other
-request that waits (a long-poll fetch, a rebalance, a metadata write) holds the
-connection's reading, as a Kafka broker does, after the answers already ready are sent.
+produce or a tailing fetch feels. A Produce (acks=all) waiting for the ISR and a Fetch
+waiting for data park in the node's purgatory (node/purgatory.py), as the native
+server's do: completed in the turn that moves their partition (a follower's fetch that
+advances the high watermark), not by a task of their own; their answers keep their
+place (a Deferred) while the connection's next requests are read and handled. Any other
+request that waits (a rebalance, a metadata write) holds the connection's reading, as
+a Kafka broker does, after the answers already ready are sent.
 
 What a client sends never takes the node down:
 
@@ -42,8 +43,9 @@ from raftlog.kafka_wire import (
     encode_response,
 )
 
-from .kafka_handlers import Context, KafkaApis
+from .kafka_handlers import Context, KafkaApis, Wait
 from .outbox import Deferred, Outbox
+from .purgatory import Delayed
 from .sockio import accept_loop, recv_into
 
 RECV_BYTES = 256 * 1024
@@ -52,17 +54,88 @@ MAX_CONNECTIONS = 4096
 #: Requests of one connection read but not yet answered (acks=all produces waiting for
 #: replication among them); the reader stops reading that connection at this many.
 MAX_IN_FLIGHT = 64
-PRODUCE_KEY = 0
+PRODUCE_KEY, FETCH_KEY = 0, 1
 _UNSUPPORTED = KAFKA["UNSUPPORTED_VERSION"]
+
+
+class _Conn:
+    """One Kafka client connection: its socket, answers, task nursery and the requests
+    it has parked in the purgatory (dropped when it closes)."""
+
+    __slots__ = ("sock", "out", "nursery", "parked")
+
+    def __init__(self, sock, out: Outbox, nursery):
+        self.sock, self.out, self.nursery = sock, out, nursery
+        self.parked: set = set()
+
+
+class _KafkaParked(Delayed):
+    """A Kafka Produce (acks=all) or Fetch waiting in the node's purgatory; its answer
+    keeps its place among the connection's answers."""
+
+    __slots__ = ("server", "conn", "header", "wait", "req", "place")
+
+    def __init__(self, server, conn: _Conn, header, wait: Wait):
+        super().__init__(server.purgatory, wait.deadline)
+        self.server, self.conn, self.header, self.wait = server, conn, header, wait
+        self.req = wait.req  # (the purgatory's error report names its API)
+        self.place: Deferred | None = None
+
+    def try_complete(self, expired: bool) -> bool:
+        apis = self.server.apis
+        check = apis.produce_check if self.wait.kind == "produce" else apis.fetch_check
+        body = check(self.wait, expired)
+        if body is None:
+            self.unwatch()
+            if self.watch(self.wait.parts):
+                return False
+            body = check(self.wait, True)  # no room to wait on a partition: answer now
+        h = self.header
+        self._send([encode_response(h.api_key, h.api_version, h.correlation_id, body)])
+        return True
+
+    def fail(self, e: Exception) -> None:
+        """A bug of ours while completing: logged; the connection closes."""
+        h = self.header
+        self.server.events.error("kafka_handler_failed", api=h.api_key, version=h.api_version,
+                                 error=repr(e))
+        self.conn.parked.discard(self)
+        self.conn.nursery.cancel_scope.cancel()
+
+    def cancel(self) -> None:
+        self.conn.parked.discard(self)
+        super().cancel()
+
+    def _send(self, pieces: list) -> None:
+        conn = self.conn
+        conn.parked.discard(self)
+        conn.out.fill(self.place, pieces)
+        try:
+            if conn.out.try_send_now(conn.sock):
+                return
+        except OSError:
+            conn.nursery.cancel_scope.cancel()
+            return
+        conn.nursery.start_soon(_flush, conn)
+
+
+async def _flush(conn: _Conn) -> None:
+    try:
+        await conn.out.flush(conn.sock)
+    except OSError:
+        conn.nursery.cancel_scope.cancel()
 
 
 class KafkaServer:
     """One node's Kafka listener over its broker."""
 
-    def __init__(self, config, broker, events):
+    def __init__(self, config, broker, events, purgatory=None):
         self.config = config
         self.broker = broker
         self.events = events
+        #: the node's purgatory (the native server's): where waiting Produce (acks=all)
+        #: and Fetch requests park
+        self.purgatory = purgatory
         self.connections = 0
         self.address: tuple[str, int] | None = None
         self.apis = KafkaApis(broker, config, self.kafka_address)
@@ -120,23 +193,32 @@ class KafkaServer:
                 sock.close()
 
     async def _serve_connection(self, sock, host: str) -> None:
-        """The connection's reader, plus a task per acks=all produce waiting for the ISR
-        (and per answer that found the socket full), owned by one nursery: whatever
-        fails ends the nursery, and the connection closes."""
+        """The connection's reader, plus a task per answer that found the socket full,
+        owned by one nursery: whatever fails ends the nursery, and the connection closes
+        (dropping the requests it has parked)."""
         sock.setsockopt(_stdsocket.IPPROTO_TCP, _stdsocket.TCP_NODELAY, 1)
         failure: BaseException | None = None
-        async with trio.open_nursery() as nursery:
-            try:
-                await self._reader(sock, host, Outbox(), nursery)
-            except Exception as e:  # raised below, outside the nursery (no group wrapping)
-                failure = e
-            nursery.cancel_scope.cancel()
+        conn = None
+        try:
+            async with trio.open_nursery() as nursery:
+                conn = _Conn(sock, Outbox(), nursery)
+                try:
+                    await self._reader(host, conn)
+                except Exception as e:  # raised below, outside the nursery (no group wrapping)
+                    failure = e
+                nursery.cancel_scope.cancel()
+        finally:
+            if conn is not None:
+                for op in list(conn.parked):
+                    op.cancel()
         if failure is not None:
             raise failure
 
-    async def _reader(self, sock, host: str, out: Outbox, nursery) -> None:
+    async def _reader(self, host: str, conn: _Conn) -> None:
+        sock, out = conn.sock, conn.out
         decoder = FrameDecoder(self.config.max_frame_bytes)
         buf = bytearray(RECV_BYTES)
+        run_ready = self.purgatory.run_ready
         while True:
             data, waited = await recv_into(sock, buf)
             if not data:
@@ -145,15 +227,20 @@ class KafkaServer:
             while (payload := decoder.next_frame()) is not None:
                 while out.deferred >= MAX_IN_FLIGHT:
                     await out.room.wait()  # bounded: a client pipelining past it waits
-                await self._answer(payload, host, sock, out, nursery)
+                await self._answer(payload, host, conn)
+            # Requests this turn woke (a follower's fetch after an append) are answered
+            # before this turn's own, as the native server does.
+            run_ready()
             if out.pieces:
                 await out.flush(sock)
             if not waited:
                 await trio.lowlevel.checkpoint()  # never blocked this turn: let others run
 
-    async def _answer(self, payload: bytes, host: str, sock, out: Outbox, nursery) -> None:
-        """Answer one request payload into ``out`` (nothing for acks=0). An acks=all
-        produce is appended now and its answer's place filled by a task once replicated."""
+    async def _answer(self, payload: bytes, host: str, conn: _Conn) -> None:
+        """Answer one request payload into the connection's Outbox (nothing for
+        acks=0). A Produce (acks=all) or Fetch that must wait parks in the purgatory
+        with its place among the answers; the reader goes on."""
+        out = conn.out
         try:
             req = decode_request(payload)
         except UnsupportedRequest as e:
@@ -162,17 +249,18 @@ class KafkaServer:
         h = req.header
         ctx = Context(h.client_id, host, h.correlation_id)
         try:
+            wait = None
             if h.api_key == PRODUCE_KEY:
-                body, finish = self.apis.produce_begin(h.api_version, req.body, ctx)
-                if finish is not None:
-                    place = out.add_deferred()
-                    nursery.start_soon(self._finish, h, finish, sock, out, place, nursery)
-                    return
+                body, wait = self.apis.produce_begin(h.api_version, req.body, ctx)
+            elif h.api_key == FETCH_KEY:
+                body, wait = self.apis.fetch_begin(h.api_version, req.body, ctx)
             else:
                 if out.pieces:  # the answers ready so far go before this one may wait
-                    await out.flush(sock)
+                    await out.flush(conn.sock)
                 body = await self.apis.handlers[h.api_key](h.api_version, req.body, ctx)
-            if body is not None:
+            if wait is not None:
+                self._park(conn, h, wait)
+            elif body is not None:
                 out.add(encode_response(h.api_key, h.api_version, h.correlation_id, body))
         except (OSError, trio.Cancelled):
             raise
@@ -181,22 +269,14 @@ class KafkaServer:
                               error=repr(e))
             raise KafkaDecodeError(f"internal error answering api {h.api_key}: {e!r}") from None
 
-    async def _finish(self, h, finish, sock, out: Outbox, place: Deferred, nursery) -> None:
-        try:
-            body = await finish()
-            frame = encode_response(h.api_key, h.api_version, h.correlation_id, body)
-        except Exception as e:  # our bug: log it and drop the connection
-            self.events.error("kafka_handler_failed", api=h.api_key, version=h.api_version,
-                              error=repr(e))
-            nursery.cancel_scope.cancel()
+    def _park(self, conn: _Conn, header, wait: Wait) -> None:
+        op = _KafkaParked(self, conn, header, wait)
+        op.place = conn.out.add_deferred()
+        conn.parked.add(op)
+        if not op.watch(wait.parts):  # a partition has no room for another waiter
+            self.purgatory.complete_now(op)
             return
-        out.fill(place, [frame])
-        try:
-            if out.try_send_now(sock):
-                return
-            await out.flush(sock)
-        except OSError:
-            nursery.cancel_scope.cancel()
+        self.purgatory.park(op)
 
     def _unsupported(self, e: UnsupportedRequest) -> bytes:
         if e.api_key == API_VERSIONS_KEY:

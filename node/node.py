@@ -84,7 +84,8 @@ class Node:
                 if self.config.kafka_port is not None:  # kafka.listener
                     from .kafka_server import KafkaServer
 
-                    self.kafka = KafkaServer(self.config, self.broker, self.events)
+                    self.kafka = KafkaServer(self.config, self.broker, self.events,
+                                             self.server.purgatory)
                     await nursery.start(self.kafka.serve)
                 if self.store is not None:
                     from .fetcher import FetcherManager
