@@ -123,7 +123,13 @@ def test_new_partitions_join_parked_followers_without_new_fetch_sessions(tmp_pat
             return sum(value(scrape(port), "raftlog_fetch_sessions_created_total")
                        for port in ports)
 
-        until(lambda: sessions() > 0)
+        def pairs(topics) -> set:  # (follower, leader): one fetcher, one session each
+            with c.admin() as a:
+                return {(r, p.leader) for t in topics for p in a.describe_topic(t).partitions
+                        for r in p.replicas if r != p.leader}
+
+        base = pairs([f"base{i}" for i in range(3)])
+        until(lambda: sessions() >= len(base))  # every fetcher connected
         before = sessions()
         with c.admin() as a:
             for i in range(5):
@@ -132,6 +138,8 @@ def test_new_partitions_join_parked_followers_without_new_fetch_sessions(tmp_pat
             for i in range(5):
                 for part in range(3):
                     p.send(f"new{i}", b"v", partition=part).result(10)
-        assert sessions() == before
+        # only a follower that had no fetcher for a new partition's leader opens one
+        new_pairs = pairs([f"new{i}" for i in range(5)]) - base
+        assert sessions() == before + len(new_pairs)
     finally:
         c.stop()
