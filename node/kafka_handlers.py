@@ -90,6 +90,7 @@ class KafkaApis:
             15: self.describe_groups, 16: self.list_groups, 18: self.api_versions,
             19: self.create_topics, 20: self.delete_topics, 22: self.init_producer_id,
             32: self.describe_configs, 60: self.describe_cluster,
+            17: self.sasl_handshake, 36: self.sasl_authenticate,
         }
         assert set(self.handlers) == set(SUPPORTED)
 
@@ -106,6 +107,16 @@ class KafkaApis:
         return {"error_code": 0, "throttle_time_ms": 0,
                 "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
                              for k, (lo, hi) in sorted(SUPPORTED.items())]}
+
+    async def sasl_handshake(self, v: int, body: dict, ctx: Context) -> dict:
+        """Only a SASL listener's connection before authentication uses SASL (the
+        listener answers it there); here it is out of place, as in Kafka."""
+        return {"error_code": _E[ErrorCode.ILLEGAL_SASL_STATE], "mechanisms": []}
+
+    async def sasl_authenticate(self, v: int, body: dict, ctx: Context) -> dict:
+        return {"error_code": _E[ErrorCode.ILLEGAL_SASL_STATE],
+                "error_message": "no SASL authentication on this connection now",
+                "auth_bytes": b"", "session_lifetime_ms": 0}
 
     def _brokers(self, rows) -> list:
         out = []

@@ -1,0 +1,215 @@
+"""The Kafka listener with TLS, SASL/SCRAM and ACLs, against a real node process, with
+confluent-kafka (librdkafka): the native listeners' certificates, credentials, failure
+limiter and ACLs serve it (node/server.py, node/authn.py, node/authz.py)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import pytest
+
+from raftlog import scram
+from raftlog.client import Admin
+from raftlog.kafka_wire import FrameDecoder, decode_response, encode_request
+from tests.certs import make_certs
+from tests.conftest import NodeProcess, free_ports
+
+ck = pytest.importorskip("confluent_kafka")
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+ADMIN_PW = "admin-secret-123"
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    c = make_certs(str(tmp_path_factory.mktemp("kcerts")))
+    cert, key = c.issue("node", "node1", hosts=("127.0.0.1",))
+    c.keystore = os.path.join(c.dir, "node-keystore.pem")
+    with open(c.keystore, "w") as f:
+        f.write(open(cert).read() + open(key).read())
+    return c
+
+
+def start(tmp, certs, protocol: str, native: str = "PLAINTEXT", extra=None) -> NodeProcess:
+    """A node with ``kafka.listener=<protocol>://127.0.0.1:<port>``; its native listener
+    ``native`` (SASL_SSL: the admin user below is its inter-broker user)."""
+    port, kport = free_ports(2)
+    props = {"listeners": f"{native}://127.0.0.1:{port}",
+             "kafka.listener": f"{protocol}://127.0.0.1:{kport}",
+             "ssl.keystore.location": certs.keystore,
+             "offsets.topic.replication.factor": "1", "offsets.topic.num.partitions": "2",
+             "group.initial.rebalance.delay.ms": "0"}
+    if "SASL" in protocol or "SASL" in native:
+        props.update({"sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512,PLAIN",
+                      "inter.broker.sasl.username": "admin",
+                      "inter.broker.sasl.password": ADMIN_PW,
+                      "connection.failed.authentication.delay.ms": "0"})
+    n = NodeProcess(str(tmp / f"node-{protocol}"), port, extra={**props, **(extra or {})})
+    n.start()
+    n.kafka = f"127.0.0.1:{kport}"
+    deadline = time.monotonic() + 20
+    while True:  # the Kafka listener starts after the native one
+        try:
+            socket.create_connection(("127.0.0.1", kport), timeout=5).close()
+            return n
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def client_conf(node, certs, protocol: str, **kw) -> dict:
+    conf = {"bootstrap.servers": node.kafka, "security.protocol": protocol}
+    if "SSL" in protocol:
+        conf["ssl.ca.location"] = certs.cafile
+    return {**conf, **kw}
+
+
+def produce_consume(conf: dict, topic: str, n: int = 200) -> list:
+    """Produce n records (acks=all, idempotent) and consume them back through one group."""
+    errors = []
+    p = ck.Producer({**conf, "acks": "all", "enable.idempotence": True, "linger.ms": 2})
+    for i in range(n):
+        p.produce(topic, key=b"k%d" % i, value=b"v%d" % i,
+                  on_delivery=lambda e, m: e and errors.append(e))
+    assert p.flush(30) == 0 and not errors, errors
+    c = ck.Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+    c.subscribe([topic])
+    got, deadline = [], time.monotonic() + 30
+    while len(got) < n and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            got.append((m.key(), m.value()))
+    c.close()
+    return sorted(got)
+
+
+def expected(n: int = 200) -> list:
+    return sorted((b"k%d" % i, b"v%d" % i) for i in range(n))
+
+
+def create_topic(conf: dict, name: str, partitions: int = 2) -> None:
+    admin = AdminClient(conf)  # (kept alive until its futures are done)
+    for f in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+        f.result(20)
+
+
+def test_ssl_kafka_listener_produce_consume(tmp_path, certs):
+    node = start(tmp_path, certs, "SSL")
+    try:
+        conf = client_conf(node, certs, "SSL")
+        create_topic(conf, "tls")
+        assert produce_consume(conf, "tls") == expected()
+        # a client that does not trust the node's CA fails its handshake; others go on
+        other = make_certs(str(tmp_path / "other"))
+        bad = ck.Producer({**conf, "ssl.ca.location": other.cafile, "message.timeout.ms": 3000})
+        failed = []
+        bad.produce("tls", b"never", on_delivery=lambda e, m: failed.append(e))
+        bad.flush(10)
+        assert failed and failed[0].code() == ck.KafkaError._MSG_TIMED_OUT
+        assert produce_consume(conf, "tls", 0) == []
+        with Admin(node.bootstrap) as a:
+            assert "tls" in a.list_topics()
+        assert "tls_handshake_failed" in node.log_text()
+    finally:
+        node.stop()
+    assert "kafka_handler_failed" not in node.log_text()
+
+
+def sasl_conf(node, certs, protocol: str, mechanism: str, user: str, password: str,
+              **kw) -> dict:
+    return client_conf(node, certs, protocol, **{
+        "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password, **kw})
+
+
+def admin_of(node, certs) -> Admin:
+    """The raftlog Admin over the native SASL_SSL listener, as the admin user."""
+    return Admin(node.bootstrap, security_protocol="SASL_SSL", ssl_cafile=certs.cafile,
+                 sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="admin",
+                 sasl_plain_password=ADMIN_PW)
+
+
+@pytest.mark.parametrize("protocol", ["SASL_PLAINTEXT", "SASL_SSL"])
+def test_sasl_scram_kafka_listener(tmp_path, certs, protocol):
+    node = start(tmp_path, certs, protocol, native="SASL_SSL",
+                 extra={"connection.failed.authentication.max": "1000"})
+    try:
+        with admin_of(node, certs) as a:
+            a.create_user("alice", "alice-pw", "SCRAM-SHA-256")
+            a.create_user("bob", "bob-pw", "SCRAM-SHA-512")
+        alice = sasl_conf(node, certs, protocol, "SCRAM-SHA-256", "alice", "alice-pw")
+        bob = sasl_conf(node, certs, protocol, "SCRAM-SHA-512", "bob", "bob-pw")
+        create_topic(alice, "s1")
+        assert produce_consume(alice, "s1") == expected()
+        assert produce_consume(bob, "s1", 0) == []
+        # a wrong password: the client reports an authentication error
+        errors = []
+        wrong = sasl_conf(node, certs, protocol, "SCRAM-SHA-256", "alice", "nope",
+                          error_cb=errors.append, **{"message.timeout.ms": 3000})
+        p = ck.Producer(wrong)
+        p.produce("s1", b"never")
+        p.flush(5)
+        assert any(e.code() == ck.KafkaError._AUTHENTICATION for e in errors), errors
+        # an unknown user and a mechanism the user has no credential for fail alike
+        errors.clear()
+        p = ck.Producer({**wrong, "sasl.username": "mallory", "sasl.mechanism": "SCRAM-SHA-512"})
+        p.produce("s1", b"never")
+        p.flush(5)
+        assert any(e.code() == ck.KafkaError._AUTHENTICATION for e in errors), errors
+        # the node keeps serving the others
+        assert produce_consume(bob, "s1", 0) == []
+        log = node.log_text()
+        assert "authentication_failed" in log and "listener=kafka" in log
+    finally:
+        node.stop()
+    assert "kafka_handler_failed" not in node.log_text()
+
+
+def _connect(node) -> socket.socket:
+    host, port = node.kafka.split(":")
+    return socket.create_connection((host, int(port)), timeout=10)
+
+
+def _call(s: socket.socket, key: int, version: int, cid: int, body: dict):
+    """Send one request; (correlation id, body) of the answer, or None: closed."""
+    s.sendall(encode_request(key, version, cid, body))
+    dec = FrameDecoder()
+    while (frame := dec.next_frame()) is None:
+        data = s.recv(65536)
+        if not data:
+            return None
+        dec.receive_data(data)
+    return decode_response(key, version, frame)
+
+
+def test_sasl_before_authentication_and_failure_limit(tmp_path, certs):
+    """Before authentication only ApiVersions and SASL are served; failures answer
+    SASL_AUTHENTICATION_FAILED (58), close, and count per address."""
+    node = start(tmp_path, certs, "SASL_PLAINTEXT", native="SASL_SSL",
+                 extra={"connection.failed.authentication.max": "3"})
+    try:
+        with _connect(node) as s:
+            _, body = _call(s, 18, 3, 1, {"client_software_name": "t",
+                                          "client_software_version": "1"})
+            keys = {a["api_key"]: (a["min_version"], a["max_version"]) for a in body["api_keys"]}
+            assert keys[17] == (0, 1) and keys[36] == (0, 2)
+            assert _call(s, 3, 1, 2, {"topics": None}) is None  # Metadata first: closed
+        with _connect(node) as s:
+            _, body = _call(s, 17, 1, 1, {"mechanism": "GSSAPI"})
+            assert body["error_code"] == 33 and "SCRAM-SHA-256" in body["mechanisms"]
+        with _connect(node) as s:  # a wrong password
+            assert _call(s, 17, 1, 1, {"mechanism": "SCRAM-SHA-256"})[1]["error_code"] == 0
+            client = scram.ScramClient("SCRAM-SHA-256", "admin", "wrong")
+            _, body = _call(s, 36, 2, 2, {"auth_bytes": client.first()})
+            assert body["error_code"] == 0
+            _, body = _call(s, 36, 2, 3, {"auth_bytes": client.final(body["auth_bytes"])})
+            assert body["error_code"] == 58 and "authentication failed" in body["error_message"]
+            assert s.recv(10) == b""
+        with _connect(node) as s:  # blocked: three failures from this address
+            assert s.recv(10) == b""
+        assert "address_blocked" in node.log_text()
+    finally:
+        node.stop()
+    assert "kafka_handler_failed" not in node.log_text()
