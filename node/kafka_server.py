@@ -34,7 +34,6 @@ import trio
 
 from raftlog.errors import ApiError, ErrorCode
 from raftlog.kafka_errors import KAFKA, to_kafka
-from raftlog.listeners import Listener, SecurityProtocol
 from raftlog.kafka_wire import (
     API_VERSIONS_KEY,
     SUPPORTED,
@@ -44,6 +43,7 @@ from raftlog.kafka_wire import (
     decode_request,
     encode_response,
 )
+from raftlog.listeners import Listener, SecurityProtocol
 
 from .authn import FailureLimiter
 from .kafka_handlers import Context, KafkaApis, Wait

@@ -51,8 +51,8 @@ from .logfmt import EventLog
 from .outbox import Deferred, Outbox
 from .purgatory import Delayed, Purgatory
 from .routes import ROUTES, SERVED_APIS, Mode
-from .sockio import recv_into as _recv
 from .sockio import accept_loop, tls_handshake
+from .sockio import recv_into as _recv
 from .sockio import tls_recv_into as _tls_recv
 
 RECV_BYTES = 256 * 1024
