@@ -1,4 +1,9 @@
-"""The Kafka wire-protocol listener (``kafka.listener=HOST:PORT``; off by default).
+"""The Kafka wire-protocol listener (``kafka.listener=[PROTOCOL://]HOST:PORT``; off by default).
+
+Security is the native listeners' (docs/security.md): TLS (SSL, SASL_SSL) through the
+native server's ``_secure``, SASL (SaslHandshake, SaslAuthenticate) through the same
+SaslSession, failure limiter and auth watchdog, and with ACLs on, each request carries
+the connection's principal (Context.acl) to the handlers' authorization choke point.
 
 A second codec in front of the same node: frames are split and decoded by
 raftlog.kafka_wire (sans-IO), each request is answered by node/kafka_handlers.py,
@@ -46,6 +51,7 @@ from raftlog.kafka_wire import (
 from raftlog.listeners import Listener, SecurityProtocol
 
 from .authn import FailureLimiter
+from .authz import AclCheck
 from .kafka_handlers import Context, KafkaApis, Wait
 from .outbox import Deferred, Outbox
 from .purgatory import Delayed
@@ -294,7 +300,10 @@ class KafkaServer:
         if guard is not None and guard.sasl is not None and (
                 not guard.sasl.authenticated and await self._sasl_step(req, conn)):
             return
-        ctx = Context(h.client_id, host, h.correlation_id)
+        acl = None
+        if guard is not None and self.config.authorizer_enable and guard.principal is not None:
+            acl = AclCheck(guard.principal, self.broker.security.authorizer())
+        ctx = Context(h.client_id, host, h.correlation_id, acl)
         try:
             wait = None
             if h.api_key == PRODUCE_KEY:

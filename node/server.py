@@ -611,12 +611,7 @@ class Server:
             return None
         route = ROUTES[req.api]
         check = AclCheck(guard.principal, self.broker.security.authorizer())
-        if isinstance(route.acl, str):
-            getattr(check, route.acl)(req.fields)
-        else:
-            needs = route.acl(req.fields)
-            if needs:
-                check.require(req.api, needs)
+        check.check_route(req.api, route.acl, req.fields)
         if req.api is Api.METADATA:
             fields, hidden = check.metadata_request(req.fields)
             return (fields, hidden) if hidden else None
