@@ -160,6 +160,9 @@ def test_sasl_scram_kafka_listener(tmp_path, certs, protocol):
         assert any(e.code() == ck.KafkaError._AUTHENTICATION for e in errors), errors
         # the node keeps serving the others
         assert produce_consume(bob, "s1", 0) == []
+        if protocol == "SASL_SSL":  # PLAIN (over TLS) against the same SCRAM credential
+            plain = sasl_conf(node, certs, protocol, "PLAIN", "bob", "bob-pw")
+            assert produce_consume(plain, "s1", 0) == []
         log = node.log_text()
         assert "authentication_failed" in log and "listener=kafka" in log
     finally:
@@ -308,6 +311,31 @@ def test_acls_on_the_kafka_listener(tmp_path, certs):
         assert _consume_assigned(admin, "ar", 2, timeout_s=3) == ([b"from-admin"], [])
         with admin_of(node, certs) as a:
             assert "new-one" not in a.list_topics()
+    finally:
+        node.stop()
+    assert "kafka_handler_failed" not in node.log_text()
+
+
+def test_sasl_handshake_v0_bare_tokens(tmp_path, certs):
+    """After a SaslHandshake v0 the SCRAM messages travel as bare length-prefixed tokens
+    (Kafka's original framing); then Kafka requests are served as usual."""
+    node = start(tmp_path, certs, "SASL_PLAINTEXT", native="SASL_SSL")
+    try:
+        with _connect(node) as s:
+            assert _call(s, 17, 0, 1, {"mechanism": "SCRAM-SHA-512"})[1]["error_code"] == 0
+            client = scram.ScramClient("SCRAM-SHA-512", "admin", ADMIN_PW)
+
+            def token(data: bytes) -> bytes:
+                s.sendall(len(data).to_bytes(4, "big") + data)
+                dec = FrameDecoder()
+                while (frame := dec.next_frame()) is None:
+                    dec.receive_data(s.recv(65536))
+                return bytes(frame)
+
+            server_final = token(client.final(token(client.first())))
+            assert server_final.startswith(b"v=")
+            _, body = _call(s, 3, 1, 2, {"topics": None})
+            assert body["brokers"]
     finally:
         node.stop()
     assert "kafka_handler_failed" not in node.log_text()
