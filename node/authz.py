@@ -85,6 +85,16 @@ class AclCheck:
                 raise ApiError(_CODES[rtype], f"{self.principal} may not {op.value} "
                                f"{rtype.value} {name!r} ({api.name})")
 
+    def check_route(self, api: Api, acl, fields) -> None:
+        """Raise the *_AUTHORIZATION_FAILED ApiError unless the requirement ``acl`` of
+        ``api``'s route (routes.py) is met by the native request ``fields``."""
+        if isinstance(acl, str):
+            getattr(self, acl)(fields)
+        else:
+            needs = acl(fields)
+            if needs:
+                self.require(api, needs)
+
     # ------------------------------------------------------------------ special cases
 
     def check_create_topics(self, fields) -> None:

@@ -176,6 +176,9 @@ class NodeConfig:
     #: this node's Kafka port offset (what ``raftlog up --kafka-port`` sets up).
     kafka_host: str | None = None
     kafka_port: int | None = None
+    #: ``kafka.listener=PROTOCOL://HOST:PORT`` (plain HOST:PORT: PLAINTEXT); TLS uses the
+    #: ssl.* keys of the native listeners, SASL their mechanisms and credentials.
+    kafka_protocol: L.SecurityProtocol = L.SecurityProtocol.PLAINTEXT
     kafka_advertised: tuple | None = None
     kafka_brokers: dict = field(default_factory=dict)
     #: Test-only fault flags (never set in production configs).
@@ -199,7 +202,9 @@ class NodeConfig:
     def security_enabled(self) -> bool:
         """Whether any listener uses TLS or SASL (or ACLs are on)."""
         return self.authorizer_enable or any(
-            x.protocol is not L.SecurityProtocol.PLAINTEXT for x in self.listener_config.listeners)
+            x.protocol is not L.SecurityProtocol.PLAINTEXT for x in self.listener_config.listeners
+        ) or (self.kafka_port is not None
+              and self.kafka_protocol is not L.SecurityProtocol.PLAINTEXT)
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -286,13 +291,15 @@ class NodeConfig:
 
     def _validate_security(self) -> None:
         lc = self.listener_config  # raises ConfigError for bad listener keys
-        if (self.kafka_port is not None and not self.allow_plaintext_listeners
+        kp = self.kafka_protocol if self.kafka_port is not None else None
+        if (kp is not None and not kp.tls and not self.allow_plaintext_listeners
                 and not L.is_loopback(self.kafka_host or "")):
-            # the Kafka listener has no TLS or SASL yet: the same rule as `listeners`
+            # the same rule as `listeners`: PLAINTEXT and SASL_PLAINTEXT are unencrypted
             raise ConfigError(
-                f"kafka.listener {self.kafka_host}:{self.kafka_port} is unencrypted and "
-                "unauthenticated on a non-loopback address: set allow.plaintext.listeners=true")
-        protocols = {x.protocol for x in lc.listeners}
+                f"kafka.listener {kp.value}://{_bracket(self.kafka_host or '')}:{self.kafka_port}"
+                " is unencrypted on a non-loopback address: use SSL or SASL_SSL, or set "
+                "allow.plaintext.listeners=true")
+        protocols = {x.protocol for x in lc.listeners} | ({kp} if kp is not None else set())
         if any(p.tls for p in protocols) and not self.ssl_keystore_location:
             raise ConfigError("ssl.keystore.location (PEM certificate and key) is required by "
                               "an SSL or SASL_SSL listener")
@@ -311,9 +318,11 @@ class NodeConfig:
             raise ConfigError(f"sasl.mechanism.inter.broker.protocol "
                               f"{self.sasl_mechanism_inter_broker_protocol} is not in "
                               "sasl.enabled.mechanisms")
-        if "PLAIN" in self.sasl_enabled_mechanisms and any(
+        if "PLAIN" in self.sasl_enabled_mechanisms and (any(
                 x.protocol is L.SecurityProtocol.SASL_PLAINTEXT
-                and not L.is_loopback(x.host) for x in lc.listeners):
+                and not L.is_loopback(x.host) for x in lc.listeners) or (
+                kp is L.SecurityProtocol.SASL_PLAINTEXT
+                and not L.is_loopback(self.kafka_host or ""))):
             raise ConfigError("sasl.enabled.mechanisms: PLAIN would send passwords in the clear "
                               "on a SASL_PLAINTEXT listener: use SASL_SSL or SCRAM only")
 
@@ -382,7 +391,17 @@ def _set_metrics_listener(kw: dict, key: str, value: str) -> None:
         return
     kw["metrics_host"], kw["metrics_port"] = parse_address(key, value)
 def _set_kafka_listener(kw: dict, key: str, value: str) -> None:
+    """``HOST:PORT`` (PLAINTEXT) or ``PROTOCOL://HOST:PORT``."""
+    value = str(value).strip()
+    protocol = L.SecurityProtocol.PLAINTEXT
+    if "://" in value:
+        name, _, value = value.partition("://")
+        protocol = L.DEFAULT_PROTOCOL_MAP.get(name.strip().upper())
+        if protocol is None:
+            raise ConfigError(f"{key}: {name.strip()!r} is not one of "
+                              f"{', '.join(L.DEFAULT_PROTOCOL_MAP)} (PROTOCOL://HOST:PORT)")
     kw["kafka_host"], kw["kafka_port"] = parse_address(key, value)
+    kw["kafka_protocol"] = protocol
 
 
 def _set_kafka_advertised(kw: dict, key: str, value: str) -> None:

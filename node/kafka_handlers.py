@@ -27,10 +27,14 @@ import trio
 
 from raftlog import kafka_batch
 from raftlog import kafka_consumer_protocol as cp
+from raftlog.acl import CLUSTER_NAME
 from raftlog.errors import ApiError, CorruptRecordError, ErrorCode
 from raftlog.kafka_errors import to_kafka
 from raftlog.kafka_wire import SUPPORTED
 from raftlog.protocol import Api, Request
+
+from .authz import CLUSTER, DESCRIBE, TOPIC, AclCheck
+from .routes import ROUTES
 
 #: Kafka's INVALID_REQUEST etc. by raftlog name, for errors made here.
 _E = {c: to_kafka(c) for c in ErrorCode}
@@ -44,17 +48,30 @@ CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_TOPIC = 5, 1
 
 
 class Context:
-    """Per-connection facts a handler may need."""
+    """Per-connection facts a handler may need; ``acl``: the connection's principal
+    checked against the node's ACLs (None: ACLs off, everything allowed)."""
 
-    __slots__ = ("client_id", "client_host", "correlation_id")
+    __slots__ = ("client_id", "client_host", "correlation_id", "acl")
 
-    def __init__(self, client_id: str | None, client_host: str, correlation_id: int):
+    def __init__(self, client_id: str | None, client_host: str, correlation_id: int,
+                 acl: AclCheck | None = None):
         self.client_id = client_id or ""
         self.client_host = client_host
         self.correlation_id = correlation_id
+        self.acl = acl
+
+
+def _authorize(api: Api, ctx: Context, fields: dict) -> None:
+    """The ACL check of the native route of ``api`` (routes.py) on the native request
+    fields: raises the *_AUTHORIZATION_FAILED ApiError before anything is done."""
+    if ctx.acl is not None:
+        ctx.acl.check_route(api, ROUTES[api].acl, fields)
 
 
 def _req(api: Api, ctx: Context, fields: dict, body: bytes = b"") -> Request:
+    """The native request of a Kafka one, once the ACLs allow it (every handler builds
+    its native request here: the Kafka listener's authorization choke point)."""
+    _authorize(api, ctx, fields)
     return Request(api, 0, ctx.correlation_id, fields, body)
 
 
@@ -90,6 +107,7 @@ class KafkaApis:
             15: self.describe_groups, 16: self.list_groups, 18: self.api_versions,
             19: self.create_topics, 20: self.delete_topics, 22: self.init_producer_id,
             32: self.describe_configs, 60: self.describe_cluster,
+            17: self.sasl_handshake, 36: self.sasl_authenticate,
         }
         assert set(self.handlers) == set(SUPPORTED)
 
@@ -107,6 +125,16 @@ class KafkaApis:
                 "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
                              for k, (lo, hi) in sorted(SUPPORTED.items())]}
 
+    async def sasl_handshake(self, v: int, body: dict, ctx: Context) -> dict:
+        """Only a SASL listener's connection before authentication uses SASL (the
+        listener answers it there); here it is out of place, as in Kafka."""
+        return {"error_code": _E[ErrorCode.ILLEGAL_SASL_STATE], "mechanisms": []}
+
+    async def sasl_authenticate(self, v: int, body: dict, ctx: Context) -> dict:
+        return {"error_code": _E[ErrorCode.ILLEGAL_SASL_STATE],
+                "error_message": "no SASL authentication on this connection now",
+                "auth_bytes": b"", "session_lifetime_ms": 0}
+
     def _brokers(self, rows) -> list:
         out = []
         for b in rows:
@@ -121,8 +149,12 @@ class KafkaApis:
             if names is not None and any(n is None for n in names):
                 raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                "topics by id are not supported; name them")
-            head, _ = self.broker.metadata(_req(Api.METADATA, ctx, {"topics": names,
-                                                                    "include_configs": False}))
+            fields, hidden = {"topics": names, "include_configs": False}, []
+            if ctx.acl is not None:  # hidden topics look unknown and are never auto-created
+                fields, hidden = ctx.acl.metadata_request(fields)
+            head, _ = self.broker.metadata(_req(Api.METADATA, ctx, fields))
+            if ctx.acl is not None:
+                head = ctx.acl.filter_response(Api.METADATA, head, hidden)
         except ApiError as e:
             return {"brokers": [], "cluster_id": self.config.cluster_id, "controller_id": -1,
                     "topics": [{"error_code": _E[e.code], "name": n, "partitions": []}
@@ -190,8 +222,14 @@ class KafkaApis:
                     bodies.append(data)
         rows: list = []
         if parts:
-            req = _req(Api.PRODUCE, ctx, {"acks": acks, "timeout_ms": max(body["timeout_ms"], 0),
-                                          "parts": parts}, b"".join(bodies))
+            try:
+                req = _req(Api.PRODUCE, ctx, {"acks": acks,
+                                              "timeout_ms": max(body["timeout_ms"], 0),
+                                              "parts": parts}, b"".join(bodies))
+            except ApiError as e:  # denied: nothing appended
+                errors.update({(t, p): (e.code, e.message) for t, p, _ in parts})
+                parts = []
+        if parts:
             if acks == -1:
                 rows, waits, deadline = self.broker.produce_acks_all_append(req)
                 if waits:
@@ -254,10 +292,14 @@ class KafkaApis:
                 parts.append((key[0], key[1], p["fetch_offset"], part_max,
                               p["current_leader_epoch"]))
         max_wait_ms = min(max(body["max_wait_ms"], 0), FETCH_MAX_WAIT_MS)
-        req = _req(Api.FETCH, ctx, {"replica_id": -1, "max_wait_ms": max_wait_ms,
-                                    "min_bytes": max(body["min_bytes"], 0),
-                                    "max_bytes": min(max_bytes, FETCH_MAX_BYTES_MAX),
-                                    "parts": parts})
+        try:
+            req = _req(Api.FETCH, ctx, {"replica_id": -1, "max_wait_ms": max_wait_ms,
+                                        "min_bytes": max(body["min_bytes"], 0),
+                                        "max_bytes": min(max_bytes, FETCH_MAX_BYTES_MAX),
+                                        "parts": parts})
+        except ApiError as e:  # denied: every partition says so
+            bad.update({(t, p): e.code for t, p, *_ in parts})
+            parts = []
         if not parts:
             return self._fetch_body([], [], order, bad), None
         wait = Wait("fetch", req, [], trio.current_time() + max_wait_ms / 1000, (order, bad))
@@ -315,17 +357,22 @@ class KafkaApis:
                 order.append((t["name"], p["partition_index"]))
                 if p["partition_index"] >= 0:
                     parts.append((t["name"], p["partition_index"], p["timestamp"]))
-        rows = {}
+        rows, missing = {}, _E[ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
         if parts:
-            head, _ = self.broker.list_offsets(_req(Api.LIST_OFFSETS, ctx, {"parts": parts}))
-            rows = {(r.topic, r.partition): r for r in head["parts"]}
+            try:
+                head, _ = self.broker.list_offsets(_req(Api.LIST_OFFSETS, ctx, {"parts": parts}))
+                rows = {(r.topic, r.partition): r for r in head["parts"]}
+            except ApiError as e:
+                if e.code is not ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+                    raise
+                missing = _E[e.code]
         by_topic: dict = {}
         for key in order:
             r = rows.get(key)
             row = ({"partition_index": key[1], "error_code": to_kafka(r.error),
                     "timestamp": r.timestamp, "offset": r.offset, "leader_epoch": self._epoch(key)}
                    if r is not None else
-                   {"partition_index": key[1], "error_code": _E[ErrorCode.UNKNOWN_TOPIC_OR_PARTITION],
+                   {"partition_index": key[1], "error_code": missing,
                     "timestamp": -1, "offset": -1, "leader_epoch": -1})
             by_topic.setdefault(key[0], []).append(row)
         return {"throttle_time_ms": 0,
@@ -352,9 +399,15 @@ class KafkaApis:
                                       if c["value"] is not None}})
         results = {}
         if wanted:
-            head, _ = await self._quorum(self.broker.create_topics, _req(
-                Api.CREATE_TOPICS, ctx, {"topics": wanted, "timeout_ms": max(body["timeout_ms"], 0),
-                                         "validate_only": body["validate_only"]}))
+            try:
+                req = _req(Api.CREATE_TOPICS, ctx, {
+                    "topics": wanted, "timeout_ms": max(body["timeout_ms"], 0),
+                    "validate_only": body["validate_only"]})
+            except ApiError as e:  # denied: nothing created
+                early.update({w["name"]: (e.code, e.message) for w in wanted})
+                wanted = []
+        if wanted:
+            head, _ = await self._quorum(self.broker.create_topics, req)
             results = {r.name: r for r in head["results"]}
         sizes = {w["name"]: w for w in wanted}
         out = []
@@ -375,9 +428,14 @@ class KafkaApis:
         return {"throttle_time_ms": 0, "topics": out}
 
     async def delete_topics(self, v: int, body: dict, ctx: Context) -> dict:
-        head, _ = await self._quorum(self.broker.delete_topics, _req(
-            Api.DELETE_TOPICS, ctx, {"names": list(body["topic_names"]),
-                                     "timeout_ms": max(body["timeout_ms"], 0)}))
+        try:
+            req = _req(Api.DELETE_TOPICS, ctx, {"names": list(body["topic_names"]),
+                                               "timeout_ms": max(body["timeout_ms"], 0)})
+        except ApiError as e:  # denied: nothing deleted
+            return {"throttle_time_ms": 0, "responses": [
+                {"name": n, "error_code": _E[e.code], "error_message": e.message}
+                for n in body["topic_names"]]}
+        head, _ = await self._quorum(self.broker.delete_topics, req)
         return {"throttle_time_ms": 0, "responses": [
             {"name": r.name, "error_code": to_kafka(r.error), "error_message": r.message or None}
             for r in head["results"]]}
@@ -390,7 +448,16 @@ class KafkaApis:
             keys = res["configuration_keys"]
             row = {"error_code": 0, "error_message": None, "resource_type": res["resource_type"],
                    "resource_name": res["resource_name"], "configs": []}
-            if res["resource_type"] == RESOURCE_TOPIC:
+            denied = ctx.acl is not None and not (
+                ctx.acl.allowed(DESCRIBE, TOPIC, res["resource_name"])
+                if res["resource_type"] == RESOURCE_TOPIC
+                else ctx.acl.allowed(DESCRIBE, CLUSTER, CLUSTER_NAME))
+            if denied:  # (describing a topic's configs needs DESCRIBE, as its metadata)
+                code = (ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                        if res["resource_type"] == RESOURCE_TOPIC
+                        else ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+                row["error_code"], row["error_message"] = _E[code], "not authorized"
+            elif res["resource_type"] == RESOURCE_TOPIC:
                 info = self.broker.store.topics.get(res["resource_name"])
                 if info is None:
                     row["error_code"] = _E[ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
@@ -417,6 +484,7 @@ class KafkaApis:
         try:
             if body["transactional_id"] is not None:
                 raise ApiError(ErrorCode.INVALID_REQUEST, "transactions are not supported")
+            _authorize(Api.INIT_PRODUCER_ID, ctx, {})
             got = await self.broker.producer_ids.init_producer_id({"timeout_ms": 30_000})
             return {"throttle_time_ms": 0, "error_code": 0, "producer_id": got["producer_id"],
                     "producer_epoch": got["producer_epoch"]}
@@ -426,7 +494,8 @@ class KafkaApis:
 
     # ------------------------------------------------------------------ groups
 
-    async def _group(self, api: Api, fields: dict) -> dict:
+    async def _group(self, api: Api, fields: dict, ctx: Context) -> dict:
+        _authorize(api, ctx, fields)
         if self.broker.groups is None:
             raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the node is starting")
         return await self.broker.groups.service.handle(api, fields)
@@ -438,7 +507,7 @@ class KafkaApis:
             try:
                 if body["key_type"] != 0:
                     raise ApiError(ErrorCode.INVALID_REQUEST, "only group coordinators exist here")
-                got = await self._group(Api.FIND_COORDINATOR, {"key": key})
+                got = await self._group(Api.FIND_COORDINATOR, {"key": key}, ctx)
                 host, port = self.kafka_address(got["node_id"], got["host"], got["port"])
                 rows.append({"key": key, "node_id": got["node_id"], "host": host, "port": port,
                              "error_code": 0, "error_message": None})
@@ -462,7 +531,7 @@ class KafkaApis:
                   "protocol_type": body["protocol_type"], "client_id": ctx.client_id,
                   "client_host": ctx.client_host}
         try:
-            got = await self._group(Api.JOIN_GROUP, fields)
+            got = await self._group(Api.JOIN_GROUP, fields, ctx)
         except ApiError as e:
             return {"error_code": _E[e.code], "generation_id": -1, "protocol_type": None,
                     "protocol_name": None if v >= 7 else "", "leader": "",
@@ -484,7 +553,7 @@ class KafkaApis:
                                    if consumer else a["assignment"])
                                   for a in body["assignments"]]}
         try:
-            got = await self._group(Api.SYNC_GROUP, fields)
+            got = await self._group(Api.SYNC_GROUP, fields, ctx)
         except ApiError as e:
             return {"error_code": _E[e.code], "assignment": b""}
         ptype = got.get("protocol_type")
@@ -501,7 +570,7 @@ class KafkaApis:
         try:
             await self._group(Api.HEARTBEAT, {"group": body["group_id"],
                                               "generation": body["generation_id"],
-                                              "member_id": body["member_id"]})
+                                              "member_id": body["member_id"]}, ctx)
             return {"error_code": 0}
         except ApiError as e:
             return {"error_code": _E[e.code]}
@@ -513,7 +582,7 @@ class KafkaApis:
         for m in members:
             try:
                 await self._group(Api.LEAVE_GROUP, {"group": body["group_id"],
-                                                    "member_id": m["member_id"]})
+                                                    "member_id": m["member_id"]}, ctx)
                 code = 0
             except ApiError as e:
                 code = _E[e.code]
@@ -534,7 +603,7 @@ class KafkaApis:
                   "member_id": body["member_id"], "offsets": offsets}
         codes: dict = {}
         try:
-            got = await self._group(Api.OFFSET_COMMIT, fields) if offsets else {"parts": []}
+            got = await self._group(Api.OFFSET_COMMIT, fields, ctx) if offsets else {"parts": []}
             codes = {(r.topic, r.partition): to_kafka(r.error) for r in got["parts"]}
             whole = None
         except ApiError as e:
@@ -553,7 +622,8 @@ class KafkaApis:
         parts = None if topics is None else [(t["name"], i) for t in topics
                                              for i in t["partition_indexes"] if i >= 0]
         try:
-            got = await self._group(Api.OFFSET_FETCH, {"group": body["group_id"], "parts": parts})
+            got = await self._group(Api.OFFSET_FETCH, {"group": body["group_id"], "parts": parts},
+                                    ctx)
         except ApiError as e:
             code = _E[e.code]
             return {"error_code": code, "topics": [
@@ -561,6 +631,8 @@ class KafkaApis:
                     {"partition_index": i, "committed_offset": -1, "metadata": None,
                      "error_code": code} for i in t["partition_indexes"]]}
                 for t in topics or []]}
+        if ctx.acl is not None:  # topics the principal may not describe: left out
+            got = ctx.acl.filter_response(Api.OFFSET_FETCH, dict(got))
         by_topic: dict = {}
         for r in got["parts"]:
             by_topic.setdefault(r.topic, []).append(
@@ -571,9 +643,11 @@ class KafkaApis:
 
     async def list_groups(self, v: int, body: dict, ctx: Context) -> dict:
         try:
-            got = await self._group(Api.LIST_GROUPS, {})
+            got = await self._group(Api.LIST_GROUPS, {}, ctx)
         except ApiError as e:
             return {"error_code": _E[e.code], "groups": []}
+        if ctx.acl is not None:  # groups the principal may not describe: left out
+            got = ctx.acl.filter_response(Api.LIST_GROUPS, dict(got))
         wanted = {s.lower() for s in body["states_filter"]} if v >= 4 else set()
         return {"error_code": 0, "groups": [
             {"group_id": g.group, "protocol_type": g.protocol_type, "group_state": g.state}
@@ -581,7 +655,7 @@ class KafkaApis:
 
     async def describe_groups(self, v: int, body: dict, ctx: Context) -> dict:
         try:
-            got = await self._group(Api.DESCRIBE_GROUPS, {"groups": list(body["groups"])})
+            got = await self._group(Api.DESCRIBE_GROUPS, {"groups": list(body["groups"])}, ctx)
         except ApiError as e:
             return {"groups": [{"error_code": _E[e.code], "group_id": g, "group_state": "",
                                 "protocol_type": "", "protocol_data": "", "members": []}

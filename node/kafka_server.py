@@ -1,4 +1,9 @@
-"""The Kafka wire-protocol listener (``kafka.listener=HOST:PORT``; off by default).
+"""The Kafka wire-protocol listener (``kafka.listener=[PROTOCOL://]HOST:PORT``; off by default).
+
+Security is the native listeners' (docs/security.md): TLS (SSL, SASL_SSL) through the
+native server's ``_secure``, SASL (SaslHandshake, SaslAuthenticate) through the same
+SaslSession, failure limiter and auth watchdog, and with ACLs on, each request carries
+the connection's principal (Context.acl) to the handlers' authorization choke point.
 
 A second codec in front of the same node: frames are split and decoded by
 raftlog.kafka_wire (sans-IO), each request is answered by node/kafka_handlers.py,
@@ -32,7 +37,8 @@ import struct
 
 import trio
 
-from raftlog.kafka_errors import KAFKA
+from raftlog.errors import ApiError, ErrorCode
+from raftlog.kafka_errors import KAFKA, to_kafka
 from raftlog.kafka_wire import (
     API_VERSIONS_KEY,
     SUPPORTED,
@@ -42,11 +48,15 @@ from raftlog.kafka_wire import (
     decode_request,
     encode_response,
 )
+from raftlog.listeners import Listener, SecurityProtocol
 
+from .authn import FailureLimiter
+from .authz import AclCheck
 from .kafka_handlers import Context, KafkaApis, Wait
 from .outbox import Deferred, Outbox
 from .purgatory import Delayed
-from .sockio import accept_loop, recv_into
+from .server import AUTH_TIMEOUT_S, AuthenticationFailed, Guard
+from .sockio import accept_loop, recv_into, tls_recv_into
 
 RECV_BYTES = 256 * 1024
 #: Connections served at once; further ones are accepted and closed at once.
@@ -55,18 +65,24 @@ MAX_CONNECTIONS = 4096
 #: replication among them); the reader stops reading that connection at this many.
 MAX_IN_FLIGHT = 64
 PRODUCE_KEY, FETCH_KEY = 0, 1
+SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY = 17, 36
+_SASL_KEYS = (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY)
 _UNSUPPORTED = KAFKA["UNSUPPORTED_VERSION"]
 
 
 class _Conn:
-    """One Kafka client connection: its socket, answers, task nursery and the requests
-    it has parked in the purgatory (dropped when it closes)."""
+    """One Kafka client connection: its socket, answers, task nursery, the requests
+    it has parked in the purgatory (dropped when it closes) and its security state
+    (``guard``: None on a PLAINTEXT listener of a node without ACLs)."""
 
-    __slots__ = ("sock", "out", "nursery", "parked")
+    __slots__ = ("sock", "out", "nursery", "parked", "guard", "raw_sasl")
 
-    def __init__(self, sock, out: Outbox, nursery):
+    def __init__(self, sock, out: Outbox, nursery, guard: Guard | None = None):
         self.sock, self.out, self.nursery = sock, out, nursery
         self.parked: set = set()
+        self.guard = guard
+        #: after a SaslHandshake v0 the client sends bare SASL tokens (no Kafka header)
+        self.raw_sasl = False
 
 
 class _KafkaParked(Delayed):
@@ -129,13 +145,19 @@ async def _flush(conn: _Conn) -> None:
 class KafkaServer:
     """One node's Kafka listener over its broker."""
 
-    def __init__(self, config, broker, events, purgatory=None):
+    def __init__(self, config, broker, events, purgatory=None, native=None):
         self.config = config
         self.broker = broker
         self.events = events
         #: the node's purgatory (the native server's): where waiting Produce (acks=all)
         #: and Fetch requests park
         self.purgatory = purgatory
+        #: the native server (node/server.py): its TLS context, SASL sessions, auth
+        #: watchdog and per-address failed-authentication limiter serve this listener too
+        self.native = native
+        self.failures = native.failures if native is not None else FailureLimiter()
+        self.listener = Listener("KAFKA", config.kafka_protocol, config.kafka_host or "",
+                                 config.kafka_port or 0)
         self.connections = 0
         self.address: tuple[str, int] | None = None
         self.apis = KafkaApis(broker, config, self.kafka_address)
@@ -175,9 +197,29 @@ class KafkaServer:
                 self.events.warning("connection_refused", peer=host,
                                     reason="too many connections", listener="kafka")
                 return
+            if self.failures.blocked(host, trio.current_time()):
+                self.events.warning("connection_refused", peer=host, listener="kafka",
+                                    reason="too many failed authentications from this address")
+                return
             self.connections += 1
             try:
-                await self._serve_connection(sock, host)
+                guard = None
+                if (self.listener.protocol is not SecurityProtocol.PLAINTEXT
+                        or self.config.authorizer_enable):
+                    # TLS handshake (with its timeout) and the SASL session, as the
+                    # native listeners do it
+                    secured, guard = await self.native._secure(
+                        sock, f"{peer[0]}:{peer[1]}", self.listener)
+                    if secured is None:
+                        return
+                    sock = secured  # (wrapping detached the plain socket)
+                await self._serve_connection(sock, host, guard)
+            except AuthenticationFailed as e:
+                log = self.events.warning if e.counted else self.events.info
+                log("authentication_failed", peer=host, reason=str(e), listener="kafka")
+                if e.counted and self.failures.record_failure(host, trio.current_time()):
+                    self.events.warning("address_blocked", peer=host, listener="kafka",
+                                        reason="too many failed authentications")
             except KafkaDecodeError as e:
                 self.events.warning("connection_closed", peer=host, reason=str(e),
                                     listener="kafka")
@@ -192,7 +234,7 @@ class KafkaServer:
                 trio.lowlevel.notify_closing(sock)
                 sock.close()
 
-    async def _serve_connection(self, sock, host: str) -> None:
+    async def _serve_connection(self, sock, host: str, guard: Guard | None = None) -> None:
         """The connection's reader, plus a task per answer that found the socket full,
         owned by one nursery: whatever fails ends the nursery, and the connection closes
         (dropping the requests it has parked)."""
@@ -201,7 +243,9 @@ class KafkaServer:
         conn = None
         try:
             async with trio.open_nursery() as nursery:
-                conn = _Conn(sock, Outbox(), nursery)
+                conn = _Conn(sock, Outbox(), nursery, guard)
+                if guard is not None and guard.sasl is not None:
+                    nursery.start_soon(self.native._auth_watchdog, conn, host)
                 try:
                     await self._reader(host, conn)
                 except Exception as e:  # raised below, outside the nursery (no group wrapping)
@@ -219,8 +263,10 @@ class KafkaServer:
         decoder = FrameDecoder(self.config.max_frame_bytes)
         buf = bytearray(RECV_BYTES)
         run_ready = self.purgatory.run_ready
+        tls = conn.guard is not None and conn.guard.listener.protocol.tls
+        recv = tls_recv_into if tls else recv_into
         while True:
-            data, waited = await recv_into(sock, buf)
+            data, waited = await recv(sock, buf)
             if not data:
                 return
             decoder.receive_data(data)
@@ -241,13 +287,23 @@ class KafkaServer:
         acks=0). A Produce (acks=all) or Fetch that must wait parks in the purgatory
         with its place among the answers; the reader goes on."""
         out = conn.out
+        if conn.raw_sasl:
+            await self._sasl_token(payload, conn)
+            return
         try:
             req = decode_request(payload)
         except UnsupportedRequest as e:
             out.add(self._unsupported(e))
             return
         h = req.header
-        ctx = Context(h.client_id, host, h.correlation_id)
+        guard = conn.guard
+        if guard is not None and guard.sasl is not None and (
+                not guard.sasl.authenticated and await self._sasl_step(req, conn)):
+            return
+        acl = None
+        if guard is not None and self.config.authorizer_enable and guard.principal is not None:
+            acl = AclCheck(guard.principal, self.broker.security.authorizer())
+        ctx = Context(h.client_id, host, h.correlation_id, acl)
         try:
             wait = None
             if h.api_key == PRODUCE_KEY:
@@ -268,6 +324,79 @@ class KafkaServer:
             self.events.error("kafka_handler_failed", api=h.api_key, version=h.api_version,
                               error=repr(e))
             raise KafkaDecodeError(f"internal error answering api {h.api_key}: {e!r}") from None
+
+    # ------------------------------------------------------------------ SASL
+
+    async def _sasl_step(self, req, conn: _Conn) -> bool:
+        """Before authentication: SaslHandshake and SaslAuthenticate through the
+        connection's SaslSession (node/authn.py, the native listeners' own). True: the
+        request was answered here; False: ApiVersions, served as usual. Anything else
+        closes the connection (as Kafka does); a failed step answers its error first."""
+        h, guard = req.header, conn.guard
+        sasl = guard.sasl
+        if h.api_key == API_VERSIONS_KEY:
+            return False
+        if h.api_key not in _SASL_KEYS:
+            raise AuthenticationFailed(f"Kafka api {h.api_key} before SASL authentication")
+        try:
+            if trio.current_time() > guard.auth_deadline:
+                raise ApiError(ErrorCode.SASL_AUTHENTICATION_FAILED,
+                               f"SASL authentication took longer than {AUTH_TIMEOUT_S:g}s")
+            if h.api_key == SASL_HANDSHAKE_KEY:
+                if not self.broker.registered:
+                    # replaying the metadata log: it cannot judge credentials yet
+                    raise ApiError(ErrorCode.BROKER_NOT_AVAILABLE,
+                                   f"node {self.config.node_id} is starting: retry")
+                got = sasl.handshake(req.body["mechanism"])
+                body = {"error_code": 0, "mechanisms": got["mechanisms"]}
+                conn.raw_sasl = h.api_version == 0
+            else:
+                # PLAIN derives a salted password (milliseconds of CPU): off the loop
+                got = await trio.to_thread.run_sync(sasl.authenticate, req.body["auth_bytes"])
+                body = {"error_code": 0, "error_message": None, "auth_bytes": got["auth"],
+                        "session_lifetime_ms": 0}
+                if sasl.authenticated:
+                    guard.principal = sasl.principal
+        except ApiError as e:
+            await self._fail_auth(conn, h, e)
+        conn.out.add(encode_response(h.api_key, h.api_version, h.correlation_id, body))
+        return True
+
+    async def _sasl_token(self, payload, conn: _Conn) -> None:
+        """A bare SASL token after a SaslHandshake v0: answered with a bare token; a
+        failure closes the connection without an answer (Kafka's v0 rule)."""
+        guard = conn.guard
+        try:
+            if trio.current_time() > guard.auth_deadline:
+                raise ApiError(ErrorCode.SASL_AUTHENTICATION_FAILED,
+                               f"SASL authentication took longer than {AUTH_TIMEOUT_S:g}s")
+            got = await trio.to_thread.run_sync(guard.sasl.authenticate, bytes(payload))
+        except ApiError as e:
+            await self._fail_auth(conn, None, e)
+        if guard.sasl.authenticated:
+            guard.principal = guard.sasl.principal
+            conn.raw_sasl = False
+        conn.out.add(struct.pack(">i", len(got["auth"])) + got["auth"])
+
+    async def _fail_auth(self, conn: _Conn, h, e: ApiError) -> None:
+        """Answer ``e`` (after connection.failed.authentication.delay.ms for a failed
+        authentication), flush, and close the connection."""
+        delay = self.config.connection_failed_authentication_delay_ms / 1000
+        if e.code is ErrorCode.SASL_AUTHENTICATION_FAILED and delay:
+            await trio.sleep(delay)
+        if h is not None:
+            code = to_kafka(e.code)
+            body = ({"error_code": code, "mechanisms": list(conn.guard.sasl.mechanisms)}
+                    if h.api_key == SASL_HANDSHAKE_KEY else
+                    {"error_code": code, "error_message": e.message, "auth_bytes": b"",
+                     "session_lifetime_ms": 0})
+            conn.out.add(encode_response(h.api_key, h.api_version, h.correlation_id, body))
+        try:
+            with trio.move_on_after(1.0):
+                await conn.out.flush(conn.sock)
+        except (OSError, trio.ClosedResourceError):
+            pass
+        raise AuthenticationFailed(e.message, counted=e.code is not ErrorCode.BROKER_NOT_AVAILABLE)
 
     def _park(self, conn: _Conn, header, wait: Wait) -> None:
         op = _KafkaParked(self, conn, header, wait)

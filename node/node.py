@@ -85,7 +85,7 @@ class Node:
                     from .kafka_server import KafkaServer
 
                     self.kafka = KafkaServer(self.config, self.broker, self.events,
-                                             self.server.purgatory)
+                                             self.server.purgatory, native=self.server)
                     await nursery.start(self.kafka.serve)
                 if self.store is not None:
                     from .fetcher import FetcherManager

@@ -51,8 +51,8 @@ from .logfmt import EventLog
 from .outbox import Deferred, Outbox
 from .purgatory import Delayed, Purgatory
 from .routes import ROUTES, SERVED_APIS, Mode
-from .sockio import recv_into as _recv
 from .sockio import accept_loop, tls_handshake
+from .sockio import recv_into as _recv
 from .sockio import tls_recv_into as _tls_recv
 
 RECV_BYTES = 256 * 1024
@@ -289,7 +289,8 @@ class Server:
         """Listen on every configured listener; started() with the first one's address."""
         c = self.config
         listeners = c.listener_config.listeners
-        if any(x.protocol.tls for x in listeners):
+        kafka_tls = c.kafka_port is not None and c.kafka_protocol.tls  # (kafka_server.py)
+        if kafka_tls or any(x.protocol.tls for x in listeners):
             self._ssl_context = server_context(
                 c.ssl_keystore_location, c.ssl_key_location, password=c.ssl_key_password,
                 cafile=c.ssl_truststore_location, client_auth=c.ssl_client_auth)
@@ -610,12 +611,7 @@ class Server:
             return None
         route = ROUTES[req.api]
         check = AclCheck(guard.principal, self.broker.security.authorizer())
-        if isinstance(route.acl, str):
-            getattr(check, route.acl)(req.fields)
-        else:
-            needs = route.acl(req.fields)
-            if needs:
-                check.require(req.api, needs)
+        check.check_route(req.api, route.acl, req.fields)
         if req.api is Api.METADATA:
             fields, hidden = check.metadata_request(req.fields)
             return (fields, hidden) if hidden else None

@@ -10,7 +10,7 @@ tagged versions, default, sub-fields)``; see raftlog/kafka_wire.py.
 # ruff: noqa: E501
 
 #: api name -> (api key, min version, max version) served
-ADVERTISED = {'Produce': (0, 3, 9), 'Fetch': (1, 4, 12), 'ListOffsets': (2, 1, 7), 'Metadata': (3, 0, 12), 'OffsetCommit': (8, 0, 8), 'OffsetFetch': (9, 0, 7), 'FindCoordinator': (10, 0, 4), 'JoinGroup': (11, 0, 7), 'Heartbeat': (12, 0, 4), 'LeaveGroup': (13, 0, 4), 'SyncGroup': (14, 0, 5), 'DescribeGroups': (15, 0, 5), 'ListGroups': (16, 0, 4), 'ApiVersions': (18, 0, 3), 'CreateTopics': (19, 0, 7), 'DeleteTopics': (20, 0, 5), 'InitProducerId': (22, 0, 4), 'DescribeConfigs': (32, 0, 4), 'DescribeCluster': (60, 0, 1)}
+ADVERTISED = {'Produce': (0, 3, 9), 'Fetch': (1, 4, 12), 'ListOffsets': (2, 1, 7), 'Metadata': (3, 0, 12), 'OffsetCommit': (8, 0, 8), 'OffsetFetch': (9, 0, 7), 'FindCoordinator': (10, 0, 4), 'JoinGroup': (11, 0, 7), 'Heartbeat': (12, 0, 4), 'LeaveGroup': (13, 0, 4), 'SyncGroup': (14, 0, 5), 'DescribeGroups': (15, 0, 5), 'ListGroups': (16, 0, 4), 'SaslHandshake': (17, 0, 1), 'ApiVersions': (18, 0, 3), 'CreateTopics': (19, 0, 7), 'DeleteTopics': (20, 0, 5), 'InitProducerId': (22, 0, 4), 'DescribeConfigs': (32, 0, 4), 'SaslAuthenticate': (36, 0, 2), 'DescribeCluster': (60, 0, 1)}
 
 #: (api key, 'request' | 'response') or (name, 'data') -> {'name', 'flexible_from', 'fields'}
 #: data schema name -> (min version, max version)
@@ -369,6 +369,13 @@ SCHEMAS = {(0, 'request'): {'name': 'ProduceRequest',
                                  ('protocol_type', 'string', 0, 32767, None, None, None, '', None),
                                  ('group_state', 'string', 4, 32767, None, None, None, '',
                                   None))))},
+ (17, 'request'): {'name': 'SaslHandshakeRequest',
+                   'flexible_from': None,
+                   'fields': (('mechanism', 'string', 0, 32767, None, None, None, '', None),)},
+ (17, 'response'): {'name': 'SaslHandshakeResponse',
+                    'flexible_from': None,
+                    'fields': (('error_code', 'int16', 0, 32767, None, None, None, 0, None),
+                               ('mechanisms', '[]string', 0, 32767, None, None, None, (), None))},
  (18, 'request'): {'name': 'ApiVersionsRequest',
                    'flexible_from': 3,
                    'fields': (('client_software_name', 'string', 3, 32767, None, None, None, '',
@@ -498,6 +505,17 @@ SCHEMAS = {(0, 'request'): {'name': 'ProduceRequest',
                                    ('config_type', 'int8', 3, 32767, None, None, None, 0, None),
                                    ('documentation', 'string', 3, 32767, (0, 32767), None, None, '',
                                     None))))))},
+ (36, 'request'): {'name': 'SaslAuthenticateRequest',
+                   'flexible_from': 2,
+                   'fields': (('auth_bytes', 'bytes', 0, 32767, None, None, None, b'', None),)},
+ (36, 'response'): {'name': 'SaslAuthenticateResponse',
+                    'flexible_from': 2,
+                    'fields': (('error_code', 'int16', 0, 32767, None, None, None, 0, None),
+                               ('error_message', 'string', 0, 32767, (0, 32767), None, None, '',
+                                None),
+                               ('auth_bytes', 'bytes', 0, 32767, None, None, None, b'', None),
+                               ('session_lifetime_ms', 'int64', 1, 32767, None, None, None, 0,
+                                None))},
  (60, 'request'): {'name': 'DescribeClusterRequest',
                    'flexible_from': 0,
                    'fields': (('include_cluster_authorized_operations', 'bool', 0, 32767, None,

@@ -37,11 +37,13 @@ ADVERTISED = {
     "SyncGroup": (14, 0, 5),
     "DescribeGroups": (15, 0, 5),
     "ListGroups": (16, 0, 4),
+    "SaslHandshake": (17, 0, 1),
     "ApiVersions": (18, 0, 3),
     "CreateTopics": (19, 0, 7),
     "DeleteTopics": (20, 0, 5),
     "InitProducerId": (22, 0, 4),
     "DescribeConfigs": (32, 0, 4),
+    "SaslAuthenticate": (36, 0, 2),
     "DescribeCluster": (60, 0, 1),
 }
 

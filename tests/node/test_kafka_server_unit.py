@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from raftlog.errors import ConfigError
+from raftlog.listeners import SecurityProtocol
 from raftlog.node.config import NodeConfig
 from raftlog.node.kafka_server import KafkaServer
 
@@ -25,7 +26,7 @@ def test_listener_is_off_by_default_and_parsed_when_set():
     assert c.kafka_brokers == {2: ("10.0.0.2", 19092), 3: ("10.0.0.3", 19093)}
     with pytest.raises(ConfigError, match="kafka.listener"):
         NodeConfig.from_properties({"kafka.listener": "nope"})
-    # no TLS or SASL on the Kafka listener yet: off loopback only when allowed
+    # an unencrypted Kafka listener: off loopback only when allowed
     with pytest.raises(ConfigError, match="allow.plaintext.listeners"):
         NodeConfig.from_properties({"kafka.listener": "0.0.0.0:19092"})
 
@@ -40,3 +41,34 @@ def test_kafka_addresses_of_self_listed_and_derived_brokers():
                    "kafka.advertised.listener": "broker1:29092",
                    "allow.plaintext.listeners": "true"})
     assert s.kafka_address(1, "broker1", 9092) == ("broker1", 29092)
+
+
+def test_kafka_listener_security_protocol():
+    assert NodeConfig.from_properties(
+        {"kafka.listener": "127.0.0.1:19092"}).kafka_protocol is SecurityProtocol.PLAINTEXT
+    for proto in SecurityProtocol:
+        c = NodeConfig.from_properties({"kafka.listener": f"{proto.value.lower()}://127.0.0.1:1",
+                                        "ssl.keystore.location": "/etc/raftlog/node.pem"})
+        assert (c.kafka_protocol, c.kafka_host, c.kafka_port) == (proto, "127.0.0.1", 1)
+    c = NodeConfig.from_properties({"kafka.listener": "SASL_SSL://0.0.0.0:19093",
+                                    "ssl.keystore.location": "/etc/raftlog/node.pem"})
+    assert c.kafka_protocol is SecurityProtocol.SASL_SSL and c.security_enabled
+    with pytest.raises(ConfigError, match=r"kafka.listener: 'TLS' is not one of PLAINTEXT, "):
+        NodeConfig.from_properties({"kafka.listener": "TLS://127.0.0.1:19092"})
+    with pytest.raises(ConfigError, match="kafka.listener.*not host:port"):
+        NodeConfig.from_properties({"kafka.listener": "SSL://nope"})
+    # TLS needs the node's certificate
+    with pytest.raises(ConfigError, match="ssl.keystore.location"):
+        NodeConfig.from_properties({"kafka.listener": "SSL://127.0.0.1:19092"})
+    # unencrypted off loopback: PLAINTEXT and SASL_PLAINTEXT need the allowance
+    for proto in ("PLAINTEXT", "SASL_PLAINTEXT"):
+        with pytest.raises(ConfigError, match="unencrypted.*allow.plaintext.listeners"):
+            NodeConfig.from_properties({"kafka.listener": f"{proto}://0.0.0.0:19092"})
+    assert NodeConfig.from_properties({
+        "kafka.listener": "SASL_PLAINTEXT://0.0.0.0:19092",
+        "allow.plaintext.listeners": "true"}).kafka_port == 19092
+    # PLAIN would send passwords in the clear there
+    with pytest.raises(ConfigError, match="PLAIN would send passwords"):
+        NodeConfig.from_properties({"kafka.listener": "SASL_PLAINTEXT://0.0.0.0:19092",
+                                    "allow.plaintext.listeners": "true",
+                                    "sasl.enabled.mechanisms": "SCRAM-SHA-256,PLAIN"})
