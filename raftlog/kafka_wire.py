@@ -537,8 +537,10 @@ def _check_served(api_key: int, version: int) -> None:
 # --------------------------------------------------------------------------- bodies
 
 
-def decode_body(api_key: int, version: int, kind: str, buf, pos: int = 0) -> dict:
-    """Decode a whole request or response body (``buf[pos:]``), every byte of it.
+def decode_body(api_key: int, version: int, kind: str, buf, pos: int = 0, *,
+                allow_trailing: bool = False) -> dict:
+    """Decode a whole request or response body (``buf[pos:]``), every byte of it
+    (``allow_trailing``: bytes after the last field are ignored).
 
     Raises:
         KafkaDecodeError: the bytes do not follow the layout (and nothing else).
@@ -552,7 +554,7 @@ def decode_body(api_key: int, version: int, kind: str, buf, pos: int = 0) -> dic
         raise
     except (struct.error, IndexError, ValueError, OverflowError, RecursionError) as e:
         raise KafkaDecodeError(f"{API_NAMES[api_key]} v{version} {kind}: {e}") from None
-    if r.pos != r.end:
+    if r.pos != r.end and not allow_trailing:
         raise KafkaDecodeError(
             f"{API_NAMES[api_key]} v{version} {kind} has {r.end - r.pos} trailing bytes")
     return out
@@ -633,7 +635,11 @@ def decode_request(payload) -> KafkaRequest:
     if request_header_version(api_key, version) >= 2:
         _skip_tags(r)
     header = RequestHeader(api_key, version, cid, client_id)
-    return KafkaRequest(header, decode_body(api_key, version, "request", payload, r.pos))
+    # Bytes after a request's last field are ignored, as a Kafka broker does (its parser
+    # reads the fields it knows and no more): librdkafka 2.16 sends an all-topics
+    # Metadata v12 with three extra bytes.
+    return KafkaRequest(header, decode_body(api_key, version, "request", payload, r.pos,
+                                            allow_trailing=True))
 
 
 def _skip_tags(r: Reader) -> None:

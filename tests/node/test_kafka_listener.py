@@ -204,6 +204,7 @@ def test_confluent_kafka_idempotent_producer_and_group(knode):
         f.result(20)
     [cfg] = a.describe_configs([ConfigResource("topic", "ck")]).values()
     assert "retention.ms" in cfg.result(20)
+    assert "ck" in a.list_topics(timeout=20).topics  # (an all-topics Metadata v12)
     errors = []
     p = ck.Producer({"bootstrap.servers": knode.kafka, "enable.idempotence": True,
                      "acks": "all", "compression.type": "lz4", "linger.ms": 5})

@@ -247,6 +247,15 @@ def test_trailing_bytes_are_a_decode_error():
         kw.decode_body(3, 1, "request", body)
 
 
+def test_a_request_with_trailing_bytes_is_read_as_a_broker_reads_it():
+    """librdkafka 2.16's all-topics Metadata v12 (captured): three bytes after the last
+    field, which a Kafka broker ignores; so do we."""
+    payload = bytes.fromhex("0003000c0000000300077264 6b61666b6100000000000100 00".replace(" ", ""))
+    req = kw.decode_request(payload)
+    assert req.header.correlation_id == 3 and req.header.client_id == "rdkafka"
+    assert req.body["topics"] is None and req.body["allow_auto_topic_creation"] is False
+
+
 @pytest.mark.parametrize("case", [c for c in CASES if c[1] == "request"], ids=_ids)
 @settings(max_examples=40, deadline=None)
 @given(garbage=st.binary(max_size=200))
