@@ -168,3 +168,82 @@ def test_librdkafka_idempotent_producer_across_a_leader_failover(tmp_path):
     assert len(values) == len(set(values)), "a record was appended twice"
     offsets = {v: o for o, _k, v in log}
     assert all(offsets.get(v) == o for v, o in acked.items()), "an acked record moved or vanished"
+
+
+def test_aiokafka_kcat_and_kafka_python_admin_against_three_nodes(tmp_path):
+    """The rest of the issue's list on a 3-node cluster, topics with RF 3: aiokafka
+    (idempotent acks=all producer; a group consumer that commits and resumes), kcat
+    (produce with acks=-1, consume), kafka-python (consume by timestamp, describe
+    configs, delete a topic)."""
+    import asyncio
+    import shutil
+    import subprocess
+    import time
+
+    aiokafka = pytest.importorskip("aiokafka")
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    cluster, bootstrap = _kafka_cluster(tmp_path)
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=20_000)
+        admin.create_topics([NewTopic("aio3", 1, 3, topic_configs={"retention.ms": "86400000"}),
+                             NewTopic("kc3", 1, 3), NewTopic("gone3", 2, 3)])
+        until(lambda: all(len(cluster.partition(t, 0).isr) == 3
+                          for t in ("aio3", "kc3", "gone3")), timeout_s=30)
+
+        async def aio(n_from: int, n_to: int, group: str):
+            p = aiokafka.AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
+                                          enable_idempotence=True)
+            await p.start()
+            try:
+                for i in range(n_from, n_to):
+                    await p.send("aio3", b"%d" % i, timestamp_ms=1_000_000 + i)
+                await p.flush()
+            finally:
+                await p.stop()
+            c = aiokafka.AIOKafkaConsumer("aio3", bootstrap_servers=bootstrap, group_id=group,
+                                          auto_offset_reset="earliest", enable_auto_commit=False)
+            await c.start()
+            try:
+                got = []
+                while len(got) < n_to - n_from:
+                    m = await asyncio.wait_for(c.getone(), 30)
+                    got.append(int(m.value))
+                await c.commit()
+            finally:
+                await c.stop()
+            return got
+
+        assert asyncio.run(aio(0, 30, "g-aio3")) == list(range(30))
+        # the group resumes from its commit: only the records produced after it
+        assert asyncio.run(aio(30, 40, "g-aio3")) == list(range(30, 40))
+
+        kc = KafkaConsumer(bootstrap_servers=bootstrap)  # by timestamp
+        found = kc.offsets_for_times({KTP("aio3", 0): 1_000_000 + 25})
+        assert found[KTP("aio3", 0)].offset == 25
+        kc.close()
+
+        if shutil.which("kcat") is not None:
+            produced = subprocess.run(
+                ["kcat", "-b", bootstrap, "-P", "-t", "kc3", "-K", ":",
+                 "-X", "topic.request.required.acks=-1"],
+                input=b"k1:v1\nk2:v2\n", capture_output=True, timeout=60)
+            assert produced.returncode == 0, produced.stderr
+            consumed = subprocess.run(
+                ["kcat", "-b", bootstrap, "-C", "-t", "kc3", "-o", "beginning", "-e",
+                 "-f", "%o %k=%s\\n"], capture_output=True, timeout=60)
+            assert consumed.returncode == 0, consumed.stderr
+            assert consumed.stdout.decode().splitlines() == ["0 k1=v1", "1 k2=v2"]
+
+        described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "aio3")])
+        assert described["topic"]["aio3"]["retention.ms"]["value"] == "86400000"
+        admin.delete_topics(["gone3"])
+        deadline = time.monotonic() + 20
+        while "gone3" in admin.list_topics() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "gone3" not in admin.list_topics()
+        admin.close()
+    finally:
+        cluster.stop()
+    for n in cluster.nodes:
+        assert "kafka_handler_failed" not in n.log_text()
