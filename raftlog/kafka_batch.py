@@ -660,19 +660,22 @@ def section_records(region, header, topic: str = "", partition: int = 0) -> list
             for od, t, k, v, hs in zip(deltas, ts, r.keys, r.values, r.headers)]
 
 
-def from_raftlog(buf, *, compression: int | None = None, start_offset: int = 0) -> bytes:
+def from_raftlog(buf, *, compression: int | None = None, start_offset: int = 0,
+                 verify: bool = True) -> bytes:
     """raftlog batches (a fetch slice, maybe ending in a partial batch, which is
     dropped) as Kafka batches. ``compression`` None keeps each batch's codec.
     Batches wholly below ``start_offset`` are skipped (a fetch may start mid-batch; the
     client drops the earlier records of a batch it gets, as with Kafka). A batch
     written by the Kafka listener (a verbatim section) only gets its Kafka header back.
+    ``verify=False`` skips the raftlog CRCs of bytes the log already checked (a fetch
+    slice: raftlog/segment.py checks every batch once before serving it).
 
     Raises:
         CorruptRecordError: the raftlog bytes fail their checks (never served).
     """
     out = []
     with memoryview(buf) as view:
-        for pos, h in rl.iter_batches(buf, verify=True, allow_partial=True):
+        for pos, h in rl.iter_batches(buf, verify=verify, allow_partial=True):
             if h.record_count == 0 or h.last_offset < start_offset:
                 continue
             attrs = h.attributes
