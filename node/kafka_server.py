@@ -52,6 +52,7 @@ from raftlog.listeners import Listener, SecurityProtocol
 
 from .authn import FailureLimiter
 from .authz import AclCheck
+from .connection import run_connection
 from .kafka_handlers import Context, KafkaApis, Wait
 from .outbox import Deferred, Outbox
 from .purgatory import Delayed
@@ -235,28 +236,13 @@ class KafkaServer:
                 sock.close()
 
     async def _serve_connection(self, sock, host: str, guard: Guard | None = None) -> None:
-        """The connection's reader, plus a task per answer that found the socket full,
-        owned by one nursery: whatever fails ends the nursery, and the connection closes
-        (dropping the requests it has parked)."""
-        sock.setsockopt(_stdsocket.IPPROTO_TCP, _stdsocket.TCP_NODELAY, 1)
-        failure: BaseException | None = None
-        conn = None
-        try:
-            async with trio.open_nursery() as nursery:
-                conn = _Conn(sock, Outbox(), nursery, guard)
-                if guard is not None and guard.sasl is not None:
-                    nursery.start_soon(self.native._auth_watchdog, conn, host)
-                try:
-                    await self._reader(host, conn)
-                except Exception as e:  # raised below, outside the nursery (no group wrapping)
-                    failure = e
-                nursery.cancel_scope.cancel()
-        finally:
-            if conn is not None:
-                for op in list(conn.parked):
-                    op.cancel()
-        if failure is not None:
-            raise failure
+        """The connection's reader, plus a task per answer that found the socket full
+        (node/connection.py); its parked requests are dropped when it closes."""
+        sasl = guard is not None and guard.sasl is not None
+        await run_connection(
+            sock, lambda nursery: _Conn(sock, Outbox(), nursery, guard),
+            lambda conn: self._reader(host, conn),
+            watchdog=(lambda conn: self.native._auth_watchdog(conn, host)) if sasl else None)
 
     async def _reader(self, host: str, conn: _Conn) -> None:
         sock, out = conn.sock, conn.out

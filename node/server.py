@@ -46,6 +46,7 @@ from .authz import AclCheck
 from .broker import Broker
 from .clock import node_ms
 from .config import NodeConfig
+from .connection import run_connection
 from .fetch_session import FetchSession
 from .logfmt import EventLog
 from .outbox import Deferred, Outbox
@@ -202,6 +203,11 @@ class ParkedSessionFetch(_Parked):
         if self.session.waiter is self:
             self.session.waiter = None
         super().finish()
+
+
+def _close_session(conn: Conn) -> None:
+    if conn.session is not None:
+        conn.session.close()
 
 
 def _session_sent(session: FetchSession, headers: list) -> None:
@@ -388,29 +394,13 @@ class Server:
 
     async def _serve_connection(self, sock, peer: str, guard: Guard | None = None) -> None:
         """The connection's reader, plus a task per answer that could not be sent at
-        once (a full socket), owned by one nursery. Requests parked in the purgatory
-        are dropped when the connection ends."""
-        sock.setsockopt(_stdsocket.IPPROTO_TCP, _stdsocket.TCP_NODELAY, 1)
-        failure: BaseException | None = None
-        conn = None
-        try:
-            async with trio.open_nursery() as nursery:
-                conn = Conn(sock, Outbox(), nursery, guard)
-                if guard is not None and guard.sasl is not None:
-                    nursery.start_soon(self._auth_watchdog, conn, peer)
-                try:
-                    await self._read_loop(conn)
-                except Exception as e:  # raised below, outside the nursery (no group wrapping)
-                    failure = e
-                nursery.cancel_scope.cancel()
-        finally:
-            if conn is not None:
-                for op in list(conn.parked):
-                    op.cancel()
-                if conn.session is not None:
-                    conn.session.close()
-        if failure is not None:
-            raise failure
+        once (a full socket), owned by one nursery (node/connection.py). Requests
+        parked in the purgatory are dropped when the connection ends."""
+        sasl = guard is not None and guard.sasl is not None
+        await run_connection(
+            sock, lambda nursery: Conn(sock, Outbox(), nursery, guard), self._read_loop,
+            watchdog=(lambda conn: self._auth_watchdog(conn, peer)) if sasl else None,
+            on_close=_close_session)
 
     async def _read_loop(self, conn: Conn) -> None:
         sock, out = conn.sock, conn.out

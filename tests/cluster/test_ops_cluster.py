@@ -26,13 +26,19 @@ def _cli(*argv) -> tuple[int, str]:
     return p.returncode, p.stdout
 
 
-@pytest.mark.slow
-def test_metrics_status_and_log_dirs_of_a_cluster(tmp_path):
-    c = LocalCluster(tmp_path, 3)
+def _cluster_with_metrics(tmp_path, **settings) -> tuple[LocalCluster, list]:
+    """A started 3-node cluster whose nodes serve metrics, and their metrics ports."""
+    c = LocalCluster(tmp_path, 3, **settings)
     ports = free_ports(3)
     for n, port in zip(c.nodes, ports):
         n.extra["metrics.listener"] = f"127.0.0.1:{port}"
     c.start()
+    return c, ports
+
+
+@pytest.mark.slow
+def test_metrics_status_and_log_dirs_of_a_cluster(tmp_path):
+    c, ports = _cluster_with_metrics(tmp_path)
     try:
         with c.admin() as a:
             a.create_topic("r", partitions=1, replication_factor=3)
@@ -106,11 +112,7 @@ def test_new_partitions_join_parked_followers_without_new_fetch_sessions(tmp_pat
     waits). Topics created meanwhile are replicated at once, and no follower drops its
     connection to do it: the leaders open no new fetch session (a new one is a full
     fetch naming every partition the follower has from that leader)."""
-    c = LocalCluster(tmp_path, 3, replica_lag_time_max_ms=30_000)
-    ports = free_ports(3)
-    for n, port in zip(c.nodes, ports):
-        n.extra["metrics.listener"] = f"127.0.0.1:{port}"
-    c.start()
+    c, ports = _cluster_with_metrics(tmp_path, replica_lag_time_max_ms=30_000)
     try:
         with c.admin() as a:
             for i in range(3):
