@@ -2,7 +2,7 @@
 :class:`~raftlog.jepsen.lazyfs.ledger.Ledger` about every change before making it.
 
 One thread serves FUSE (``-s``); the control socket runs on another, and every
-operation holds :attr:`LazyFS.lock`, so a crash never meets a half-done operation.
+operation holds :attr:`LazyFS.mutex`, so a crash never meets a half-done operation.
 The kernel caches nothing across a crash: entry, attribute and negative timeouts are
 0, and files are opened without ``keep_cache`` (the page cache of a file is dropped
 at each open). Writes are write-through (no ``writeback_cache``), so a write() has
@@ -35,7 +35,7 @@ class Handle:
 
 def _locked(fn):
     def wrapper(self, *args):
-        with self.lock:
+        with self.mutex:
             try:
                 return fn(self, *args)
             except LedgerFull as e:
@@ -51,7 +51,7 @@ class LazyFS(fuse.Operations):
 
     def __init__(self, ledger: Ledger):
         self.ledger = ledger
-        self.lock = threading.RLock()
+        self.mutex = threading.RLock()
         self.handles: dict[int, Handle] = {}
         self.dir_handles: dict[int, tuple[str, int]] = {}  # fh -> (path, inode)
         self._next_fh = 1
@@ -92,7 +92,7 @@ class LazyFS(fuse.Operations):
 
     def crash(self) -> dict:
         """Power loss: every handle goes stale, the ledger drops what was not synced."""
-        with self.lock:
+        with self.mutex:
             for h in self.handles.values():
                 if h.fd >= 0:
                     os.close(h.fd)
@@ -101,7 +101,7 @@ class LazyFS(fuse.Operations):
             return self.ledger.crash()
 
     def destroy(self, path) -> None:
-        with self.lock:
+        with self.mutex:
             for h in self.handles.values():
                 if h.fd >= 0:
                     os.close(h.fd)

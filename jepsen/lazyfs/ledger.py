@@ -206,6 +206,19 @@ class Ledger:
                 "dir_entries": self.dir_entries, "trash": len(self.trashed),
                 "full_errors": self.full_errors, "crashes": self.crashes}
 
+    def describe(self) -> dict:
+        """What a crash would take back, by path: {"files": {path: durable size},
+        "dirs": {path: durable names}} (paths relative to the root; trash paths as
+        they are)."""
+        where = self._locate()
+
+        def rel(ino):
+            p = where.get(ino)
+            return "?" if p is None else os.path.relpath(p, self.root)
+
+        return {"files": {rel(i): u.durable_size for i, u in self.files.items()},
+                "dirs": {rel(i): sorted(d) for i, d in self.dirs.items()}}
+
     def crash(self) -> dict:
         """Drop every unsynced change: the backing directory becomes what a power loss
         would leave. Returns what was dropped. The ledger is empty afterwards."""

@@ -4,7 +4,8 @@ answer control commands on a Unix socket until unmounted (SIGTERM, SIGINT or
 
 Control protocol: one command per connection, one line each way; the answer is a
 JSON object with ``"ok"``. Commands: ``crash`` (power loss: drop every unsynced
-change, then keep serving), ``status`` (the ledger's counters), ``ping``.
+change, then keep serving), ``status`` (the ledger's counters), ``describe`` (what a crash would take back, by
+path), ``ping``.
 """
 
 from __future__ import annotations
@@ -32,11 +33,14 @@ def serve_control(path: str, fs) -> threading.Thread:
         if cmd == "crash":
             return {"ok": True, **fs.crash()}
         if cmd == "status":
-            with fs.lock:
+            with fs.mutex:
                 return {"ok": True, **fs.ledger.stats(), "open_files": len(fs.handles)}
+        if cmd == "describe":
+            with fs.mutex:
+                return {"ok": True, **fs.ledger.describe()}
         if cmd == "ping":
             return {"ok": True}
-        return {"ok": False, "error": f"unknown command {cmd!r} (crash, status, ping)"}
+        return {"ok": False, "error": f"unknown command {cmd!r} (crash, status, describe, ping)"}
 
     def loop():
         while True:
@@ -86,8 +90,13 @@ def main(argv: list[str] | None = None) -> int:
                     saved_bytes_max=a.saved_bytes_max)
     fs = LazyFS(Ledger(a.backing, limits))
     serve_control(a.control, fs)
-    fuse.FUSE(fs, a.mountpoint, foreground=True, nothreads=True,
-              fsname="lazyfs", subtype="lazyfs")
+    try:
+        fuse.FUSE(fs, a.mountpoint, foreground=True, nothreads=True,
+                  fsname="lazyfs", subtype="lazyfs")
+    except RuntimeError as e:  # fuse_main's code; 8 when a signal (SIGTERM) ended the loop
+        if e.args != (8,):
+            print(f"lazyfs: fuse_main failed: {e.args}", file=sys.stderr, flush=True)
+            return 1
     print(f"lazyfs: unmounted {a.mountpoint}; {json.dumps(fs.ledger.stats())}",
           file=sys.stderr, flush=True)
     return 0
