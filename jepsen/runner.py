@@ -527,6 +527,9 @@ def run(args) -> int:
     if critical:  # never expected (e.g. pysyncobj's "state machine may have diverged")
         an["critical-log-line"] = critical
     valid, trimmed, counts = checkers.summarize(an, args.workload)
+    unsynced_by_kind: dict = {}
+    for ex in an.get("lost-unsynced", []):
+        unsynced_by_kind[ex["was"]] = unsynced_by_kind.get(ex["was"], 0) + 1
     st = report.stats(ops)
     st.update({"anomaly_counts": counts, "replication_factor": workload.replication_factor,
                "final_log": {k: len(v) for k, v in final.items()}, "final_reads": reads,
@@ -536,6 +539,7 @@ def run(args) -> int:
                **({"drain": workload.drained} if getattr(workload, "drained", None) else {}),
                "network_faults": cluster.net.kind if cluster.net else f"none ({cluster.net_error})",
                **({"lazyfs": lazyfs_status} if lazyfs_status else {}),
+               **({"lost_unsynced_by_kind": unsynced_by_kind} if unsynced_by_kind else {}),
                "seconds": round(time.monotonic() - t_start, 1)})
     if workload.replication_factor < args.replication_factor:
         st["replication_warning"] = (f"ran with replication factor {workload.replication_factor}"
@@ -561,8 +565,9 @@ def run(args) -> int:
                     shutil.copyfile(src, os.path.join(out, f"{name}{suffix}"))
         shutil.rmtree(os.path.join(out, "data"), ignore_errors=True)
     if counts.get("lost-unsynced"):
-        log(f"lost-unsynced: {counts['lost-unsynced']} -- the documented loss of a power "
-            f"loss of every node with flush.messages not 1 (not counted against validity)")
+        log(f"lost-unsynced: {counts['lost-unsynced']} {unsynced_by_kind} -- the documented "
+            f"loss of a power loss of every node with flush.messages not 1 (not counted "
+            f"against validity)")
     log(f"{'VALID' if valid else 'INVALID'}: anomalies {counts or 'none'}; "
         f"{st['acknowledged_sends']} acknowledged sends; results in {out}/results.json")
     return 0 if valid else 1
