@@ -37,6 +37,8 @@ import stat
 from dataclasses import dataclass, field
 
 PAGE_BYTES = 4096
+#: Paths named per kind in what a crash reports.
+PATHS_REPORTED = 20
 
 
 class LedgerFull(OSError):
@@ -206,6 +208,24 @@ class Ledger:
                 "dir_entries": self.dir_entries, "trash": len(self.trashed),
                 "full_errors": self.full_errors, "crashes": self.crashes}
 
+    def _changes(self, where: dict[int, str]) -> dict:
+        def rel(ino):
+            p = where.get(ino)
+            return "?" if p is None else os.path.relpath(p, self.root)
+
+        files = sorted(f"{rel(i)}: {u.written} B" for i, u in self.files.items())
+        dirs = []
+        for ino, listing in self.dirs.items():
+            p = where.get(ino)
+            now = ({n: os.lstat(os.path.join(p, n)).st_ino for n in os.listdir(p)}
+                   if p is not None and os.path.isdir(p) else {})
+            gone = sorted(set(now) - set(listing))
+            back = sorted(set(listing) - set(now))
+            replaced = sorted(n for n in set(now) & set(listing) if now[n] != listing[n])
+            if gone or back or replaced:
+                dirs.append(f"{rel(ino)}: gone {gone} back {back} replaced {replaced}")
+        return {"files": files, "dirs": sorted(dirs)}
+
     def describe(self) -> dict:
         """What a crash would take back, by path: {"files": {path: durable size},
         "dirs": {path: durable names}} (paths relative to the root; trash paths as
@@ -225,6 +245,8 @@ class Ledger:
         where = self._locate()
         dropped = {"files_reverted": 0, "bytes_dropped": self.unsynced_bytes,
                    "dirs_reverted": len(self.dirs), "rebuilt": False}
+        # which ones, for the report (at most PATHS_REPORTED of each)
+        dropped.update({k: v[:PATHS_REPORTED] for k, v in self._changes(where).items()})
         for ino, u in self.files.items():
             p = where.get(ino)
             if p is None:
