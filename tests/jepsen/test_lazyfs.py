@@ -241,3 +241,78 @@ def test_clean_unmount_keeps_everything(tmp_path):
     assert sorted(os.listdir(m.backing)) == ["a", "d"]
     assert not os.path.exists(m.backing + ".lazyfs")  # the trash is gone
     assert _read(os.path.join(m.backing, "a")) == b"unsynced"
+
+
+class _Model:
+    """What one directory should hold: live names and contents, and what a crash keeps
+    (each file's content at its last fsync, the names at the directory's last fsync)."""
+
+    def __init__(self):
+        self.live: dict[str, int] = {}
+        self.content: dict[int, bytes] = {}
+        self.durable: dict[int, bytes] = {}
+        self.listing: dict[str, int] = {}
+        self.next_id = 0
+
+    def crash(self) -> None:
+        self.live = dict(self.listing)
+        self.content = {i: self.durable[i] for i in self.live.values()}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_operations_agree_with_the_model(fs, seed):
+    import random
+
+    rnd = random.Random(seed)
+    m = _Model()
+    root = fs.mountpoint
+    names = ["a", "b", "c", "d"]
+    for step in range(400):
+        name = rnd.choice(names)
+        p = os.path.join(root, name)
+        op = rnd.choice(["create", "write", "write", "write", "truncate", "fsync", "fsync",
+                         "rename", "unlink", "fsync_dir", "fsync_dir", "crash"])
+        if op == "create" and name not in m.live:
+            open(p, "wb").close()
+            m.live[name] = m.next_id
+            m.content[m.next_id] = m.durable[m.next_id] = b""
+            m.next_id += 1
+        elif op == "write" and name in m.live:
+            off = rnd.randrange(0, 12_000)
+            data = bytes([rnd.randrange(256)]) * rnd.randrange(1, 9000)
+            with open(p, "r+b") as f:
+                f.seek(off)
+                f.write(data)
+            old = m.content[m.live[name]]
+            old = old + b"\0" * max(0, off - len(old))
+            m.content[m.live[name]] = old[:off] + data + old[off + len(data):]
+        elif op == "truncate" and name in m.live:
+            size = rnd.randrange(0, 15_000)
+            os.truncate(p, size)
+            old = m.content[m.live[name]]
+            m.content[m.live[name]] = old[:size] + b"\0" * max(0, size - len(old))
+        elif op == "fsync" and name in m.live:
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+            m.durable[m.live[name]] = m.content[m.live[name]]
+        elif op == "rename" and name in m.live:
+            to = rnd.choice(names)
+            os.replace(p, os.path.join(root, to))
+            m.live[to] = m.live.pop(name)
+        elif op == "unlink" and name in m.live:
+            os.unlink(p)
+            del m.live[name]
+        elif op == "fsync_dir":
+            _fsync_dir(root)
+            m.listing = dict(m.live)
+        elif op == "crash":
+            fs.crash()
+            m.crash()
+        assert sorted(os.listdir(root)) == sorted(m.live), (seed, step, op)
+        for n, i in m.live.items():
+            assert _read(os.path.join(root, n)) == m.content[i], (seed, step, op, n)
+    fs.crash()
+    m.crash()
+    assert sorted(os.listdir(fs.backing)) == sorted(m.live)
+    for n, i in m.live.items():
+        assert _read(os.path.join(fs.backing, n)) == m.content[i], (seed, n)
