@@ -29,7 +29,14 @@ def lazyfs(tmp_path):
 
 
 def _values(log: PartitionLog) -> list[bytes]:
-    return [r.value for r in log.read_records(log.log_start_offset, 1 << 20)]
+    out, offset = [], log.log_start_offset
+    while offset < log.log_end_offset:
+        batch = log.read_records(offset, 1 << 20)
+        if not batch:
+            break
+        out += [r.value for r in batch]
+        offset = batch[-1].offset + 1
+    return out
 
 
 def test_flushed_records_of_a_new_partition_survive_power_loss(lazyfs):
@@ -75,5 +82,41 @@ def test_new_directories_fsync_their_parents(tmp_path, monkeypatch):
         log.append(encode_batch([b"y"]), leader_epoch=0)
         log.flush()
         assert str(tmp_path) not in synced  # once
+    finally:
+        log.close()
+
+
+def test_truncation_that_deletes_segments_survives_power_loss(lazyfs):
+    path = os.path.join(lazyfs.mountpoint, "t-0")
+    config = LogConfig(segment_bytes=1024)
+    log = PartitionLog.open(path, config)
+    for i in range(30):
+        log.append(encode_batch([b"%03d" % i + b"x" * 100]), leader_epoch=0)
+        log.flush()
+    assert len(log.segments) > 3
+    cut = log.segments[1].base_offset + 1  # deletes every segment after the second
+    log.truncate_to(cut)  # durable when it returns (the checkpoint fsyncs the directory)
+    lazyfs.crash()
+    log = PartitionLog.open(path, config)
+    try:
+        assert log.log_end_offset <= cut
+        assert len(_values(log)) == log.log_end_offset
+    finally:
+        log.close()
+
+
+def test_truncate_fully_survives_power_loss(lazyfs):
+    path = os.path.join(lazyfs.mountpoint, "t-0")
+    config = LogConfig(segment_bytes=1024)
+    log = PartitionLog.open(path, config)
+    for _ in range(20):
+        log.append(encode_batch([b"x" * 100]), leader_epoch=0)
+        log.flush()
+    log.truncate_fully_and_start_at(100)  # durable when it returns
+    lazyfs.crash()
+    log = PartitionLog.open(path, config)
+    try:
+        assert (log.log_start_offset, log.log_end_offset) == (100, 100)
+        assert _values(log) == []
     finally:
         log.close()
