@@ -110,7 +110,8 @@ class Mount:
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "raftlog.jepsen.lazyfs", self.mountpoint,
-                 self.backing, "--control", self.control_path, *self.extra_args],
+                 self.backing, "--control", self.control_path, "--exit-with-parent",
+                 *self.extra_args],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         finally:
             log.close()

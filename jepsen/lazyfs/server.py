@@ -66,6 +66,25 @@ def serve_control(path: str, fs) -> threading.Thread:
     return t
 
 
+def exit_with_parent(poll_s: float = 1.0) -> threading.Thread:
+    """Unmount (SIGTERM to this process: libfuse ends its loop and unmounts) once the
+    process that started this one is gone, so a harness that died leaves no mount."""
+    import signal
+    import time
+
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        print("lazyfs: parent exited; unmounting", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    t = threading.Thread(target=watch, name="lazyfs-parent-watch", daemon=True)
+    t.start()
+    return t
+
+
 def main(argv: list[str] | None = None) -> int:
     import logging
 
@@ -82,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--control", required=True, help="Unix socket for control commands")
     p.add_argument("--unsynced-bytes-max", type=int, default=Limits.unsynced_bytes_max)
     p.add_argument("--saved-bytes-max", type=int, default=Limits.saved_bytes_max)
+    p.add_argument("--exit-with-parent", action="store_true",
+                   help="unmount when the process that started this one exits")
     p.add_argument("--debug", action="store_true")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if a.debug else logging.WARNING,
@@ -90,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
                     saved_bytes_max=a.saved_bytes_max)
     fs = LazyFS(Ledger(a.backing, limits))
     serve_control(a.control, fs)
+    if a.exit_with_parent:
+        exit_with_parent()
     try:
         fuse.FUSE(fs, a.mountpoint, foreground=True, nothreads=True,
                   fsname="lazyfs", subtype="lazyfs")
