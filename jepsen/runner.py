@@ -546,8 +546,9 @@ def run(args) -> int:
                                      f", not {args.replication_factor}")
     notes = {k: checkers.NOTES[k] for k in counts if k in checkers.NOTES}
     if counts.get("lost-unsynced"):
-        warnings.append(f"documented loss: {counts['lost-unsynced']} lost-unsynced "
-                        f"({checkers.NOTES['lost-unsynced']})")
+        warnings.append(f"documented loss (power loss of every node, flush.messages not 1): "
+                        f"{counts['lost-unsynced']} lost-unsynced {unsynced_by_kind}; "
+                        f"see notes")
     results = {"valid": valid, "anomalies": trimmed, "stats": st, "warnings": warnings,
                "notes": notes,
                "allowed_anomalies": sorted(checkers.ALLOWED.get(args.workload, ())),

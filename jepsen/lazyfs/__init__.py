@@ -7,7 +7,8 @@ at their last fsync/fdatasync, and each directory holds the entries it had at it
 last fsync -- whatever the node *thinks* it synced.
 
 Design: the backing directory always holds the live state (reads and writes pass
-straight through), and an in-memory undo ledger (:mod:`.ledger`) records, before each
+straight through; what it holds when lazyfs starts counts as durable), and an
+in-memory undo ledger (:mod:`.ledger`) records, before each
 change, what that change destroys of the durable state:
 
 - a file's first change since its last fsync records its durable size; a write or
