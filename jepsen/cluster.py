@@ -12,6 +12,12 @@ either side opened. One such rule per blocked direction gives isolations, bridge
 majority/minority splits and one-way partitions. The harness's own clients are in no
 node cgroup and keep reaching every node (as Jepsen's clients do). All rules live in two
 chains named after the run and are removed on heal and at exit.
+
+Power loss (``lazyfs=True``): each node's log directory is its own lazyfs mount
+(:mod:`raftlog.jepsen.lazyfs`: ``node-i/data`` over ``node-i/data.backing``), so
+:meth:`Node.power_loss` can SIGKILL the node and drop everything its filesystem has
+not synced -- files as of their last fsync, directory entries as of their
+directory's last fsync -- whatever the node believes it synced.
 """
 
 from __future__ import annotations
@@ -45,6 +51,23 @@ class Node:
         self.log_path = os.path.join(self.data_dir, "node.log")
         self.proc: subprocess.Popen | None = None
         self.paused = False
+        self.mount = None  # a lazyfs Mount when the cluster runs on lazyfs
+        self.mount_dir = self.data_dir
+        if cluster.lazyfs:
+            from .lazyfs import Mount
+
+            self.mount_dir = os.path.join(self.data_dir, "data")
+            self.mount = Mount(self.mount_dir, os.path.join(self.data_dir, "data.backing"),
+                               control_path=os.path.join(self.data_dir, "lazyfs.sock"),
+                               log_path=os.path.join(self.data_dir, "lazyfs.log"))
+
+    @property
+    def log_dir(self) -> str:
+        """Where the node's partition directories are now: its log.dirs, or (lazyfs
+        unmounted, e.g. after the cluster closed) the backing directory."""
+        if self.mount is not None and not self.mount.mounted:
+            return self.mount.backing
+        return self.mount_dir
 
     @property
     def bootstrap(self) -> str:
@@ -59,7 +82,7 @@ class Node:
         props = {
             "node.id": self.id,
             "listeners": f"{self.host}:{self.port}",
-            "log.dirs": self.data_dir,
+            "log.dirs": self.mount_dir,
             "controller.quorum.voters": c.net.voters_for(self) if hasattr(c.net, "voters_for")
             else ",".join(f"{n.id}@{n.host}:{n.raft_port}" for n in c.nodes),
             "raft.password": c.password,
@@ -82,6 +105,8 @@ class Node:
         if self.alive():
             return
         self.write_config()
+        if self.mount is not None and not self.mount.mounted:
+            self.mount.start()
         cmd = node_command(config=self.config_path)
         cg = self.cluster.net.cgroup_procs(self) if self.cluster.net else None
         if cg:
@@ -98,6 +123,18 @@ class Node:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
         self.paused = False
+
+    def power_loss(self) -> dict:
+        """SIGKILL the node, then drop what its filesystem has not synced (lazyfs
+        only). Returns what the filesystem dropped."""
+        if self.mount is None:
+            raise RuntimeError("power loss needs the cluster on lazyfs (Cluster(lazyfs=True))")
+        self.kill()
+        return self.mount.crash()
+
+    def unmount(self) -> None:
+        if self.mount is not None:
+            self.mount.stop()
 
     def stop(self, timeout_s: float = 15.0) -> None:
         if not self.alive():
@@ -125,10 +162,12 @@ class Cluster:
     def __init__(self, n: int, base_dir: str, *, password: str = "jepsen-secret-0123456789",
                  min_isr: int = 1, extra_config: dict | None = None,
                  net: str = "auto", subnet: str | None = None, log=print,
-                 security_protocol: str = "PLAINTEXT"):
+                 security_protocol: str = "PLAINTEXT", lazyfs: bool = False):
         """``security_protocol`` SASL_SSL: every listener is TLS + SCRAM (jepsen/security.py);
-        harness clients take :attr:`client_options`."""
+        harness clients take :attr:`client_options`. ``lazyfs``: every node's log
+        directory on its own lazyfs mount (the powerloss nemesis needs it)."""
         self.base_dir = os.path.abspath(base_dir)
+        self.lazyfs = lazyfs
         self.security = None
         #: TLS/SASL options for every harness client (empty: PLAINTEXT)
         self.client_options: dict = {}
@@ -215,8 +254,24 @@ class Cluster:
         try:
             self.stop()
         finally:
+            for n in self.nodes:
+                try:
+                    n.unmount()
+                except Exception as e:
+                    self.log(f"lazyfs of node {n.id}: unmount failed: {e!r}")
             if self.net:
                 self.net.teardown()
+
+    def lazyfs_status(self) -> dict:
+        """{node id: the ledger counters of its lazyfs} (mounted nodes only)."""
+        out = {}
+        for n in self.nodes:
+            if n.mount is not None and n.mount.mounted:
+                try:
+                    out[n.id] = n.mount.status()
+                except Exception as e:
+                    out[n.id] = {"error": repr(e)}
+        return out
 
 
 # ----------------------------------------------------------------------------- network

@@ -137,6 +137,8 @@ def write_report(out_dir: str, history: list[dict], results: dict) -> str:
             parts.append(f"<tr><td>{e(name)}</td><td>{n}</td>"
                          f"<td>{'no (expected for this workload)' if name in allowed else 'yes'}</td></tr>")
         parts.append("</table>")
+        for name, note in sorted(results.get("notes", {}).items()):
+            parts.append(f"<p><b>{e(name)}</b>: {e(note)}</p>")
         for name, ex in sorted(results.get("anomalies", {}).items()):
             parts.append(f"<h3>{e(name)}</h3><pre>{e(json.dumps(ex[:5], indent=1, default=repr))}</pre>")
     else:

@@ -12,6 +12,7 @@ import time
 
 from . import checkers, report
 from .history import History
+from .lazyfs import LazyFSUnavailable
 from .linear import check_metadata
 from .nemesis import KINDS, Nemesis, schedule, targets_for
 from .workloads import NotAvailable, make, split_key
@@ -38,7 +39,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--workload", default="queue",
                    choices=("queue", "idempotent", "groups", "metadata"))
     r.add_argument("--nemesis", default="kill,pause,partition",
-                   help=f"comma-separated faults among {','.join(KINDS)}, or 'none'")
+                   help=f"comma-separated faults among {','.join(KINDS)}, or 'none'. "
+                        "powerloss: SIGKILL one node, a minority, a majority or all of "
+                        "them and drop every write and directory entry their filesystems "
+                        "had not fsynced (each node's log dir on its own lazyfs FUSE "
+                        "mount: root, /dev/fuse, fuse3); with the default flush policy a "
+                        "power loss of all nodes may lose acknowledged unsynced records, "
+                        "reported as lost-unsynced (use flush.messages=1 to forbid it)")
     r.add_argument("--time", type=float, default=60.0, help="seconds of workload (default 60)")
     r.add_argument("--rate", type=float, default=200.0, help="operations per second, total")
     r.add_argument("--seed", type=int, default=None, help="seed of the schedule (default random)")
@@ -64,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "bug-ack-before-replication, bug-serve-beyond-hw, bug-skip-truncation")
     r.add_argument("--node-config", action="append", default=[], metavar="KEY=VALUE",
                    help="a node config setting for every node (repeatable), e.g. "
-                        "auto.leader.rebalance.enable=false")
+                        "auto.leader.rebalance.enable=false; a topic config key (e.g. "
+                        "flush.messages=1) sets every node's default for it (log.KEY)")
     r.add_argument("--poll-fraction", type=float, default=0.0, help=argparse.SUPPRESS)
     r.add_argument("--topics", type=int, default=3, help="topic names (metadata workload)")
     r.add_argument("--security-protocol", default="PLAINTEXT", choices=("PLAINTEXT", "SASL_SSL"),
@@ -85,6 +93,25 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="re-check a run directory (history.jsonl, final.json)")
     c.add_argument("dir")
     return p
+
+
+def node_config_key(key: str) -> str:
+    """A topic config key given to --node-config becomes the node's default for it
+    (``flush.messages`` -> ``log.flush.messages``); node keys stay as they are."""
+    import dataclasses
+
+    from raftlog.config import LogConfig
+
+    topic_keys = {f.name.replace("_", ".") for f in dataclasses.fields(LogConfig)}
+    if key in topic_keys - {"min.insync.replicas", "unclean.leader.election.enable"}:
+        return "log." + key
+    return key
+
+
+def unsynced_loss_documented(node_config: dict) -> bool:
+    """Whether a power loss of every node may lose acknowledged records (the nodes
+    do not fsync each batch before answering: flush.messages is not 1)."""
+    return str(node_config.get("log.flush.messages", "")).strip() != "1"
 
 
 def _pair(s: str) -> tuple[float, float]:
@@ -282,7 +309,7 @@ def read_replicas(cluster, sets: dict) -> tuple[dict, dict]:
     errors: dict = {}
     for key, entry in sorted(sets.items()):
         for node_id in entry["replicas"]:
-            path = os.path.join(cluster.node(node_id).data_dir, key)
+            path = os.path.join(cluster.node(node_id).log_dir, key)
             try:
                 log = PartitionLog.open(path, LogConfig())
             except Exception as e:
@@ -309,9 +336,16 @@ def read_replicas(cluster, sets: dict) -> tuple[dict, dict]:
 
 
 def check(workload: str, history: list[dict], final: dict, final_reads: dict | None,
-          observations: list[dict], replicas: dict | None = None) -> dict:
-    return checkers.merge(_check_workload(workload, history, final, final_reads, observations),
-                          checkers.check_replicas(final, final_reads, replicas))
+          observations: list[dict], replicas: dict | None = None,
+          unsynced_loss: bool = False) -> dict:
+    """Every checker of the workload. ``unsynced_loss``: acknowledged records lost to
+    a power loss of every node are the documented loss (lost-unsynced), see
+    :func:`checkers.explain_power_loss`."""
+    an = checkers.merge(_check_workload(workload, history, final, final_reads, observations),
+                        checkers.check_replicas(final, final_reads, replicas))
+    if unsynced_loss:
+        an = checkers.explain_power_loss(an, history, final)
+    return an
 
 
 def _check_workload(workload: str, history: list[dict], final: dict, final_reads: dict | None,
@@ -363,7 +397,7 @@ def run(args) -> int:
         if not sep or not key.strip():
             log(f"--node-config {item!r}: expected KEY=VALUE")
             return 2
-        node_config[key.strip()] = value.strip()
+        node_config[node_config_key(key.strip())] = value.strip()
     only = [t for t in args.targets.split(",") if t]
     try:
         targets_for(kinds, only)
@@ -403,7 +437,8 @@ def run(args) -> int:
     cluster = Cluster(args.nodes, os.path.join(out, "data"),
                       min_isr=args.min_insync_replicas, extra_config=extra,
                       net="none" if args.net == "none" else args.net, log=log,
-                      security_protocol=args.security_protocol)
+                      security_protocol=args.security_protocol,
+                      lazyfs="powerloss" in kinds)
     workload.cluster = cluster
     if "partition" in kinds and cluster.net is None:
         msg = f"partition nemesis disabled: no network control ({cluster.net_error})"
@@ -428,9 +463,16 @@ def run(args) -> int:
     sets: dict = {}
     replicas: dict = {}
     observer = None
+    lazyfs_status: dict = {}
     t_start = time.monotonic()
     try:
-        cluster.start()
+        try:
+            cluster.start()
+        except LazyFSUnavailable as e:
+            log(f"powerloss nemesis unavailable: {e}")
+            report.write_results(out, {"valid": False, "unavailable": str(e),
+                                       "anomalies": {}, "stats": {}, "config": config})
+            return 3
         log("cluster up")
         workload.setup()
         warnings += workload.warnings
@@ -455,6 +497,7 @@ def run(args) -> int:
         if workload.keys:
             final, reads = final_read(cluster, workload.keys)
             sets = replica_sets(cluster, workload.keys)
+        lazyfs_status = cluster.lazyfs_status()
     except KeyboardInterrupt:
         log("interrupted")
         raise
@@ -475,11 +518,18 @@ def run(args) -> int:
     with open(os.path.join(out, "observations.jsonl"), "w", encoding="utf-8") as f:
         for ob in observations:
             f.write(json.dumps(ob) + "\n")
-    an = check(args.workload, ops, final, reads, observations, replicas)
+    an = check(args.workload, ops, final, reads, observations, replicas,
+               unsynced_loss="powerloss" in kinds and unsynced_loss_documented(node_config))
+    full = {i: s["full_errors"] for i, s in lazyfs_status.items() if s.get("full_errors")}
+    if full:  # a write refused by a full ledger: the run did not test what it claims
+        an["lazyfs-ledger-full"] = [{"node": i, "refused": n} for i, n in full.items()]
     critical = node_critical_lines(cluster)
     if critical:  # never expected (e.g. pysyncobj's "state machine may have diverged")
         an["critical-log-line"] = critical
     valid, trimmed, counts = checkers.summarize(an, args.workload)
+    unsynced_by_kind: dict = {}
+    for ex in an.get("lost-unsynced", []):
+        unsynced_by_kind[ex["was"]] = unsynced_by_kind.get(ex["was"], 0) + 1
     st = report.stats(ops)
     st.update({"anomaly_counts": counts, "replication_factor": workload.replication_factor,
                "final_log": {k: len(v) for k, v in final.items()}, "final_reads": reads,
@@ -488,11 +538,19 @@ def run(args) -> int:
                "leader_observations": len(observations),
                **({"drain": workload.drained} if getattr(workload, "drained", None) else {}),
                "network_faults": cluster.net.kind if cluster.net else f"none ({cluster.net_error})",
+               **({"lazyfs": lazyfs_status} if lazyfs_status else {}),
+               **({"lost_unsynced_by_kind": unsynced_by_kind} if unsynced_by_kind else {}),
                "seconds": round(time.monotonic() - t_start, 1)})
     if workload.replication_factor < args.replication_factor:
         st["replication_warning"] = (f"ran with replication factor {workload.replication_factor}"
                                      f", not {args.replication_factor}")
+    notes = {k: checkers.NOTES[k] for k in counts if k in checkers.NOTES}
+    if counts.get("lost-unsynced"):
+        warnings.append(f"documented loss (power loss of every node, flush.messages not 1): "
+                        f"{counts['lost-unsynced']} lost-unsynced {unsynced_by_kind}; "
+                        f"see notes")
     results = {"valid": valid, "anomalies": trimmed, "stats": st, "warnings": warnings,
+               "notes": notes,
                "allowed_anomalies": sorted(checkers.ALLOWED.get(args.workload, ())),
                "config": config, "schedule": events}
     report.write_results(out, results)
@@ -502,10 +560,15 @@ def run(args) -> int:
 
         # the nodes' own logs stay (small, and what explains a surprising verdict)
         for name in sorted(os.listdir(os.path.join(out, "data"))):
-            src = os.path.join(out, "data", name, "node.log")
-            if os.path.exists(src):
-                shutil.copyfile(src, os.path.join(out, f"{name}.log"))
+            for log_name, suffix in (("node.log", ".log"), ("lazyfs.log", ".lazyfs.log")):
+                src = os.path.join(out, "data", name, log_name)
+                if os.path.exists(src):
+                    shutil.copyfile(src, os.path.join(out, f"{name}{suffix}"))
         shutil.rmtree(os.path.join(out, "data"), ignore_errors=True)
+    if counts.get("lost-unsynced"):
+        log(f"lost-unsynced: {counts['lost-unsynced']} {unsynced_by_kind} -- the documented "
+            f"loss of a power loss of every node with flush.messages not 1 (not counted "
+            f"against validity)")
     log(f"{'VALID' if valid else 'INVALID'}: anomalies {counts or 'none'}; "
         f"{st['acknowledged_sends']} acknowledged sends; results in {out}/results.json")
     return 0 if valid else 1
@@ -524,8 +587,15 @@ def recheck(d: str) -> int:
     if os.path.exists(p):
         with open(p, encoding="utf-8") as f:
             obs = [json.loads(x) for x in f if x.strip()]
-    wl = old.get("config", {}).get("workload", "queue")
-    an = check(wl, ops, fin["final"], fin["reads"], obs, fin.get("replicas"))
+    cfg = old.get("config", {})
+    wl = cfg.get("workload", "queue")
+    node_config = {}
+    for item in cfg.get("node_config") or []:
+        key, _sep, value = item.partition("=")
+        node_config[node_config_key(key.strip())] = value.strip()
+    kinds = [k for k in str(cfg.get("nemesis", "")).split(",") if k]
+    an = check(wl, ops, fin["final"], fin["reads"], obs, fin.get("replicas"),
+               unsynced_loss="powerloss" in kinds and unsynced_loss_documented(node_config))
     valid, trimmed, counts = checkers.summarize(an, wl)
     print(json.dumps({"valid": valid, "anomaly_counts": counts}, indent=1))
     return 0 if valid else 1

@@ -78,7 +78,7 @@ import pysyncobj.serializer as _serializer
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.syncobj import _RAFT_STATE
 
-from raftlog.checkpoint import atomic_write, fsync_dir
+from raftlog.checkpoint import atomic_write, fsync_dir, makedirs_durable
 from raftlog.errors import ConfigError
 
 from . import raft_rules
@@ -331,7 +331,7 @@ class MetadataQuorum:
     ):
         _check_voters(node_id, voters, password, voter)
         harden_pysyncobj()
-        os.makedirs(data_dir, exist_ok=True)
+        makedirs_durable(data_dir)  # its name too: the whole metadata log is in it
         _check_voter_set(data_dir, voters)
         self.node_id = node_id
         #: False for a learner (a broker-only node): it follows the committed log

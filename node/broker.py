@@ -14,6 +14,7 @@ import time
 
 import trio
 
+from raftlog.checkpoint import makedirs_durable
 from raftlog.config import LogConfig
 from raftlog.errors import (
     ApiError,
@@ -78,7 +79,7 @@ class Broker:
         self.events = events
         #: counters bumped while serving; gauges are read at scrape time (metrics.py)
         self.metrics = NodeMetrics()
-        os.makedirs(config.data_dir, exist_ok=True)
+        makedirs_durable(config.data_dir)
         #: Cluster mode: topics and brokers come from the metadata quorum (store given).
         self.cluster_mode = store is not None
         self.store = store if store is not None else LocalTopicStore(config.data_dir, config.node_id)

@@ -14,7 +14,7 @@ import threading
 
 from raftlog import acl as A
 from raftlog import scram as S
-from raftlog.checkpoint import atomic_write
+from raftlog.checkpoint import atomic_write, makedirs_durable
 from raftlog.errors import ApiError, ConfigError, ErrorCode
 from raftlog.metadata import records as R
 from raftlog.metadata.state import MetadataState, apply, restore, snapshot
@@ -28,7 +28,7 @@ class LocalSecurityState:
 
     def __init__(self, data_dir: str):
         self._path = os.path.join(data_dir, "__meta", "security.snapshot")
-        os.makedirs(os.path.dirname(self._path), exist_ok=True)
+        makedirs_durable(os.path.dirname(self._path))
         self._lock = threading.Lock()  # writes come from worker threads
         try:
             with open(self._path, "rb") as f:

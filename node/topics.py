@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import cbor2
 
-from raftlog.checkpoint import atomic_write
+from raftlog.checkpoint import atomic_write, makedirs_durable
 from raftlog.config import LogConfig
 from raftlog.errors import ApiError, ConfigError, ErrorCode
 
@@ -77,7 +77,7 @@ class LocalTopicStore:
         self.node_id = node_id
         self._dir = os.path.join(data_dir, "__meta")
         self._path = os.path.join(self._dir, "topics.cbor")
-        os.makedirs(self._dir, exist_ok=True)
+        makedirs_durable(self._dir)
         self.topics: dict[str, TopicInfo] = self._load()
 
     def _load(self) -> dict[str, TopicInfo]:

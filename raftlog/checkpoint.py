@@ -33,6 +33,30 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def makedirs_durable(path: str) -> bool:
+    """Create the directory ``path`` and its missing parents so that each new name
+    survives a power loss: every directory created is followed by an fsync of its
+    parent (a new directory entry is durable only once its directory is fsynced).
+    Returns True if anything was created. Durable when it returns.
+
+    Raises:
+        OSError: a directory cannot be created or synced.
+    """
+    path = os.path.abspath(path)
+    if os.path.isdir(path):
+        return False
+    parent = os.path.dirname(path)
+    if parent != path:
+        makedirs_durable(parent)
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise
+    fsync_dir(parent)
+    return True
+
+
 def write_all(fd: int, data) -> None:
     """os.write until every byte is written (short writes happen)."""
     view = memoryview(data)

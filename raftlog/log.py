@@ -83,6 +83,7 @@ class PartitionLog:
         self._unflushed_messages = 0
         self._last_flush_ms = clock_ms()
         self._dir_dirty = False  # a segment file was created since the last flush
+        self._parent_dirty = False  # the directory was created: its name is not durable
         self._truncations = 0  # bumped by truncate_to: a concurrent flush must not advance
         # the recovery point over bytes rewritten after its snapshot
 
@@ -97,7 +98,11 @@ class PartitionLog:
         """
         log = cls(path, config or LogConfig(), clock_ms or _wall_ms)
         try:
-            os.makedirs(path, exist_ok=True)
+            if not os.path.isdir(path):
+                # a new partition's directory entry is made durable by its first flush
+                # (which fsyncs the parent too), keeping creation free of fsyncs
+                os.makedirs(path, exist_ok=True)
+                log._parent_dirty = True
             log._load()
         except OSError as e:
             raise StorageError(f"cannot open log {path}: {e}", e.errno) from e
@@ -465,6 +470,7 @@ class PartitionLog:
         with self._lock:
             dirty = [s for s in self.segments if s.dirty]
             leo, truncations, dir_dirty = self.log_end_offset, self._truncations, self._dir_dirty
+            parent_dirty, self._parent_dirty = self._parent_dirty, False
             for seg in dirty:
                 seg.dirty = False
             for seg in self.segments[:-1]:
@@ -478,11 +484,14 @@ class PartitionLog:
                     os.fsync(f.fd)
             if dir_dirty:
                 fsync_dir(self.path)
+            if parent_dirty:
+                fsync_dir(os.path.dirname(os.path.abspath(self.path)))
         except OSError as e:
             with self._lock:
                 for seg in dirty:
                     seg.dirty = True
                 self._dir_dirty = self._dir_dirty or dir_dirty
+                self._parent_dirty = self._parent_dirty or parent_dirty
             raise StorageError(f"fsync of {self.path} failed: {e}", e.errno) from e
         with self._lock:
             if truncations == self._truncations:
