@@ -207,7 +207,8 @@ class PartitionLog:
 
     @property
     def needs_flush(self) -> bool:
-        return self._unflushed_messages > 0 or any(s.dirty for s in self.segments)
+        return (self._unflushed_messages > 0 or self._dir_dirty or self._parent_dirty
+                or any(s.dirty for s in self.segments))
 
     @property
     def latest_epoch(self) -> int:
