@@ -40,9 +40,13 @@ class Node:
         self.host = f"{cluster.subnet}.{node_id + 1}"
         self.port = free_port(self.host)
         self.raft_port = free_port(self.host)
-        self.data_dir = os.path.join(cluster.base_dir, f"node-{node_id}")
-        self.config_path = os.path.join(self.data_dir, "server.properties")
-        self.log_path = os.path.join(self.data_dir, "node.log")
+        #: server.properties and node.log; also the data dir unless the run has small
+        #: data disks (jepsen/disks.py), which are mounted below it
+        self.home = os.path.join(cluster.base_dir, f"node-{node_id}")
+        self.data_dir = (cluster.disks.data_dir(node_id) if cluster.disks is not None
+                         else self.home)
+        self.config_path = os.path.join(self.home, "server.properties")
+        self.log_path = os.path.join(self.home, "node.log")
         self.proc: subprocess.Popen | None = None
         self.paused = False
 
@@ -55,6 +59,7 @@ class Node:
 
     def write_config(self) -> None:
         os.makedirs(self.data_dir, exist_ok=True)
+        os.makedirs(self.home, exist_ok=True)
         c = self.cluster
         props = {
             "node.id": self.id,
@@ -125,10 +130,17 @@ class Cluster:
     def __init__(self, n: int, base_dir: str, *, password: str = "jepsen-secret-0123456789",
                  min_isr: int = 1, extra_config: dict | None = None,
                  net: str = "auto", subnet: str | None = None, log=print,
-                 security_protocol: str = "PLAINTEXT"):
+                 security_protocol: str = "PLAINTEXT", disk_mb: int | None = None):
         """``security_protocol`` SASL_SSL: every listener is TLS + SCRAM (jepsen/security.py);
-        harness clients take :attr:`client_options`."""
+        harness clients take :attr:`client_options`. ``disk_mb``: every node's data dir
+        is a small disk of its own (jepsen/disks.py), for the diskfull nemesis."""
         self.base_dir = os.path.abspath(base_dir)
+        self.disks = None
+        if disk_mb:
+            from .disks import Disks
+
+            self.disks = Disks({i: os.path.join(self.base_dir, f"node-{i}")
+                                for i in range(1, n + 1)}, disk_mb, log)
         self.security = None
         #: TLS/SASL options for every harness client (empty: PLAINTEXT)
         self.client_options: dict = {}

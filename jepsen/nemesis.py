@@ -6,6 +6,14 @@ the chosen kinds starts, lasts ``hold`` seconds, and is healed. Kinds and their 
 - ``kill``: SIGKILL one node / the leader / a minority, restarted when the window ends
   (``partition-leader``, only when asked for with ``--targets``: a workload partition's
   leader, never the controller alone);
+
+  The default mix is leader-aware: ``leader`` is a workload partition's current leader
+  (asked afresh when the fault starts) three times in four and the controller
+  otherwise, and every ``minority`` (also the minority side of ``majority-minority``)
+  holds a current partition leader. Random ``one`` / ``isolate-one`` targets stay: a
+  fault on a follower is a fault too. Without this, a default 60 s run missed the
+  planted replication bugs in about one seed in three (faults on followers or on the
+  controller alone move no partition leadership);
 - ``pause``: SIGSTOP the same kinds of target for longer than the election timeout, then
   SIGCONT;
 - ``partition``: isolate one node / the leader, split majority from minority, or (5 nodes)
@@ -24,6 +32,13 @@ the chosen kinds starts, lasts ``hold`` seconds, and is healed. Kinds and their 
   acknowledged may be lost, and the final read checks the partition's replicas at
   the end, whichever nodes they are then.
 
+- ``diskfull`` (opt-in): fill the data disk of one node / a leader (every node's data
+  dir is then a small tmpfs of its own, see jepsen/disks.py), and free it when the
+  window ends. Produce to a full leader fails with KAFKA_STORAGE_ERROR (the sender
+  records such a send as failed when no attempt of it was appended, else as
+  indeterminate); a full follower falls out of the ISR and catches up afterwards;
+  nothing acknowledged may be lost, and a send recorded as failed may never show up.
+
 Every window is recorded in the history as process ``"nemesis"``: ``start`` (its value
 says what was done to whom) and ``stop``.
 """
@@ -34,13 +49,14 @@ import random
 import threading
 import time
 
-KINDS = ("kill", "pause", "partition", "corrupt", "reassign")
+KINDS = ("kill", "pause", "partition", "corrupt", "reassign", "diskfull")
 TARGETS = {
     "kill": ("one", "leader", "minority"),
     "pause": ("one", "leader", "minority"),
     "partition": ("isolate-one", "isolate-leader", "majority-minority", "ring", "one-way"),
     "corrupt": ("bitflip", "truncate"),
     "reassign": ("move", "shrink-grow", "cancel"),
+    "diskfull": ("one", "leader"),
 }
 #: Targets used only when asked for by name (``--targets``), so that the default
 #: schedules of a seed stay what they were: ``partition-leader`` is always the leader of
@@ -52,6 +68,7 @@ EXTRA_TARGETS = {
     "partition": ("isolate-partition-leader",),
     "corrupt": (),
     "reassign": (),
+    "diskfull": ("partition-leader",),
 }
 
 
@@ -148,8 +165,21 @@ class Nemesis:
                 pass
             return [ld] if ld in ids else [rnd.choice(ids)]
         if target == "minority":
-            return sorted(rnd.sample(ids, (len(ids) - 1) // 2))
+            return self._minority(ids, rnd)
         return [rnd.choice(ids)]
+
+    def _minority(self, ids: list[int], rnd: random.Random) -> list[int]:
+        """(n-1)//2 nodes, one of them a current leader of a workload partition when
+        one is known (leader-aware: a minority without it changes no leadership)."""
+        k = (len(ids) - 1) // 2
+        ld = None
+        try:
+            ld = self.partition_leader_of()
+        except Exception:
+            pass
+        first = [ld] if ld in ids and k > 0 else []
+        rest = [i for i in ids if i not in first]
+        return sorted(first + rnd.sample(rest, k - len(first)))
 
     def _fault(self, ev: dict) -> None:
         rnd = random.Random(ev["pick"])
@@ -189,10 +219,8 @@ class Nemesis:
                     net.partition(groups)
                     desc = f"partition {groups}"
                 elif target == "majority-minority":
-                    shuffled = ids[:]
-                    rnd.shuffle(shuffled)
-                    k = (len(ids) - 1) // 2
-                    groups = [sorted(shuffled[:k]), sorted(shuffled[k:])]
+                    minority = self._minority(ids, rnd)
+                    groups = [minority, [i for i in ids if i not in minority]]
                     net.partition(groups)
                     desc = f"partition {groups}"
                 elif target == "ring" and len(ids) >= 5:
@@ -219,6 +247,8 @@ class Nemesis:
                     pass
             elif kind == "reassign":
                 desc, undo = self._reassign(target, rnd)
+            elif kind == "diskfull":
+                desc, undo = self._diskfull(target, rnd)
             else:
                 raise ValueError(f"unknown nemesis {kind!r}")
         except Exception as e:
@@ -260,6 +290,20 @@ class Nemesis:
         node.start()
         node.wait_listening(30)
         return f"corrupt node {node.id} {os.path.relpath(path, node.data_dir)}: {what}"
+
+    def _diskfull(self, target: str, rnd: random.Random):
+        """Fill the data disk of one node (jepsen/disks.py); (description, undo)."""
+        disks = self.cluster.disks
+        if disks is None:
+            raise RuntimeError("the cluster has no small data disks (Cluster(disk_mb=...))")
+        (victim,) = self._nodes(target, rnd)
+        node = self.cluster.node(victim)
+        what = disks.fill(node)
+
+        def undo():
+            disks.free(node)
+
+        return f"diskfull node {victim} ({disks.kind}): {what}", undo
 
     def _reassign(self, how: str, rnd: random.Random):
         """Start one reassignment of a workload partition; (description, undo)."""

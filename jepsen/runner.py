@@ -11,12 +11,16 @@ import threading
 import time
 
 from . import checkers, report
+from .disks import DISK_MB
 from .history import History
 from .linear import check_metadata
 from .nemesis import KINDS, Nemesis, schedule, targets_for
 from .workloads import NotAvailable, make, split_key
 
 FINAL_READ_TIMEOUT_S = 60.0
+#: Share of the default schedule's ``leader`` faults aimed at the controller (the
+#: rest hit a workload partition's leader; see LeaderObserver.leader).
+CONTROLLER_SHARE = 0.25
 
 #: The node's planted bugs (its config key ``test.flags``, see the README's harness
 #: section): named here, not imported -- the harness sees nodes only as processes. A
@@ -84,6 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--keep-data", action="store_true", help="keep node data dirs")
     c = sub.add_parser("check", help="re-check a run directory (history.jsonl, final.json)")
     c.add_argument("dir")
+    from . import rates
+
+    rates.add_parser(sub)
     return p
 
 
@@ -140,12 +147,25 @@ class LeaderObserver:
         self._observe_round()
         if not self.leaders:
             return self.controller
-        return (rnd or random).choice(sorted({ld for _t, _e, ld in self.leaders.values()}))
+        leaders = {ld for _t, _e, ld in self.leaders.values()}
+        # Not the controller when another node leads a partition too: cut off, the
+        # controller's node moves no partition leadership until the quorum has elected
+        # another controller and that one has fenced it (up to ~5 s), so a fault of the
+        # default 3-6 s may well heal first; any other leader is fenced after
+        # broker.session.timeout.ms. (The controller stays a target: ``leader``.)
+        others = leaders - {self.controller}
+        return (rnd or random).choice(sorted(others or leaders))
 
     def leader(self, rnd: random.Random | None = None) -> int | None:
-        if self.leaders and (self.controller is None or (rnd or random).random() < 0.7):
-            return (rnd or random).choice(sorted({ld for _t, _e, ld in self.leaders.values()}))
-        return self.controller
+        """The target ``leader``: the controller in CONTROLLER_SHARE of the picks, else
+        a current leader of a workload partition, asked afresh (:meth:`partition_leader`).
+        A partition leader is what a fault must hit to expose a replication bug (the
+        planted ones): a leadership that has moved since the last round, or the
+        controller alone, exposes none of them."""
+        rnd = rnd or random
+        if self.controller is not None and rnd.random() < CONTROLLER_SHARE:
+            return self.controller
+        return self.partition_leader(rnd)
 
     def _run(self):
         while not self.stop_flag.wait(self.interval_s):
@@ -403,8 +423,16 @@ def run(args) -> int:
     cluster = Cluster(args.nodes, os.path.join(out, "data"),
                       min_isr=args.min_insync_replicas, extra_config=extra,
                       net="none" if args.net == "none" else args.net, log=log,
-                      security_protocol=args.security_protocol)
+                      security_protocol=args.security_protocol,
+                      disk_mb=DISK_MB if "diskfull" in kinds else None)
     workload.cluster = cluster
+    if cluster.disks is not None:
+        log(f"data disks: {cluster.disks.kind}"
+            + (f" ({cluster.disks.error})" if cluster.disks.error else f" of {DISK_MB} MiB"))
+        if cluster.disks.error:
+            warnings.append(f"diskfull: no tmpfs data disks ({cluster.disks.error}); a full "
+                            f"disk is RLIMIT_FSIZE instead (EFBIG, not ENOSPC; see "
+                            f"jepsen/disks.py)")
     if "partition" in kinds and cluster.net is None:
         msg = f"partition nemesis disabled: no network control ({cluster.net_error})"
         log("WARNING: " + msg)
@@ -505,7 +533,11 @@ def run(args) -> int:
             src = os.path.join(out, "data", name, "node.log")
             if os.path.exists(src):
                 shutil.copyfile(src, os.path.join(out, f"{name}.log"))
+        if cluster.disks is not None:
+            cluster.disks.release()
         shutil.rmtree(os.path.join(out, "data"), ignore_errors=True)
+    elif cluster.disks is not None:
+        cluster.disks.release(keep=True)
     log(f"{'VALID' if valid else 'INVALID'}: anomalies {counts or 'none'}; "
         f"{st['acknowledged_sends']} acknowledged sends; results in {out}/results.json")
     return 0 if valid else 1
@@ -546,6 +578,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "check":
         return recheck(args.dir)
+    if args.command == "rates":
+        from . import rates
+
+        return rates.main(args)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_sigterm)
     return run(args)

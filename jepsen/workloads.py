@@ -40,6 +40,7 @@ from raftlog.client import (
     CommitFailedError,
     Consumer,
     ConsumerRebalanceListener,
+    KafkaStorageError,
     Producer,
     ProducerClosedError,
     TopicAlreadyExistsError,
@@ -259,6 +260,10 @@ class QueueWorkload(Workload):
                 h.info(op, error=repr(e) or "timeout")
                 self._release_producer(process, producer)
                 producer = None
+            except KafkaStorageError as e:
+                # the leader's disk is full: failed for sure when no attempt was appended
+                # (the failed-send checker holds us to that), else indeterminate
+                (h.fail if e.written is False else h.info)(op, error=str(e))
             except Exception as e:
                 # an earlier attempt of the batch may have been written: indeterminate
                 h.info(op, error=repr(e))
