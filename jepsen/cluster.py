@@ -88,6 +88,8 @@ class Node:
             return
         self.write_config()
         cmd = node_command(config=self.config_path)
+        if self.cluster.clocks is not None:
+            cmd = self.cluster.clocks.wrap(self.id, cmd)
         cg = self.cluster.net.cgroup_procs(self) if self.cluster.net else None
         if cg:
             # join the node's cgroup before exec, so every socket it opens is in it
@@ -130,11 +132,24 @@ class Cluster:
     def __init__(self, n: int, base_dir: str, *, password: str = "jepsen-secret-0123456789",
                  min_isr: int = 1, extra_config: dict | None = None,
                  net: str = "auto", subnet: str | None = None, log=print,
-                 security_protocol: str = "PLAINTEXT", disk_mb: int | None = None):
+                 security_protocol: str = "PLAINTEXT", disk_mb: int | None = None,
+                 clocks: bool = False):
         """``security_protocol`` SASL_SSL: every listener is TLS + SCRAM (jepsen/security.py);
         harness clients take :attr:`client_options`. ``disk_mb``: every node's data dir
-        is a small disk of its own (jepsen/disks.py), for the diskfull nemesis."""
+        is a small disk of its own (jepsen/disks.py), for the diskfull nemesis.
+        ``clocks``: every node runs under libfaketime, its wall clock movable
+        (jepsen/clock.py); :attr:`clock_error` says why not when it cannot."""
         self.base_dir = os.path.abspath(base_dir)
+        self.clocks = None
+        self.clock_error: str | None = None
+        if clocks:
+            from .clock import Clocks
+
+            try:
+                self.clocks = Clocks({i: os.path.join(self.base_dir, f"node-{i}")
+                                      for i in range(1, n + 1)})
+            except RuntimeError as e:
+                self.clock_error = str(e)
         self.disks = None
         if disk_mb:
             from .disks import Disks
@@ -207,6 +222,8 @@ class Cluster:
     def heal(self) -> None:
         if self.net:
             self.net.heal()
+        if self.clocks:
+            self.clocks.reset()
         for n in self.nodes:
             if n.paused:
                 n.resume()

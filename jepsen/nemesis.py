@@ -38,6 +38,12 @@ the chosen kinds starts, lasts ``hold`` seconds, and is healed. Kinds and their 
   records such a send as failed when no attempt of it was appended, else as
   indeterminate); a full follower falls out of the ISR and catches up afterwards;
   nothing acknowledged may be lost, and a send recorded as failed may never show up.
+- ``clock`` (opt-in): jump one node's / a leader's wall clock by 1-10 minutes either
+  way, or skew every node's by its own such offset; the window's end jumps them back
+  (libfaketime, see jepsen/clock.py; only the wall clock moves, never the monotonic
+  one). The workload topic then stamps LogAppendTime and keeps 30 minutes
+  (retention.ms), so the leaders' clocks decide the timestamps and retention runs
+  against them; the run checks ListOffsets by timestamp against the records.
 
 Every window is recorded in the history as process ``"nemesis"``: ``start`` (its value
 says what was done to whom) and ``stop``.
@@ -49,7 +55,7 @@ import random
 import threading
 import time
 
-KINDS = ("kill", "pause", "partition", "corrupt", "reassign", "diskfull")
+KINDS = ("kill", "pause", "partition", "corrupt", "reassign", "diskfull", "clock")
 TARGETS = {
     "kill": ("one", "leader", "minority"),
     "pause": ("one", "leader", "minority"),
@@ -57,6 +63,7 @@ TARGETS = {
     "corrupt": ("bitflip", "truncate"),
     "reassign": ("move", "shrink-grow", "cancel"),
     "diskfull": ("one", "leader"),
+    "clock": ("one", "leader", "skew"),
 }
 #: Targets used only when asked for by name (``--targets``), so that the default
 #: schedules of a seed stay what they were: ``partition-leader`` is always the leader of
@@ -69,6 +76,7 @@ EXTRA_TARGETS = {
     "corrupt": (),
     "reassign": (),
     "diskfull": ("partition-leader",),
+    "clock": ("partition-leader",),
 }
 
 
@@ -249,6 +257,8 @@ class Nemesis:
                 desc, undo = self._reassign(target, rnd)
             elif kind == "diskfull":
                 desc, undo = self._diskfull(target, rnd)
+            elif kind == "clock":
+                desc, undo = self._clock(target, rnd)
             else:
                 raise ValueError(f"unknown nemesis {kind!r}")
         except Exception as e:
@@ -304,6 +314,26 @@ class Nemesis:
             disks.free(node)
 
         return f"diskfull node {victim} ({disks.kind}): {what}", undo
+
+    def _clock(self, target: str, rnd: random.Random):
+        """Jump one node's wall clock (``one``, ``leader``) or skew every node's
+        (``skew``: each its own offset) by minutes; undo: back to the real time (a
+        jump too)."""
+        from .clock import random_offset
+
+        clocks = self.cluster.clocks
+        if clocks is None:
+            raise RuntimeError(f"no clock control: {self.cluster.clock_error or 'not asked'}")
+        ids = [n.id for n in self.cluster.nodes]
+        victims = ids if target == "skew" else self._nodes(target, rnd)
+        moved = {i: random_offset(rnd) for i in victims}
+        for i, off in moved.items():
+            clocks.set(i, off)
+
+        def undo():
+            clocks.reset()
+
+        return "clock " + ", ".join(f"node {i} {off:+d} s" for i, off in moved.items()), undo
 
     def _reassign(self, how: str, rnd: random.Random):
         """Start one reassignment of a workload partition; (description, undo)."""

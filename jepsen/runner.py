@@ -85,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--segment-bytes", type=int, default=None,
                    help="segment.bytes of the queue topic (default: 65536 with the corrupt "
                         "nemesis, else the topic default)")
+    r.add_argument("--topic-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config of the queue workload's topic (repeatable), e.g. "
+                        "retention.ms=600000")
     r.add_argument("--keep-data", action="store_true", help="keep node data dirs")
     c = sub.add_parser("check", help="re-check a run directory (history.jsonl, final.json)")
     c.add_argument("dir")
@@ -377,21 +380,29 @@ def run(args) -> int:
     if unknown:
         log(f"unknown --node-flag {unknown} (known: {', '.join(sorted(PLANTED_BUGS))})")
         return 2
-    node_config = {}
-    for item in args.node_config:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            log(f"--node-config {item!r}: expected KEY=VALUE")
-            return 2
-        node_config[key.strip()] = value.strip()
+    node_config, topic_config = {}, {}
+    for option, items, into in (("--node-config", args.node_config, node_config),
+                                ("--topic-config", args.topic_config, topic_config)):
+        for item in items:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                log(f"{option} {item!r}: expected KEY=VALUE")
+                return 2
+            into[key.strip()] = value.strip()
     only = [t for t in args.targets.split(",") if t]
     try:
         targets_for(kinds, only)
     except ValueError as e:
         log(str(e))
         return 2
-    if args.segment_bytes is None and "corrupt" in kinds:
+    if args.segment_bytes is None and ("corrupt" in kinds or "clock" in kinds):
         args.segment_bytes = 65536
+    if "clock" in kinds:  # timestamps from the leaders' clocks, retention against them
+        from .clock import NODE_CONFIG, TOPIC_CONFIG
+
+        topic_config = {**TOPIC_CONFIG, **topic_config}
+        node_config = {**NODE_CONFIG, **node_config}
+    args.topic_config = topic_config
     if args.partitions is None:
         args.partitions = 4 if args.workload == "groups" else 2
     if args.consumers is None:
@@ -424,8 +435,14 @@ def run(args) -> int:
                       min_isr=args.min_insync_replicas, extra_config=extra,
                       net="none" if args.net == "none" else args.net, log=log,
                       security_protocol=args.security_protocol,
-                      disk_mb=DISK_MB if "diskfull" in kinds else None)
+                      disk_mb=DISK_MB if "diskfull" in kinds else None,
+                      clocks="clock" in kinds)
     workload.cluster = cluster
+    if "clock" in kinds and cluster.clocks is None:
+        msg = f"clock nemesis disabled: {cluster.clock_error}"
+        log("WARNING: " + msg)
+        warnings.append(msg)
+        kinds.remove("clock")
     if cluster.disks is not None:
         log(f"data disks: {cluster.disks.kind}"
             + (f" ({cluster.disks.error})" if cluster.disks.error else f" of {DISK_MB} MiB"))
@@ -454,6 +471,8 @@ def run(args) -> int:
     final: dict = {}
     reads: dict = {}
     sets: dict = {}
+    time_anomalies: dict = {}
+    clock_stats: dict = {}
     replicas: dict = {}
     observer = None
     t_start = time.monotonic()
@@ -483,6 +502,10 @@ def run(args) -> int:
         if workload.keys:
             final, reads = final_read(cluster, workload.keys)
             sets = replica_sets(cluster, workload.keys)
+            if cluster.clocks is not None:
+                from .clock import check_timestamps
+
+                time_anomalies, clock_stats = check_timestamps(cluster, workload.keys, rnd)
     except KeyboardInterrupt:
         log("interrupted")
         raise
@@ -499,11 +522,13 @@ def run(args) -> int:
     ops = history.ops
     observations = observer.observations if observer else []
     with open(os.path.join(out, "final.json"), "w", encoding="utf-8") as f:
-        json.dump({"final": final, "reads": reads, "replicas": replicas}, f)
+        json.dump({"final": final, "reads": reads, "replicas": replicas,
+                   **({"time_anomalies": time_anomalies} if time_anomalies else {})}, f)
     with open(os.path.join(out, "observations.jsonl"), "w", encoding="utf-8") as f:
         for ob in observations:
             f.write(json.dumps(ob) + "\n")
-    an = check(args.workload, ops, final, reads, observations, replicas)
+    an = checkers.merge(check(args.workload, ops, final, reads, observations, replicas),
+                        time_anomalies)
     critical = node_critical_lines(cluster)
     if critical:  # never expected (e.g. pysyncobj's "state machine may have diverged")
         an["critical-log-line"] = critical
@@ -516,6 +541,8 @@ def run(args) -> int:
                "leader_observations": len(observations),
                **({"drain": workload.drained} if getattr(workload, "drained", None) else {}),
                "network_faults": cluster.net.kind if cluster.net else f"none ({cluster.net_error})",
+               **({"clock": {**cluster.clocks.stats(), **clock_stats}}
+                  if cluster.clocks is not None else {}),
                "seconds": round(time.monotonic() - t_start, 1)})
     if workload.replication_factor < args.replication_factor:
         st["replication_warning"] = (f"ran with replication factor {workload.replication_factor}"
@@ -557,7 +584,8 @@ def recheck(d: str) -> int:
         with open(p, encoding="utf-8") as f:
             obs = [json.loads(x) for x in f if x.strip()]
     wl = old.get("config", {}).get("workload", "queue")
-    an = check(wl, ops, fin["final"], fin["reads"], obs, fin.get("replicas"))
+    an = checkers.merge(check(wl, ops, fin["final"], fin["reads"], obs, fin.get("replicas")),
+                        fin.get("time_anomalies", {}))
     valid, trimmed, counts = checkers.summarize(an, wl)
     print(json.dumps({"valid": valid, "anomaly_counts": counts}, indent=1))
     return 0 if valid else 1

@@ -170,9 +170,10 @@ class QueueWorkload(Workload):
         while True:
             try:
                 with Admin(self.cluster.bootstrap, **self.cluster.client_options, request_timeout_ms=10_000) as admin:
-                    self.create_topic(admin, QUEUE_TOPIC, a.partitions,
-                                      {"segment.bytes": a.segment_bytes} if a.segment_bytes
-                                      else None)
+                    config = dict(getattr(a, "topic_config", None) or {})
+                    if a.segment_bytes:
+                        config["segment.bytes"] = a.segment_bytes
+                    self.create_topic(admin, QUEUE_TOPIC, a.partitions, config or None)
                 break
             except (ApiError, ClientError):
                 if time.monotonic() > deadline:
