@@ -130,3 +130,20 @@ def test_wall_clock_jumps_and_retention_as_kafka(tmp_path):
     kept = log.segments[-1].base_offset
     assert log.apply_retention() > 0  # forward past retention.ms: closed segments go
     assert log.log_start_offset == kept  # only the active segment stays
+
+
+def test_flush_ms_is_not_held_off_by_a_backward_clock_jump(tmp_path):
+    now = [1_000_000_000]
+    log = _log(tmp_path, now, flush_ms=1000)
+    log.append(encode_batch([b"a"], timestamp=now[0]))
+    assert not log.maybe_flush()  # 0 ms since the log opened
+    now[0] += 1000
+    assert log.maybe_flush() and not log.needs_flush
+    log.append(encode_batch([b"b"], timestamp=now[0]))
+    now[0] -= 10 * 60_000  # the wall clock jumps 10 minutes back
+    assert log.maybe_flush()  # due at once, not in 10 minutes
+    log.append(encode_batch([b"c"], timestamp=now[0]))
+    now[0] += 500
+    assert not log.maybe_flush()  # counted again from the flush, on the new clock
+    now[0] += 500
+    assert log.maybe_flush()
