@@ -30,16 +30,12 @@ segment once ``now - (largest timestamp in it) > retention.ms`` by the broker's 
 clock, so a forward jump of J deletes every closed segment older than
 ``retention.ms - J``, and a leader's clock ahead by J keeps its segments J longer.
 
-Known gap, not checked here (the clock test runs the queue workload): consumer-group
-sessions and rebalance deadlines run on the wall clock (node/group_handlers.py,
-``GroupService(clock_ms=_wall_ms)``, one ``now_ms`` for member heartbeats and for the
-persisted commit and state timestamps alike). A forward jump on a group coordinator
-expires every member's session at its next tick (a needless rebalance); a backward
-jump holds expiry off for as long as the jump, so a dead member keeps its partitions
-that long. Kafka's classic coordinator also stamps heartbeats with the wall clock. The
-fix is two clocks in the coordinator: node_ms for membership, wall_ms for what is
-persisted. A groups run under the clock nemesis stays valid (no safety property
-depends on it).
+Consumer-group sessions and rebalance deadlines ran on the wall clock (one ``now_ms``
+for member heartbeats and for the persisted commit and state timestamps alike): a
+forward jump on a group coordinator expired every member's session at its next tick, a
+backward one held expiry off for as long as the jump. The coordinator's clock is now a
+``SteadyWallClock`` (node/clock.py): the wall clock at start, advancing with the
+monotonic clock. (Kafka's classic coordinator stamps heartbeats with the wall clock.)
 """
 
 from __future__ import annotations
