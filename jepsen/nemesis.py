@@ -117,7 +117,8 @@ def schedule(seed: int, kinds: list[str], duration_s: float, quiet=(2.0, 4.0),
 
 class Nemesis:
     def __init__(self, cluster, history, events: list[dict], leader_of=None, log=print,
-                 partition_leader_of=None, partitions: list[tuple[str, int]] = ()):
+                 partition_leader_of=None, partitions: list[tuple[str, int]] = (),
+                 leader_aware: bool = True):
         """``leader_of()`` returns the id of a current leader (a partition leader or the
         controller) or None; ``partition_leader_of()`` that of a workload partition's
         leader; ``partitions`` are the workload's (topic, partition) pairs, which the
@@ -131,6 +132,8 @@ class Nemesis:
         self.stop_flag = threading.Event()
         self.thread = threading.Thread(target=self._run, name="jepsen-nemesis", daemon=True)
         self.partitions = list(partitions)
+        #: minorities hold a partition leader (False: any nodes, as before issue 22)
+        self.leader_aware = leader_aware
         self.done: list[dict] = []
         self._undo = None
 
@@ -180,6 +183,8 @@ class Nemesis:
         """(n-1)//2 nodes, one of them a current leader of a workload partition when
         one is known (leader-aware: a minority without it changes no leadership)."""
         k = (len(ids) - 1) // 2
+        if not self.leader_aware:
+            return sorted(rnd.sample(ids, k))
         ld = None
         try:
             ld = self.partition_leader_of()

@@ -80,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--targets", default="",
                    help="comma-separated fault targets to keep (default all), e.g. "
                         "leader,isolate-leader; see nemesis.TARGETS")
+    r.add_argument("--legacy-targets", action="store_true",
+                   help="aim the default mix as before it was leader-aware (a comparison)")
     r.add_argument("--quiet", type=str, default="2,4", help="seconds between faults: lo,hi")
     r.add_argument("--hold", type=str, default="3,6", help="seconds a fault lasts: lo,hi")
     r.add_argument("--segment-bytes", type=int, default=None,
@@ -169,6 +171,15 @@ class LeaderObserver:
         if self.controller is not None and rnd.random() < CONTROLLER_SHARE:
             return self.controller
         return self.partition_leader(rnd)
+
+    def leader_legacy(self, rnd: random.Random | None = None) -> int | None:
+        """``leader`` as the default mix had it before it was leader-aware (issue 22),
+        for ``--legacy-targets`` comparisons: a partition leader from the last round 7
+        times in 10, the controller otherwise."""
+        rnd = rnd or random
+        if self.leaders and (self.controller is None or rnd.random() < 0.7):
+            return rnd.choice(sorted({ld for _t, _e, ld in self.leaders.values()}))
+        return self.controller
 
     def _run(self):
         while not self.stop_flag.wait(self.interval_s):
@@ -483,8 +494,11 @@ def run(args) -> int:
         warnings += workload.warnings
         observer = LeaderObserver(cluster, workload.topic)
         observer.start()
+        legacy = getattr(args, "legacy_targets", False)
         nemesis = Nemesis(cluster, history, events,
-                          leader_of=lambda: observer.leader(rnd), log=log,
+                          leader_of=lambda: (observer.leader_legacy if legacy
+                                             else observer.leader)(rnd), log=log,
+                          leader_aware=not legacy,
                           partition_leader_of=lambda: observer.partition_leader(rnd),
                           partitions=[split_key(k) for k in workload.keys])
         workload.start()

@@ -43,3 +43,11 @@ def test_leader_target_is_mostly_a_partition_leader_other_than_the_controller():
     both = _observer({"t-0": 1, "t-1": 1}, controller=1)
     assert {both.partition_leader(rnd) for _ in range(20)} == {1}
     assert _observer({}, controller=2).partition_leader(rnd) == 2  # none seen yet
+
+
+def test_legacy_targets_for_comparisons():
+    nem = Nemesis(_cluster(3), None, [], partition_leader_of=lambda: 2, leader_aware=False)
+    assert {nem._minority([1, 2, 3], random.Random(s))[0] for s in range(30)} == {1, 2, 3}
+    ob = _observer({"t-0": 1, "t-1": 3}, controller=1)
+    picks = [ob.leader_legacy(random.Random(s)) for s in range(300)]
+    assert 0.4 < picks.count(1) / len(picks) < 0.8  # the controller, or leader 1 (its node)
