@@ -59,6 +59,7 @@ class ProducerBatch:
         "flying",
         "last_error",
         "storage_errors",
+        "storage_refusals",
     )
 
     def __init__(self, topic: str, partition: int, deadline: float, ts_ms: int, seq: int = 0):
@@ -80,6 +81,7 @@ class ProducerBatch:
         self.flying = False  # sent and not yet answered (counts toward the in-flight limit)
         self.last_error: BaseException | None = None  # the latest retriable error it met
         self.storage_errors = 0  # KAFKA_STORAGE_ERROR answers so far (see producer.py)
+        self.storage_refusals = 0  # of those, answers that appended nothing
 
     def __len__(self) -> int:
         return len(self.values) if self.values is not None else -1

@@ -82,6 +82,11 @@ class KafkaStorageError(ApiError):
 
     def __init__(self, message: str = ""):
         super().__init__(ErrorCode.KAFKA_STORAGE_ERROR, message)
+        #: Set by the producer on the error a send fails with: False when every attempt
+        #: of its batch was answered by a leader whose append failed (the records are in
+        #: no log: the send definitely failed), None when an attempt may have been
+        #: written (lost in flight, timed out, or appended with only the flush failing).
+        self.written: bool | None = None
 
     def __str__(self) -> str:
         if self.message.startswith("STORAGE_ERROR"):

@@ -23,7 +23,7 @@ import time
 from collections import deque
 
 from raftlog import records
-from raftlog.errors import ApiError, ErrorCode
+from raftlog.errors import STORAGE_ERROR_APPENDED, ApiError, ErrorCode
 from raftlog.producer_state import BATCHES_RETAINED, MAX_SEQUENCE
 from raftlog.protocol import Api
 
@@ -32,6 +32,7 @@ from .conn import BrokerConnection, Cluster
 from .errors import (
     BrokerNotAvailableError,
     DeliveryTimeoutError,
+    KafkaStorageError,
     UnknownTopicOrPartitionError,
     api_error,
 )
@@ -100,6 +101,8 @@ class Producer:
     (3) quick retries, then the future fails with KafkaStorageError carrying the
     node's message (``STORAGE_ERROR: no space left on device on node N (data dir
     ...)``): a full disk takes an operator, not a retry loop. Later sends try again.
+    Its ``written`` is False when no attempt of the batch was written anywhere (every
+    one refused by a failed append), None when unknown.
     """
 
     def __init__(
@@ -688,6 +691,8 @@ class _ProducerIO:
         b.last_error = err
         if isinstance(err, ApiError) and err.code == ErrorCode.KAFKA_STORAGE_ERROR:
             b.storage_errors += 1
+            if STORAGE_ERROR_APPENDED not in err.message:
+                b.storage_refusals += 1
             retriable = b.storage_errors <= STORAGE_ERROR_RETRIES
             self.cluster.topics.pop(b.topic, None)  # leadership may move off that disk
         if retriable and b.attempts <= self.p.retries and time.monotonic() < b.deadline:
@@ -706,6 +711,11 @@ class _ProducerIO:
 
     def _fail(self, b: ProducerBatch, err: BaseException) -> None:
         self._landed(b)
+        if isinstance(err, KafkaStorageError):
+            # every attempt refused by a leader whose append failed: nothing was written
+            # (a copy: one error object may answer several batches of a request)
+            err = KafkaStorageError(err.message)
+            err.written = False if b.storage_refusals == b.attempts else None
         if self.in_order and b.producer_id >= 0 and b.producer_id == self.producer_id:
             # its sequence numbers may or may not be in the log: start a new id
             self.producer_id = records.NO_PRODUCER_ID

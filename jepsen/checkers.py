@@ -111,6 +111,24 @@ def check_lost(history: list[dict], final: dict) -> dict:
     return out
 
 
+def check_failed_sends(history: list[dict], final: dict) -> dict:
+    """failed-send-written: a send recorded as failed (definitely not written: raised
+    before it was sent, or every attempt refused by a leader whose append failed, e.g.
+    on a full disk) whose value is in the final log."""
+    idx = final_index(final)["by_value"]
+    out: dict = {}
+    for _inv, comp in sends(history):
+        if comp is None or comp["type"] != "fail" or not isinstance(comp.get("value"), list):
+            continue
+        key, v = comp["value"]
+        offsets = idx.get(key, {}).get(v)
+        if offsets:
+            _add(out, "failed-send-written", {"key": key, "value": v, "offsets": offsets,
+                                              "index": comp["index"],
+                                              "error": comp.get("error")})
+    return out
+
+
 def check_offsets(history: list[dict], final: dict) -> dict:
     """inconsistent-offsets: one (key, offset) with two values, over acknowledged sends,
     polls and the final log. duplicate: one value at two offsets (final log or polls)."""
@@ -555,6 +573,7 @@ def check_queue(history: list[dict], final: dict, final_reads: dict | None = Non
         check_lost(history, final),
         check_read_committed(history, final)), final, final_reads),
         check_offsets(history, final),
+        check_failed_sends(history, final),
         check_aborted_read(history, final),
         check_polls(history, final),
         check_nonmonotonic_send(history, final),

@@ -46,9 +46,13 @@ class Node:
         self.host = f"{cluster.subnet}.{node_id + 1}"
         self.port = free_port(self.host)
         self.raft_port = free_port(self.host)
-        self.data_dir = os.path.join(cluster.base_dir, f"node-{node_id}")
-        self.config_path = os.path.join(self.data_dir, "server.properties")
-        self.log_path = os.path.join(self.data_dir, "node.log")
+        #: server.properties and node.log; also the data dir unless the run has small
+        #: data disks (jepsen/disks.py), which are mounted below it
+        self.home = os.path.join(cluster.base_dir, f"node-{node_id}")
+        self.data_dir = (cluster.disks.data_dir(node_id) if cluster.disks is not None
+                         else self.home)
+        self.config_path = os.path.join(self.home, "server.properties")
+        self.log_path = os.path.join(self.home, "node.log")
         self.proc: subprocess.Popen | None = None
         self.paused = False
         self.mount = None  # a lazyfs Mount when the cluster runs on lazyfs
@@ -78,6 +82,7 @@ class Node:
 
     def write_config(self) -> None:
         os.makedirs(self.data_dir, exist_ok=True)
+        os.makedirs(self.home, exist_ok=True)
         c = self.cluster
         props = {
             "node.id": self.id,
@@ -108,6 +113,8 @@ class Node:
         if self.mount is not None and not self.mount.mounted:
             self.mount.start()
         cmd = node_command(config=self.config_path)
+        if self.cluster.clocks is not None:
+            cmd = self.cluster.clocks.wrap(self.id, cmd)
         cg = self.cluster.net.cgroup_procs(self) if self.cluster.net else None
         if cg:
             # join the node's cgroup before exec, so every socket it opens is in it
@@ -162,12 +169,32 @@ class Cluster:
     def __init__(self, n: int, base_dir: str, *, password: str = "jepsen-secret-0123456789",
                  min_isr: int = 1, extra_config: dict | None = None,
                  net: str = "auto", subnet: str | None = None, log=print,
-                 security_protocol: str = "PLAINTEXT", lazyfs: bool = False):
+                 security_protocol: str = "PLAINTEXT", lazyfs: bool = False,
+                 disk_mb: int | None = None, clocks: bool = False):
         """``security_protocol`` SASL_SSL: every listener is TLS + SCRAM (jepsen/security.py);
         harness clients take :attr:`client_options`. ``lazyfs``: every node's log
-        directory on its own lazyfs mount (the powerloss nemesis needs it)."""
+        directory on its own lazyfs mount (the powerloss nemesis needs it). ``disk_mb``:
+        every node's data dir is a small disk of its own (jepsen/disks.py), for the
+        diskfull nemesis. ``clocks``: every node runs under libfaketime, its wall clock
+        movable (jepsen/clock.py); :attr:`clock_error` says why not when it cannot."""
         self.base_dir = os.path.abspath(base_dir)
         self.lazyfs = lazyfs
+        self.clocks = None
+        self.clock_error: str | None = None
+        if clocks:
+            from .clock import Clocks
+
+            try:
+                self.clocks = Clocks({i: os.path.join(self.base_dir, f"node-{i}")
+                                      for i in range(1, n + 1)})
+            except RuntimeError as e:
+                self.clock_error = str(e)
+        self.disks = None
+        if disk_mb:
+            from .disks import Disks
+
+            self.disks = Disks({i: os.path.join(self.base_dir, f"node-{i}")
+                                for i in range(1, n + 1)}, disk_mb, log)
         self.security = None
         #: TLS/SASL options for every harness client (empty: PLAINTEXT)
         self.client_options: dict = {}
@@ -234,6 +261,8 @@ class Cluster:
     def heal(self) -> None:
         if self.net:
             self.net.heal()
+        if self.clocks:
+            self.clocks.reset()
         for n in self.nodes:
             if n.paused:
                 n.resume()

@@ -6,6 +6,14 @@ the chosen kinds starts, lasts ``hold`` seconds, and is healed. Kinds and their 
 - ``kill``: SIGKILL one node / the leader / a minority, restarted when the window ends
   (``partition-leader``, only when asked for with ``--targets``: a workload partition's
   leader, never the controller alone);
+
+  The default mix is leader-aware: ``leader`` is a workload partition's current leader
+  (asked afresh when the fault starts) three times in four and the controller
+  otherwise, and every ``minority`` (also the minority side of ``majority-minority``)
+  holds a current partition leader. Random ``one`` / ``isolate-one`` targets stay: a
+  fault on a follower is a fault too. Faults on followers, or on the controller
+  alone, move no partition leadership and so expose none of the planted replication
+  bugs; ``raftlog-jepsen rates`` measures how often the default schedule catches each;
 - ``pause``: SIGSTOP the same kinds of target for longer than the election timeout, then
   SIGCONT;
 - ``partition``: isolate one node / the leader, split majority from minority, or (5 nodes)
@@ -32,6 +40,19 @@ the chosen kinds starts, lasts ``hold`` seconds, and is healed. Kinds and their 
   acknowledged records that no node had fsynced yet: the documented loss, reported
   as ``lost-unsynced`` (see checkers.explain_power_loss), never as ``lost``.
 
+- ``diskfull`` (opt-in): fill the data disk of one node / a leader (every node's data
+  dir is then a small tmpfs of its own, see jepsen/disks.py), and free it when the
+  window ends. Produce to a full leader fails with KAFKA_STORAGE_ERROR (the sender
+  records such a send as failed when no attempt of it was appended, else as
+  indeterminate); a full follower falls out of the ISR and catches up afterwards;
+  nothing acknowledged may be lost, and a send recorded as failed may never show up.
+- ``clock`` (opt-in): jump one node's / a leader's wall clock by 1-10 minutes either
+  way, or skew every node's by its own such offset; the window's end jumps them back
+  (libfaketime, see jepsen/clock.py; only the wall clock moves, never the monotonic
+  one). The workload topic then stamps LogAppendTime and keeps 30 minutes
+  (retention.ms), so the leaders' clocks decide the timestamps and retention runs
+  against them; the run checks ListOffsets by timestamp against the records.
+
 Every window is recorded in the history as process ``"nemesis"``: ``start`` (its value
 says what was done to whom) and ``stop``.
 """
@@ -42,7 +63,8 @@ import random
 import threading
 import time
 
-KINDS = ("kill", "pause", "partition", "corrupt", "reassign", "powerloss")
+KINDS = ("kill", "pause", "partition", "corrupt", "reassign", "powerloss", "diskfull",
+         "clock")
 TARGETS = {
     "kill": ("one", "leader", "minority"),
     "pause": ("one", "leader", "minority"),
@@ -50,6 +72,8 @@ TARGETS = {
     "corrupt": ("bitflip", "truncate"),
     "reassign": ("move", "shrink-grow", "cancel"),
     "powerloss": ("one", "minority", "majority", "all"),
+    "diskfull": ("one", "leader"),
+    "clock": ("one", "leader", "skew"),
 }
 #: Targets used only when asked for by name (``--targets``), so that the default
 #: schedules of a seed stay what they were: ``partition-leader`` is always the leader of
@@ -62,6 +86,8 @@ EXTRA_TARGETS = {
     "corrupt": (),
     "reassign": (),
     "powerloss": (),
+    "diskfull": ("partition-leader",),
+    "clock": ("partition-leader",),
 }
 
 
@@ -102,7 +128,8 @@ def schedule(seed: int, kinds: list[str], duration_s: float, quiet=(2.0, 4.0),
 
 class Nemesis:
     def __init__(self, cluster, history, events: list[dict], leader_of=None, log=print,
-                 partition_leader_of=None, partitions: list[tuple[str, int]] = ()):
+                 partition_leader_of=None, partitions: list[tuple[str, int]] = (),
+                 leader_aware: bool = True):
         """``leader_of()`` returns the id of a current leader (a partition leader or the
         controller) or None; ``partition_leader_of()`` that of a workload partition's
         leader; ``partitions`` are the workload's (topic, partition) pairs, which the
@@ -116,6 +143,8 @@ class Nemesis:
         self.stop_flag = threading.Event()
         self.thread = threading.Thread(target=self._run, name="jepsen-nemesis", daemon=True)
         self.partitions = list(partitions)
+        #: minorities hold a partition leader (False: any nodes, as before issue 22)
+        self.leader_aware = leader_aware
         self.done: list[dict] = []
         self._undo = None
 
@@ -158,12 +187,27 @@ class Nemesis:
                 pass
             return [ld] if ld in ids else [rnd.choice(ids)]
         if target == "minority":
-            return sorted(rnd.sample(ids, (len(ids) - 1) // 2))
+            return self._minority(ids, rnd)
         if target == "majority":
             return sorted(rnd.sample(ids, len(ids) // 2 + 1))
         if target == "all":
             return sorted(ids)
         return [rnd.choice(ids)]
+
+    def _minority(self, ids: list[int], rnd: random.Random) -> list[int]:
+        """(n-1)//2 nodes, one of them a current leader of a workload partition when
+        one is known (leader-aware: a minority without it changes no leadership)."""
+        k = (len(ids) - 1) // 2
+        if not self.leader_aware:
+            return sorted(rnd.sample(ids, k))
+        ld = None
+        try:
+            ld = self.partition_leader_of()
+        except Exception:
+            pass
+        first = [ld] if ld in ids and k > 0 else []
+        rest = [i for i in ids if i not in first]
+        return sorted(first + rnd.sample(rest, k - len(first)))
 
     def _fault(self, ev: dict) -> None:
         rnd = random.Random(ev["pick"])
@@ -204,10 +248,8 @@ class Nemesis:
                     net.partition(groups)
                     desc = f"partition {groups}"
                 elif target == "majority-minority":
-                    shuffled = ids[:]
-                    rnd.shuffle(shuffled)
-                    k = (len(ids) - 1) // 2
-                    groups = [sorted(shuffled[:k]), sorted(shuffled[k:])]
+                    minority = self._minority(ids, rnd)
+                    groups = [minority, [i for i in ids if i not in minority]]
                     net.partition(groups)
                     desc = f"partition {groups}"
                 elif target == "ring" and len(ids) >= 5:
@@ -252,6 +294,10 @@ class Nemesis:
                         self.cluster.node(i).start()
                     for i in victims:
                         self.cluster.node(i).wait_listening(30)
+            elif kind == "diskfull":
+                desc, undo = self._diskfull(target, rnd)
+            elif kind == "clock":
+                desc, undo = self._clock(target, rnd)
             else:
                 raise ValueError(f"unknown nemesis {kind!r}")
         except Exception as e:
@@ -293,6 +339,40 @@ class Nemesis:
         node.start()
         node.wait_listening(30)
         return f"corrupt node {node.id} {os.path.relpath(path, node.log_dir)}: {what}"
+
+    def _diskfull(self, target: str, rnd: random.Random):
+        """Fill the data disk of one node (jepsen/disks.py); (description, undo)."""
+        disks = self.cluster.disks
+        if disks is None:
+            raise RuntimeError("the cluster has no small data disks (Cluster(disk_mb=...))")
+        (victim,) = self._nodes(target, rnd)
+        node = self.cluster.node(victim)
+        what = disks.fill(node)
+
+        def undo():
+            disks.free(node)
+
+        return f"diskfull node {victim} ({disks.kind}): {what}", undo
+
+    def _clock(self, target: str, rnd: random.Random):
+        """Jump one node's wall clock (``one``, ``leader``) or skew every node's
+        (``skew``: each its own offset) by minutes; undo: back to the real time (a
+        jump too)."""
+        from .clock import random_offset
+
+        clocks = self.cluster.clocks
+        if clocks is None:
+            raise RuntimeError(f"no clock control: {self.cluster.clock_error or 'not asked'}")
+        ids = [n.id for n in self.cluster.nodes]
+        victims = ids if target == "skew" else self._nodes(target, rnd)
+        moved = {i: random_offset(rnd) for i in victims}
+        for i, off in moved.items():
+            clocks.set(i, off)
+
+        def undo():
+            clocks.reset()
+
+        return "clock " + ", ".join(f"node {i} {off:+d} s" for i, off in moved.items()), undo
 
     def _reassign(self, how: str, rnd: random.Random):
         """Start one reassignment of a workload partition; (description, undo)."""

@@ -11,6 +11,7 @@ import threading
 import time
 
 from . import checkers, report
+from .disks import DISK_MB
 from .history import History
 from .lazyfs import LazyFSUnavailable
 from .linear import check_metadata
@@ -18,6 +19,9 @@ from .nemesis import KINDS, Nemesis, schedule, targets_for
 from .workloads import NotAvailable, make, split_key
 
 FINAL_READ_TIMEOUT_S = 60.0
+#: Share of the default schedule's ``leader`` faults aimed at the controller (the
+#: rest hit a workload partition's leader; see LeaderObserver.leader).
+CONTROLLER_SHARE = 0.25
 
 #: The node's planted bugs (its config key ``test.flags``, see the README's harness
 #: section): named here, not imported -- the harness sees nodes only as processes. A
@@ -84,14 +88,22 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--targets", default="",
                    help="comma-separated fault targets to keep (default all), e.g. "
                         "leader,isolate-leader; see nemesis.TARGETS")
+    r.add_argument("--legacy-targets", action="store_true",
+                   help="aim the default mix as before it was leader-aware (a comparison)")
     r.add_argument("--quiet", type=str, default="2,4", help="seconds between faults: lo,hi")
     r.add_argument("--hold", type=str, default="3,6", help="seconds a fault lasts: lo,hi")
     r.add_argument("--segment-bytes", type=int, default=None,
                    help="segment.bytes of the queue topic (default: 65536 with the corrupt "
                         "nemesis, else the topic default)")
+    r.add_argument("--topic-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config of the queue workload's topic (repeatable), e.g. "
+                        "retention.ms=600000")
     r.add_argument("--keep-data", action="store_true", help="keep node data dirs")
     c = sub.add_parser("check", help="re-check a run directory (history.jsonl, final.json)")
     c.add_argument("dir")
+    from . import rates
+
+    rates.add_parser(sub)
     return p
 
 
@@ -167,11 +179,33 @@ class LeaderObserver:
         self._observe_round()
         if not self.leaders:
             return self.controller
-        return (rnd or random).choice(sorted({ld for _t, _e, ld in self.leaders.values()}))
+        leaders = {ld for _t, _e, ld in self.leaders.values()}
+        # Not the controller when another node leads a partition too: cut off, the
+        # controller's node moves no partition leadership until the quorum has elected
+        # another controller and that one has fenced it (up to ~5 s), so a fault of the
+        # default 3-6 s may well heal first; any other leader is fenced after
+        # broker.session.timeout.ms. (The controller stays a target: ``leader``.)
+        others = leaders - {self.controller}
+        return (rnd or random).choice(sorted(others or leaders))
 
     def leader(self, rnd: random.Random | None = None) -> int | None:
-        if self.leaders and (self.controller is None or (rnd or random).random() < 0.7):
-            return (rnd or random).choice(sorted({ld for _t, _e, ld in self.leaders.values()}))
+        """The target ``leader``: the controller in CONTROLLER_SHARE of the picks, else
+        a current leader of a workload partition, asked afresh (:meth:`partition_leader`).
+        A partition leader is what a fault must hit to expose a replication bug (the
+        planted ones): a leadership that has moved since the last round, or the
+        controller alone, exposes none of them."""
+        rnd = rnd or random
+        if self.controller is not None and rnd.random() < CONTROLLER_SHARE:
+            return self.controller
+        return self.partition_leader(rnd)
+
+    def leader_legacy(self, rnd: random.Random | None = None) -> int | None:
+        """``leader`` as the default mix had it before it was leader-aware (issue 22),
+        for ``--legacy-targets`` comparisons: a partition leader from the last round 7
+        times in 10, the controller otherwise."""
+        rnd = rnd or random
+        if self.leaders and (self.controller is None or rnd.random() < 0.7):
+            return rnd.choice(sorted({ld for _t, _e, ld in self.leaders.values()}))
         return self.controller
 
     def _run(self):
@@ -391,21 +425,30 @@ def run(args) -> int:
     if unknown:
         log(f"unknown --node-flag {unknown} (known: {', '.join(sorted(PLANTED_BUGS))})")
         return 2
-    node_config = {}
-    for item in args.node_config:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            log(f"--node-config {item!r}: expected KEY=VALUE")
-            return 2
-        node_config[node_config_key(key.strip())] = value.strip()
+    node_config, topic_config = {}, {}
+    for option, items, into in (("--node-config", args.node_config, node_config),
+                                ("--topic-config", args.topic_config, topic_config)):
+        for item in items:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                log(f"{option} {item!r}: expected KEY=VALUE")
+                return 2
+            key = key.strip()
+            into[node_config_key(key) if into is node_config else key] = value.strip()
     only = [t for t in args.targets.split(",") if t]
     try:
         targets_for(kinds, only)
     except ValueError as e:
         log(str(e))
         return 2
-    if args.segment_bytes is None and "corrupt" in kinds:
+    if args.segment_bytes is None and ("corrupt" in kinds or "clock" in kinds):
         args.segment_bytes = 65536
+    if "clock" in kinds:  # timestamps from the leaders' clocks, retention against them
+        from .clock import NODE_CONFIG, TOPIC_CONFIG
+
+        topic_config = {**TOPIC_CONFIG, **topic_config}
+        node_config = {**NODE_CONFIG, **node_config}
+    args.topic_config = topic_config
     if args.partitions is None:
         args.partitions = 4 if args.workload == "groups" else 2
     if args.consumers is None:
@@ -438,8 +481,22 @@ def run(args) -> int:
                       min_isr=args.min_insync_replicas, extra_config=extra,
                       net="none" if args.net == "none" else args.net, log=log,
                       security_protocol=args.security_protocol,
-                      lazyfs="powerloss" in kinds)
+                      lazyfs="powerloss" in kinds,
+                      disk_mb=DISK_MB if "diskfull" in kinds else None,
+                      clocks="clock" in kinds)
     workload.cluster = cluster
+    if "clock" in kinds and cluster.clocks is None:
+        msg = f"clock nemesis disabled: {cluster.clock_error}"
+        log("WARNING: " + msg)
+        warnings.append(msg)
+        kinds.remove("clock")
+    if cluster.disks is not None:
+        log(f"data disks: {cluster.disks.kind}"
+            + (f" ({cluster.disks.error})" if cluster.disks.error else f" of {DISK_MB} MiB"))
+        if cluster.disks.error:
+            warnings.append(f"diskfull: no tmpfs data disks ({cluster.disks.error}); a full "
+                            f"disk is RLIMIT_FSIZE instead (EFBIG, not ENOSPC; see "
+                            f"jepsen/disks.py)")
     if "partition" in kinds and cluster.net is None:
         msg = f"partition nemesis disabled: no network control ({cluster.net_error})"
         log("WARNING: " + msg)
@@ -461,6 +518,8 @@ def run(args) -> int:
     final: dict = {}
     reads: dict = {}
     sets: dict = {}
+    time_anomalies: dict = {}
+    clock_stats: dict = {}
     replicas: dict = {}
     observer = None
     lazyfs_status: dict = {}
@@ -478,8 +537,11 @@ def run(args) -> int:
         warnings += workload.warnings
         observer = LeaderObserver(cluster, workload.topic)
         observer.start()
+        legacy = getattr(args, "legacy_targets", False)
         nemesis = Nemesis(cluster, history, events,
-                          leader_of=lambda: observer.leader(rnd), log=log,
+                          leader_of=lambda: (observer.leader_legacy if legacy
+                                             else observer.leader)(rnd), log=log,
+                          leader_aware=not legacy,
                           partition_leader_of=lambda: observer.partition_leader(rnd),
                           partitions=[split_key(k) for k in workload.keys])
         workload.start()
@@ -497,6 +559,10 @@ def run(args) -> int:
         if workload.keys:
             final, reads = final_read(cluster, workload.keys)
             sets = replica_sets(cluster, workload.keys)
+            if cluster.clocks is not None:
+                from .clock import check_timestamps
+
+                time_anomalies, clock_stats = check_timestamps(cluster, workload.keys, rnd)
         lazyfs_status = cluster.lazyfs_status()
     except KeyboardInterrupt:
         log("interrupted")
@@ -514,12 +580,15 @@ def run(args) -> int:
     ops = history.ops
     observations = observer.observations if observer else []
     with open(os.path.join(out, "final.json"), "w", encoding="utf-8") as f:
-        json.dump({"final": final, "reads": reads, "replicas": replicas}, f)
+        json.dump({"final": final, "reads": reads, "replicas": replicas,
+                   **({"time_anomalies": time_anomalies} if time_anomalies else {})}, f)
     with open(os.path.join(out, "observations.jsonl"), "w", encoding="utf-8") as f:
         for ob in observations:
             f.write(json.dumps(ob) + "\n")
-    an = check(args.workload, ops, final, reads, observations, replicas,
-               unsynced_loss="powerloss" in kinds and unsynced_loss_documented(node_config))
+    an = checkers.merge(
+        check(args.workload, ops, final, reads, observations, replicas,
+              unsynced_loss="powerloss" in kinds and unsynced_loss_documented(node_config)),
+        time_anomalies)
     full = {i: s["full_errors"] for i, s in lazyfs_status.items() if s.get("full_errors")}
     if full:  # a write refused by a full ledger: the run did not test what it claims
         an["lazyfs-ledger-full"] = [{"node": i, "refused": n} for i, n in full.items()]
@@ -540,6 +609,8 @@ def run(args) -> int:
                "network_faults": cluster.net.kind if cluster.net else f"none ({cluster.net_error})",
                **({"lazyfs": lazyfs_status} if lazyfs_status else {}),
                **({"lost_unsynced_by_kind": unsynced_by_kind} if unsynced_by_kind else {}),
+               **({"clock": {**cluster.clocks.stats(), **clock_stats}}
+                  if cluster.clocks is not None else {}),
                "seconds": round(time.monotonic() - t_start, 1)})
     if workload.replication_factor < args.replication_factor:
         st["replication_warning"] = (f"ran with replication factor {workload.replication_factor}"
@@ -564,7 +635,11 @@ def run(args) -> int:
                 src = os.path.join(out, "data", name, log_name)
                 if os.path.exists(src):
                     shutil.copyfile(src, os.path.join(out, f"{name}{suffix}"))
+        if cluster.disks is not None:
+            cluster.disks.release()
         shutil.rmtree(os.path.join(out, "data"), ignore_errors=True)
+    elif cluster.disks is not None:
+        cluster.disks.release(keep=True)
     if counts.get("lost-unsynced"):
         log(f"lost-unsynced: {counts['lost-unsynced']} {unsynced_by_kind} -- the documented "
             f"loss of a power loss of every node with flush.messages not 1 (not counted "
@@ -594,8 +669,10 @@ def recheck(d: str) -> int:
         key, _sep, value = item.partition("=")
         node_config[node_config_key(key.strip())] = value.strip()
     kinds = [k for k in str(cfg.get("nemesis", "")).split(",") if k]
-    an = check(wl, ops, fin["final"], fin["reads"], obs, fin.get("replicas"),
-               unsynced_loss="powerloss" in kinds and unsynced_loss_documented(node_config))
+    an = checkers.merge(
+        check(wl, ops, fin["final"], fin["reads"], obs, fin.get("replicas"),
+              unsynced_loss="powerloss" in kinds and unsynced_loss_documented(node_config)),
+        fin.get("time_anomalies", {}))
     valid, trimmed, counts = checkers.summarize(an, wl)
     print(json.dumps({"valid": valid, "anomaly_counts": counts}, indent=1))
     return 0 if valid else 1
@@ -616,6 +693,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "check":
         return recheck(args.dir)
+    if args.command == "rates":
+        from . import rates
+
+        return rates.main(args)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_sigterm)
     return run(args)

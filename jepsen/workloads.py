@@ -40,6 +40,7 @@ from raftlog.client import (
     CommitFailedError,
     Consumer,
     ConsumerRebalanceListener,
+    KafkaStorageError,
     Producer,
     ProducerClosedError,
     TopicAlreadyExistsError,
@@ -169,9 +170,10 @@ class QueueWorkload(Workload):
         while True:
             try:
                 with Admin(self.cluster.bootstrap, **self.cluster.client_options, request_timeout_ms=10_000) as admin:
-                    self.create_topic(admin, QUEUE_TOPIC, a.partitions,
-                                      {"segment.bytes": a.segment_bytes} if a.segment_bytes
-                                      else None)
+                    config = dict(getattr(a, "topic_config", None) or {})
+                    if a.segment_bytes:
+                        config["segment.bytes"] = a.segment_bytes
+                    self.create_topic(admin, QUEUE_TOPIC, a.partitions, config or None)
                 break
             except (ApiError, ClientError):
                 if time.monotonic() > deadline:
@@ -259,6 +261,10 @@ class QueueWorkload(Workload):
                 h.info(op, error=repr(e) or "timeout")
                 self._release_producer(process, producer)
                 producer = None
+            except KafkaStorageError as e:
+                # the leader's disk is full: failed for sure when no attempt was appended
+                # (the failed-send checker holds us to that), else indeterminate
+                (h.fail if e.written is False else h.info)(op, error=str(e))
             except Exception as e:
                 # an earlier attempt of the batch may have been written: indeterminate
                 h.info(op, error=repr(e))

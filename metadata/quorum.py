@@ -79,7 +79,7 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.syncobj import _RAFT_STATE
 
 from raftlog.checkpoint import atomic_write, fsync_dir, makedirs_durable
-from raftlog.errors import ConfigError
+from raftlog.errors import ConfigError, StorageError
 
 from . import raft_rules
 from . import records as R
@@ -162,12 +162,77 @@ ORIGINALS = {
     "FileJournal.add": _journal.FileJournal.add,
     "MetaStorer.storeMeta": _journal.MetaStorer.storeMeta,
     "serializer.atomicReplace": _serializer.atomicReplace,
+    "FileJournal.onOneSecondTimer": _journal.FileJournal.onOneSecondTimer,
 }
 
 
+#: Bytes a journal record takes besides its command: u32 size, u64 index, u64 term, u32 size.
+JOURNAL_RECORD_OVERHEAD = 4 + 8 + 8 + 4
+
+
 def _durable_add(self, command, idx, term):
+    reserve_journal_space(self, command)
     ORIGINALS["FileJournal.add"](self, command, idx, term)
     self.flush()  # msync: on disk before it is acknowledged or counted toward commit
+
+
+def reserve_journal_space(journal, command) -> None:
+    """Allocate the disk blocks the next journal record will occupy, before pysyncobj
+    adds it.
+
+    pysyncobj's journal is a file mapped into memory and grown with ftruncate, which
+    allocates nothing: on a full disk the first write into a grown region kills the
+    process with SIGBUS, without a line logged (seen with the harness's diskfull
+    nemesis: a node whose data dir is full died at its next metadata write). With the
+    blocks reserved first, a full disk is an OSError (ENOSPC) raised before the entry
+    joins pysyncobj's in-memory log: it is neither stored nor acknowledged (pysyncobj
+    logs the failed tick), the node stays up, and the leader sends the entry again
+    once there is room."""
+    jfile = journal._FileJournal__journalFile
+    start = journal._FileJournal__currentOffset
+    size = JOURNAL_RECORD_OVERHEAD + len(_journal.to_bytes(command))
+    try:
+        # grow the file and its mapping first, as ResizableFile.write would (the
+        # mapping must cover the file: pysyncobj sizes it by the file's size)
+        while start + size > jfile._ResizableFile__mm.size():
+            mm = jfile._ResizableFile__mm
+            new = max(int(mm.size() * jfile._ResizableFile__resizeFactor), start + size)
+            try:
+                mm.resize(new)
+            except (SystemError, ValueError):
+                jfile._ResizableFile__extand(new - mm.size())
+        # inside the file now: allocates its blocks, changes no size
+        os.posix_fallocate(jfile._ResizableFile__f.fileno(), start, size)
+    except OSError as e:
+        why = os.strerror(e.errno).lower() if e.errno else str(e)
+        raise OSError(e.errno, f"metadata journal {jfile._ResizableFile__fileName}: cannot "
+                               f"reserve {size} bytes at {start}: {why}") from e
+
+
+_meta_store_failing = threading.Event()
+
+
+def _quiet_one_second_timer(self):
+    """pysyncobj stores the commit index (only advisory: a restarted voter learns it
+    from the leader again) once a second; on a full disk that raised on its tick thread
+    every second, a traceback each time, and cut that tick short. One warning when it
+    starts failing, one when it works again; the current term and vote, which Raft
+    needs durable, are stored (and fail loudly) where they change, not here."""
+    try:
+        ORIGINALS["FileJournal.onOneSecondTimer"](self)
+    except (OSError, StorageError) as e:
+        _meta_failed(e)
+    else:
+        if _meta_store_failing.is_set():
+            _meta_store_failing.clear()
+            logger.warning("metadata journal: storing the commit index works again")
+
+
+def _meta_failed(e: Exception) -> None:
+    if not _meta_store_failing.is_set():
+        _meta_store_failing.set()
+        logger.error("metadata journal: cannot store the commit index (retried every "
+                     "second): %s", e)
 
 
 def _durable_store_meta(self, meta):
@@ -222,6 +287,7 @@ def harden_pysyncobj() -> None:
         _journal.loads = _restricted_loads
         _journal.FileJournal.add = _durable_add
         _journal.MetaStorer.storeMeta = _durable_store_meta
+        _journal.FileJournal.onOneSecondTimer = _quiet_one_second_timer
         _serializer.atomicReplace = _durable_replace
         counter = _DivergenceCounter()
         for name in PYSYNCOBJ_LOGGERS:

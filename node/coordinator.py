@@ -59,7 +59,7 @@ class GroupHost:
                 await trio.sleep(OFFSETS_EXPIRY_CHECK_S)
                 try:
                     await self.service.run_effects(
-                        self.coordinator.expire_offsets(int(time.time() * 1000)))
+                        self.coordinator.expire_offsets(self.service.now_ms()))
                 except Exception as e:  # keep coordinating; the next round retries
                     self.events.error("offsets_expiry_failed", error=repr(e))
 
@@ -181,7 +181,7 @@ class GroupHost:
             except CorruptGroupRecordError as e:
                 bad += 1
                 self.events.error("group_record_corrupt", partition=partition, error=str(e))
-        self.coordinator.finish_loading(partition, int(time.time() * 1000))
+        self.coordinator.finish_loading(partition, self.service.now_ms())
         self.events.info("group_partition_loaded", partition=partition, records=len(recs),
                          corrupt=bad, ms=round((time.monotonic() - started) * 1000, 1))
 

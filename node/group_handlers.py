@@ -48,6 +48,7 @@ from raftlog import records as batch_format
 from raftlog.errors import ApiError, ErrorCode
 from raftlog.protocol import Api, NamedResult
 
+from .clock import SteadyWallClock
 from .groups import GroupCoordinator, Outcome, Persist, Reply
 
 #: Longest a JoinGroup or SyncGroup waits beyond the group's own deadlines.
@@ -88,16 +89,22 @@ class GroupService:
     """Runs the coordinator for the node: answers group APIs, persists, ticks."""
 
     def __init__(self, coordinator: GroupCoordinator, *, persist: Persister, locate: Locator,
-                 clock_ms: Callable[[], int] = _wall_ms):
+                 clock_ms: Callable[[], int] | None = None):
+        """``clock_ms``: the coordinator's clock (default a SteadyWallClock: sessions
+        and rebalance deadlines unmoved by steps of the wall clock, see node/clock.py)."""
         self.coordinator = coordinator
         self._persist = persist
         self._locate = locate
-        self._clock_ms = clock_ms
+        self._clock_ms = clock_ms if clock_ms is not None else SteadyWallClock()
         self._tokens = itertools.count(1)
         self._waiters: dict[int, _Waiter] = {}
         # Effects run one list at a time, in the order they were made: appends to
         # __consumer_offsets keep the order of the state changes they record.
         self._effects_lock = trio.Lock()
+
+    def now_ms(self) -> int:
+        """The coordinator's clock (what every operation of it is given)."""
+        return self._clock_ms()
 
     # ------------------------------------------------------------------ plumbing
 

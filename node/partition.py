@@ -22,6 +22,7 @@ import trio
 from raftlog import records as batch_format
 from raftlog.checkpoint import atomic_write
 from raftlog.errors import (
+    STORAGE_ERROR_APPENDED,
     ApiError,
     CorruptRecordError,
     CorruptSnapshotError,
@@ -222,7 +223,8 @@ class Partition:
             self.log.maybe_flush(wall_ms())
         except StorageError as e:  # (flush.messages/flush.ms) appended, not yet durable
             self.wake_leo_waiters()
-            raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR, self._write_failed(e)) from None
+            raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR,
+                           f"{self._write_failed(e)} {STORAGE_ERROR_APPENDED}") from None
         self.wake_leo_waiters()
         self.maybe_advance_hw()
         return base, last

@@ -41,6 +41,12 @@ class StorageError(RaftlogError):
         self.errno = errno
 
 
+#: Ends the message of a KAFKA_STORAGE_ERROR answer whose records *were* appended (only
+#: their flush failed, flush.messages / flush.ms): such a send is not known to have
+#: failed. Without it, the answer means the append failed and the log is unchanged.
+STORAGE_ERROR_APPENDED = "(appended; the flush failed)"
+
+
 class OffsetOutOfRangeError(RaftlogError):
     """An offset below the log start offset or above the log end offset."""
 

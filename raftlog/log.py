@@ -501,13 +501,18 @@ class PartitionLog:
         self.checkpoint()
 
     def maybe_flush(self, now_ms: int | None = None) -> bool:
-        """Flush if ``flush.messages`` or ``flush.ms`` says so. True if it flushed."""
+        """Flush if ``flush.messages`` or ``flush.ms`` says so. True if it flushed.
+
+        ``flush.ms`` is measured on the wall clock (as Kafka's): a clock that went back
+        since the last flush counts as due, so a backward jump cannot hold fsyncs off for
+        as long as the jump (the flush restarts the count on the new clock)."""
         if not self._unflushed_messages:
             return False
         fm, fms = self.config.flush_messages, self.config.flush_ms
         now = now_ms if now_ms is not None else self._clock_ms()
+        elapsed = now - self._last_flush_ms
         if (fm is not None and self._unflushed_messages >= fm) or (
-            fms is not None and now - self._last_flush_ms >= fms
+            fms is not None and (elapsed >= fms or elapsed < 0)
         ):
             self.flush()
             return True

@@ -82,7 +82,8 @@ class ScriptedNode(LoopbackNode):
 
 
 class FakeNode(LoopbackNode):
-    """``produce_error(topic, partition, attempt) -> ErrorCode`` decides each PRODUCE part."""
+    """``produce_error(topic, partition, attempt) -> ErrorCode`` (or ``(ErrorCode,
+    message)``) decides each PRODUCE part."""
 
     def __init__(self, node_id: int = 1, topics: dict | None = None, produce_error=None):
         self.node_id = node_id
@@ -145,9 +146,11 @@ class FakeNode(LoopbackNode):
         for (topic, partition, _), body in zip(req.fields["parts"], bodies):
             key = (topic, partition)
             attempt = self.attempts[key] = self.attempts.get(key, 0) + 1
-            code = self.produce_error(topic, partition, attempt)
+            code, message = self.produce_error(topic, partition, attempt), "scripted"
+            if isinstance(code, tuple):  # (code, message)
+                code, message = code
             if code:
-                out.append([topic, partition, int(code), -1, -1, "scripted"])
+                out.append([topic, partition, int(code), -1, -1, message])
                 continue
             h = records.read_header(bytes(body), 0)
             state = self._producers.setdefault(key, ProducerStateManager())

@@ -164,6 +164,25 @@ def test_storage_error_fails_the_future_after_a_few_retries_not_the_delivery_tim
             f.result(10)
         assert e.value.code == ErrorCode.KAFKA_STORAGE_ERROR
         assert node.attempts[("t", 0)] == STORAGE_ERROR_RETRIES + 1
+        assert e.value.written is False  # every attempt refused: in no log
         # the disk is back: a later send goes through
         node.produce_error = lambda t, p, attempt: ErrorCode.NONE
         assert p.send("t", b"w", partition=0).result(10).offset == 0
+
+
+def test_storage_error_after_an_append_leaves_the_send_indeterminate(fake):
+    """A leader that appended the batch and failed only to flush it says so in the
+    message (STORAGE_ERROR_APPENDED): the failed send may be in the log."""
+    from raftlog.client import KafkaStorageError
+    from raftlog.errors import STORAGE_ERROR_APPENDED
+
+    def error(topic, partition, attempt):
+        note = f" {STORAGE_ERROR_APPENDED}" if attempt == 1 else ""
+        return ErrorCode.KAFKA_STORAGE_ERROR, "STORAGE_ERROR: no space left on device" + note
+
+    node = fake(produce_error=error)
+    with Producer(node.bootstrap, acks="all", retry_backoff_ms=5) as p:
+        with pytest.raises(KafkaStorageError) as e:
+            p.send("t", b"v", partition=0).result(10)
+        assert e.value.written is None
+        assert str(e.value) == "STORAGE_ERROR: no space left on device"

@@ -90,6 +90,18 @@ def test_duplicate():
     assert not valid
 
 
+def test_failed_send_written():
+    h = History()
+    i = h.invoke(0, "send", ["k", 5])
+    h.fail(i, error="STORAGE_ERROR: no space left on device on node 1 (data dir /d)")
+    i = h.invoke(0, "send", ["k", 6])
+    h.info(i, error="timeout")
+    assert c.check_failed_sends(h.ops, {"k": [[0, 6]]}) == {}  # indeterminate: may be there
+    r = c.check_failed_sends(h.ops, {"k": [[0, 6], [1, 5]]})
+    assert r["failed-send-written"][0]["offsets"] == [1]
+    assert "failed-send-written" in c.check_queue(h.ops, {"k": [[0, 6], [1, 5]]})
+
+
 def test_aborted_read():
     h = History()
     i = h.invoke(0, "send", ["k", 5])

@@ -297,3 +297,37 @@ def test_the_voter_set_cannot_change_but_a_voter_may_move(tmp_path):
     MetadataQuorum(1, moved, data).close()
     with pytest.raises(ConfigError, match=r"voters \[1, 2, 3\].*voters \[1\].*cannot change"):
         MetadataQuorum(1, _voters(3), data, password="secret")
+
+
+def test_journal_on_a_full_disk_refuses_the_entry_instead_of_dying(tmp_path, monkeypatch):
+    """pysyncobj's journal is an mmap grown with ftruncate: on a full disk the first
+    write into the grown region killed the node with SIGBUS. The blocks are now
+    reserved first: a full disk is an OSError before the entry joins the in-memory log,
+    and the journal takes entries again once there is room."""
+    import errno
+
+    import pysyncobj.journal as pj
+
+    from raftlog.metadata.quorum import harden_pysyncobj
+
+    harden_pysyncobj()
+    path = str(tmp_path / "j")
+    j = pj.FileJournal(path)
+    j.add(b"a" * 100, 1, 1)
+    real = os.posix_fallocate
+
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    with pytest.raises(OSError, match="metadata journal .* no space left on device"):
+        j.add(b"b" * 5000, 2, 1)  # needs the file to grow
+    assert len(j) == 1  # not in the in-memory log either: never acknowledged
+    monkeypatch.setattr(os, "posix_fallocate", real)
+    j.add(b"b" * 5000, 2, 1)
+    j.add(b"c", 3, 2)
+    j._destroy()
+    again = pj.FileJournal(path)
+    assert [(e[1], e[2]) for e in (again[0], again[1], again[2])] == [(1, 1), (2, 1), (3, 2)]
+    assert len(again) == 3 and again[1][0] == b"b" * 5000
+    again._destroy()

@@ -156,6 +156,8 @@ def test_full_disk_fails_produce_with_the_reason_serves_reads_and_recovers(tmp_p
             assert errors, "the disk never filled"
             assert all(isinstance(e, KafkaStorageError) for e in errors), errors
             assert not any(isinstance(e, DeliveryTimeoutError) for e in errors)
+            # every attempt refused by a failed append: the sends failed for sure
+            assert all(e.written is False for e in errors), [e.written for e in errors]
             msg = str(errors[0])
             assert re.fullmatch(r"STORAGE_ERROR: file too large on node 1 \(data dir .+\)", msg), msg
             assert node.data_dir in msg

@@ -193,3 +193,20 @@ async def test_find_coordinator_and_errors(autojump_clock):
     assert e.value.code is ErrorCode.UNKNOWN_API
     assert Api.JOIN_GROUP in GROUP_APIS and len(GROUP_APIS) == 10
     assert svc._waiters == {}
+
+
+def test_group_clock_is_not_moved_by_steps_of_the_wall_clock(monkeypatch):
+    """Member sessions and rebalance deadlines run on a SteadyWallClock: a wall clock
+    stepped by minutes (the harness's clock nemesis) neither expires every session at
+    once nor holds expiry off; it starts at the wall clock (persisted timestamps)."""
+    import time
+
+    from raftlog.node.clock import SteadyWallClock
+
+    clock = SteadyWallClock()
+    assert abs(clock() - time.time() * 1000) < 50
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 600)  # stepped 10 minutes ahead
+    before = clock()
+    assert abs(SteadyWallClock()() - before - 600_000) < 50  # a new one sees the step
+    assert clock() - before < 50  # the running one does not

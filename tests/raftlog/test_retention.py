@@ -106,3 +106,44 @@ def test_delete_records_before(tmp_path):
     log.close()
     log = _log(tmp_path, now)
     assert log.log_start_offset == 25
+
+
+def test_wall_clock_jumps_and_retention_as_kafka(tmp_path):
+    """Retention runs on the broker's wall clock against each segment's largest
+    timestamp, as Kafka's does: a forward jump shorter than retention.ms deletes no
+    fresh segment (the clock nemesis relies on this), a backward jump deletes nothing,
+    and a forward jump past retention.ms deletes every closed segment -- what Kafka does
+    too. LogAppendTime stamps come from the same (jumped) clock."""
+    minute = 60_000
+    now = [1_000_000_000]
+    log = _log(tmp_path, now, retention_ms=30 * minute, message_timestamp_type="LogAppendTime")
+    _fill(log, 20, ts=0)  # the client's stamps are replaced by the clock's
+    assert log.segment_count > 2
+    assert {b.timestamp for b in decode_batches(log.read_bytes(0, 1 << 20))} == {now[0]}
+    now[0] += 29 * minute  # forward, less than retention.ms
+    assert log.apply_retention() == 0
+    now[0] -= 2 * 29 * minute  # backward: the segments are from the "future"
+    assert log.apply_retention() == 0
+    _fill(log, 5, ts=0)  # stamped 29 min before the first batches
+    assert log.lookup_timestamp(now[0])[0] == 0  # the first record at or after it
+    now[0] += 29 * minute + 31 * minute  # 31 min past the first stamps
+    kept = log.segments[-1].base_offset
+    assert log.apply_retention() > 0  # forward past retention.ms: closed segments go
+    assert log.log_start_offset == kept  # only the active segment stays
+
+
+def test_flush_ms_is_not_held_off_by_a_backward_clock_jump(tmp_path):
+    now = [1_000_000_000]
+    log = _log(tmp_path, now, flush_ms=1000)
+    log.append(encode_batch([b"a"], timestamp=now[0]))
+    assert not log.maybe_flush()  # 0 ms since the log opened
+    now[0] += 1000
+    assert log.maybe_flush() and not log.needs_flush
+    log.append(encode_batch([b"b"], timestamp=now[0]))
+    now[0] -= 10 * 60_000  # the wall clock jumps 10 minutes back
+    assert log.maybe_flush()  # due at once, not in 10 minutes
+    log.append(encode_batch([b"c"], timestamp=now[0]))
+    now[0] += 500
+    assert not log.maybe_flush()  # counted again from the flush, on the new clock
+    now[0] += 500
+    assert log.maybe_flush()
