@@ -34,7 +34,11 @@ RECORD = 1000
 
 
 class Cluster:
-    def __init__(self, n: int, voters: int):
+    """``n`` local node processes, the first ``voters`` of them voters (the others
+    broker-only), each with the node ``settings`` given (also used by bench/scrub.py)."""
+
+    def __init__(self, n: int, voters: int, settings: dict | None = None):
+        self.settings = dict(settings or {})
         self.dir = tempfile.mkdtemp(prefix="raftlog-bench-reassign-")
         ports = free_ports(2 * n)
         self.ports = {i: ports[i - 1] for i in range(1, n + 1)}
@@ -43,7 +47,8 @@ class Cluster:
         self.procs: dict = {}
 
     def start(self, i: int) -> None:
-        extra = {"controller.quorum.voters": self.voters, "raft.password": "bench-password-16"}
+        extra = {"controller.quorum.voters": self.voters, "raft.password": "bench-password-16",
+                 **self.settings}
         if i > self.n_voters:
             extra["process.roles"] = "broker"
         argv = node_command(node_id=i, port=self.ports[i],

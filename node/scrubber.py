@@ -37,9 +37,12 @@ from raftlog.scrub import (
     pace_s,
 )
 
-#: How long to wait before looking again when no partition has a closed segment (a
-#: segment closes at a roll, after its batches were checked on append: no hurry).
-IDLE_S = 10.0
+#: How long to wait before looking again when no partition has a closed segment (it
+#: looks only at partitions with one: cheap, whatever the partition count).
+IDLE_S = 2.0
+#: How soon to try again when the segment under the cursor changed under it (a roll, a
+#: compaction swap, a truncation): the cursor starts it again.
+RETRY_S = 0.1
 
 
 class Scrubber:
@@ -63,7 +66,10 @@ class Scrubber:
         self.events.info("scrubber_started", bytes_per_sec=self.rate)
         while True:
             n = self.step()
-            await trio.sleep(pace_s(n, self.rate) if n else IDLE_S)
+            if n:
+                await trio.sleep(pace_s(n, self.rate))
+            else:
+                await trio.sleep(IDLE_S if self.cursor.key is None else RETRY_S)
 
     # ------------------------------------------------------------------ one step
 
