@@ -99,6 +99,21 @@ def no_critical_log_lines():
 
 
 @pytest.fixture
+def lazyfs_mount(tmp_path):
+    """A lazyfs mount (the harness's power-loss filesystem) on tmp_path/mnt over
+    tmp_path/back; the test is skipped, saying why, where FUSE cannot mount."""
+    from raftlog.jepsen.lazyfs import LazyFSUnavailable, Mount
+
+    m = Mount(str(tmp_path / "mnt"), str(tmp_path / "back"))
+    try:
+        m.start()
+    except LazyFSUnavailable as e:
+        pytest.skip(f"FUSE cannot mount here: {e}")
+    yield m
+    m.stop()
+
+
+@pytest.fixture
 def node(tmp_path):
     """One node process with a fresh data dir; stopped (SIGTERM) after the test."""
     n = NodeProcess(str(tmp_path / "node-1"), free_port())

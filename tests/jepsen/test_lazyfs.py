@@ -10,14 +10,8 @@ from raftlog.jepsen.lazyfs import LazyFSUnavailable, Mount
 
 
 @pytest.fixture
-def fs(tmp_path):
-    m = Mount(str(tmp_path / "mnt"), str(tmp_path / "back"))
-    try:
-        m.start()
-    except LazyFSUnavailable as e:
-        pytest.skip(f"FUSE cannot mount here: {e}")
-    yield m
-    m.stop()
+def fs(lazyfs_mount):
+    return lazyfs_mount
 
 
 def _write(path, data: bytes, *, sync: bool = False, mode: str = "wb") -> None:

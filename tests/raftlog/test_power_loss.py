@@ -16,16 +16,8 @@ from raftlog.records import encode_batch
 
 
 @pytest.fixture
-def lazyfs(tmp_path):
-    from raftlog.jepsen.lazyfs import LazyFSUnavailable, Mount
-
-    m = Mount(str(tmp_path / "mnt"), str(tmp_path / "back"))
-    try:
-        m.start()
-    except LazyFSUnavailable as e:
-        pytest.skip(f"FUSE cannot mount here: {e}")
-    yield m
-    m.stop()
+def lazyfs(lazyfs_mount):
+    return lazyfs_mount
 
 
 def _values(log: PartitionLog) -> list[bytes]:
