@@ -1,6 +1,6 @@
 """End-to-end benchmark: produce, consume and latency through real node and client processes.
 
-    python bench/throughput.py [--bootstrap HOST:PORT] [--json] [--n 200000] [--acks all]
+    python bench/throughput.py [--bootstrap HOST:PORT] [--json] [--n 1000000] [--acks all]
                                [--mode send_many|send] [--rate 1000[,5000,...]] [--secs 10]
                                [--replication-factor 1] [--nodes 1]
                                [--client raftlog|confluent-kafka|both]
@@ -393,7 +393,9 @@ def main() -> None:
     )
     ap.add_argument("--bootstrap", help="HOST:PORT of a running node (default: start one)")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--n", type=int, default=200_000)
+    ap.add_argument("--n", type=int, default=1_000_000,
+                    help="records produced and consumed (default 1,000,000: a run long enough "
+                    "that connection set-up and the first fetch do not dominate)")
     ap.add_argument("--acks", default="all", help='"all" (the SDK default), 1 or 0')
     ap.add_argument("--mode", choices=["send_many", "send"], default="send_many")
     ap.add_argument("--rate", default="1000",

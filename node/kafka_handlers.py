@@ -30,7 +30,7 @@ from raftlog import kafka_consumer_protocol as cp
 from raftlog.acl import CLUSTER_NAME
 from raftlog.errors import ApiError, CorruptRecordError, ErrorCode
 from raftlog.kafka_errors import to_kafka
-from raftlog.kafka_wire import SUPPORTED
+from raftlog.kafka_wire import SUPPORTED, RawPieces
 from raftlog.protocol import Api, Request
 
 from .authz import CLUSTER, DESCRIBE, TOPIC, AclCheck
@@ -338,9 +338,9 @@ class KafkaApis:
             else:
                 h, data = entry
                 code = h.error
-                try:
-                    records = (kafka_batch.from_raftlog(data, start_offset=offset, verify=False)
-                               if data else b"")  # (the log checked every batch it served)
+                try:  # (verify=False: the log checked every batch it served)
+                    records = (RawPieces(kafka_batch.from_raftlog_pieces(
+                        data, start_offset=offset, verify=False)) if data else b"")
                 except CorruptRecordError:
                     code, records = int(ErrorCode.KAFKA_STORAGE_ERROR), b""
                 row = {"partition_index": key[1], "error_code": to_kafka(code),

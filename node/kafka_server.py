@@ -47,6 +47,7 @@ from raftlog.kafka_wire import (
     UnsupportedRequest,
     decode_request,
     encode_response,
+    encode_response_pieces,
 )
 from raftlog.listeners import Listener, SecurityProtocol
 
@@ -108,7 +109,7 @@ class _KafkaParked(Delayed):
                 return False
             body = check(self.wait, True)  # no room to wait on a partition: answer now
         h = self.header
-        self._send([encode_response(h.api_key, h.api_version, h.correlation_id, body)])
+        self._send(encode_response_pieces(h.api_key, h.api_version, h.correlation_id, body))
         return True
 
     def fail(self, e: Exception) -> None:
@@ -303,7 +304,8 @@ class KafkaServer:
             if wait is not None:
                 self._park(conn, h, wait)
             elif body is not None:
-                out.add(encode_response(h.api_key, h.api_version, h.correlation_id, body))
+                out.add_pieces(encode_response_pieces(h.api_key, h.api_version,
+                                                      h.correlation_id, body))
         except (OSError, trio.Cancelled):
             raise
         except Exception as e:  # our bug: log it, drop this connection, keep serving others

@@ -18,6 +18,9 @@ from .sockio import send_all as _send_all
 
 #: Ready bytes sent at once by try_send_now (more goes through an async flush).
 SEND_NOW_MAX_BYTES = 256 * 1024
+#: Ready bytes pieces smaller than this are joined into one send with their
+#: neighbours; larger ones (a fetch's records) are sent as they are, never copied.
+JOIN_MAX_BYTES = 32 * 1024
 #: sendfile cannot cross TLS: a file slice goes out read + sent in chunks of this size
 #: (the per-connection bound on what the fallback holds in memory).
 TLS_SLICE_CHUNK_BYTES = 256 * 1024
@@ -57,6 +60,11 @@ class Outbox:
     def add(self, data: bytes) -> None:
         self.pieces.append(data)
         self.size += len(data)
+
+    def add_pieces(self, pieces: list) -> None:
+        """One response as pieces (bytes-like and file slices), in order."""
+        self.pieces.extend(pieces)
+        self.size += sum(_piece_size(p) for p in pieces)
 
     def add_slice(self, sl) -> None:
         self.pieces.append(sl)
@@ -147,13 +155,18 @@ class Outbox:
         run: list = []
         for p in self._take_ready():
             if isinstance(p, (bytes, bytearray, memoryview)):
-                run.append(p)
-                continue
+                if len(p) < JOIN_MAX_BYTES:
+                    run.append(p)
+                    continue
             if run:
-                data = b"".join(run)
+                data = run[0] if len(run) == 1 else b"".join(run)
                 run = []
                 await _send_all(sock, data)
                 self.size -= len(data)
+            if isinstance(p, (bytes, bytearray, memoryview)):  # large: sent as it is
+                await _send_all(sock, p)
+                self.size -= len(p)
+                continue
             await _sendfile(sock, p)
             self.size -= p.length
         if run:

@@ -663,61 +663,72 @@ def section_records(region, header, topic: str = "", partition: int = 0) -> list
 def from_raftlog(buf, *, compression: int | None = None, start_offset: int = 0,
                  verify: bool = True) -> bytes:
     """raftlog batches (a fetch slice, maybe ending in a partial batch, which is
-    dropped) as Kafka batches. ``compression`` None keeps each batch's codec.
+    dropped) as Kafka batches, joined: :func:`from_raftlog_pieces`."""
+    return b"".join(from_raftlog_pieces(buf, compression=compression,
+                                        start_offset=start_offset, verify=verify))
+
+
+def from_raftlog_pieces(buf, *, compression: int | None = None, start_offset: int = 0,
+                        verify: bool = True) -> list:
+    """raftlog batches (a fetch slice, maybe ending in a partial batch, which is
+    dropped) as Kafka batches: a list of bytes-like pieces whose concatenation is the
+    Kafka record batches. ``compression`` None keeps each batch's codec.
     Batches wholly below ``start_offset`` are skipped (a fetch may start mid-batch; the
     client drops the earlier records of a batch it gets, as with Kafka). A batch
-    written by the Kafka listener (a verbatim section) only gets its Kafka header back.
+    written by the Kafka listener (a verbatim section) only gets its Kafka header back:
+    its pieces are that 61-byte header and a memoryview of the section in ``buf`` (no
+    copy; the caller keeps ``buf`` unchanged while the pieces live).
     ``verify=False`` skips the raftlog CRCs of bytes the log already checked (a fetch
     slice: raftlog/segment.py checks every batch once before serving it).
 
     Raises:
         CorruptRecordError: the raftlog bytes fail their checks (never served).
     """
-    out = []
-    with memoryview(buf) as view:
-        for pos, h in rl.iter_batches(buf, verify=verify, allow_partial=True):
-            if h.record_count == 0 or h.last_offset < start_offset:
-                continue
-            attrs = h.attributes
-            if attrs & rl.ATTR_KAFKA_RECORDS and (
-                    compression is None or compression == attrs & COMPRESSION_MASK):
-                section = view[pos + rl.HEADER_SIZE : pos + h.size]
-                # Kafka's bits 0-3 (codec, timestamp type) are raftlog's for these batches
-                tail = _K_TAIL.pack(attrs & (COMPRESSION_MASK | TIMESTAMP_TYPE),
-                                    h.last_offset_delta, h.first_timestamp, h.max_timestamp,
-                                    h.producer_id, h.producer_epoch, h.base_sequence,
-                                    h.record_count)
-                crc = _crc32c.crc32c(section, _crc32c.crc32c(tail))
-                out.append(_K_HEAD.pack(h.base_offset, HEADER_SIZE + len(section) - LOG_OVERHEAD,
-                                        h.leader_epoch, MAGIC, crc))
-                out.append(tail)
-                out.append(section)
-                continue
-            recs = rl.decode_records(buf, pos, h)
-            base = h.base_offset
-            if compression is not None:
-                codec = compression
-            elif attrs & rl.ATTR_KAFKA_RECORDS:
-                codec = attrs & COMPRESSION_MASK
-            else:
-                codec = _FROM_RAFTLOG_CODEC[h.compression]
-            offsets = [r[2] for r in recs]
-            log_append = attrs & rl.ATTR_LOG_APPEND_TIME
-            out.append(encode_batch(
-                [r[5] for r in recs], [r[4] for r in recs],
-                timestamps=([r[3] for r in recs] if not log_append
-                            else [h.first_timestamp] * len(recs)),
-                headers=[r[6] for r in recs],
-                offset_deltas=[o - base for o in offsets],
-                base_offset=base, partition_leader_epoch=h.leader_epoch, compression=codec,
-                log_append_time=h.max_timestamp if log_append else None,
-                producer_id=h.producer_id, producer_epoch=h.producer_epoch,
-                base_sequence=h.base_sequence))
-        return b"".join(out)
+    out: list = []
+    view = memoryview(buf)
+    for pos, h in rl.iter_batches(buf, verify=verify, allow_partial=True):
+        if h.record_count == 0 or h.last_offset < start_offset:
+            continue
+        attrs = h.attributes
+        if attrs & rl.ATTR_KAFKA_RECORDS and (
+                compression is None or compression == attrs & COMPRESSION_MASK):
+            section = view[pos + rl.HEADER_SIZE : pos + h.size]
+            # Kafka's bits 0-3 (codec, timestamp type) are raftlog's for these batches
+            tail = _K_TAIL.pack(attrs & (COMPRESSION_MASK | TIMESTAMP_TYPE),
+                                h.last_offset_delta, h.first_timestamp, h.max_timestamp,
+                                h.producer_id, h.producer_epoch, h.base_sequence,
+                                h.record_count)
+            crc = _crc32c.crc32c(section, _crc32c.crc32c(tail))
+            out.append(_K_HEAD.pack(h.base_offset, HEADER_SIZE + len(section) - LOG_OVERHEAD,
+                                    h.leader_epoch, MAGIC, crc) + tail)
+            out.append(section)
+            continue
+        recs = rl.decode_records(buf, pos, h)
+        base = h.base_offset
+        if compression is not None:
+            codec = compression
+        elif attrs & rl.ATTR_KAFKA_RECORDS:
+            codec = attrs & COMPRESSION_MASK
+        else:
+            codec = _FROM_RAFTLOG_CODEC[h.compression]
+        offsets = [r[2] for r in recs]
+        log_append = attrs & rl.ATTR_LOG_APPEND_TIME
+        out.append(encode_batch(
+            [r[5] for r in recs], [r[4] for r in recs],
+            timestamps=([r[3] for r in recs] if not log_append
+                        else [h.first_timestamp] * len(recs)),
+            headers=[r[6] for r in recs],
+            offset_deltas=[o - base for o in offsets],
+            base_offset=base, partition_leader_epoch=h.leader_epoch, compression=codec,
+            log_append_time=h.max_timestamp if log_append else None,
+            producer_id=h.producer_id, producer_epoch=h.producer_epoch,
+            base_sequence=h.base_sequence))
+    return out
 
 
 __all__ = [
     "MAGIC", "KafkaBatchHeader", "KafkaRecords", "read_header", "iter_batches",
-    "decode_records", "encode_batch", "to_raftlog", "from_raftlog", "section_records",
+    "decode_records", "encode_batch", "to_raftlog", "from_raftlog", "from_raftlog_pieces",
+    "section_records",
     "NONE", "GZIP", "SNAPPY", "LZ4", "ZSTD",
 ]

@@ -259,6 +259,27 @@ def encode_bytes(b: bytes | None, flexible: bool = False) -> bytes:
     return _len_prefix(len(b), flexible, True) + bytes(b)
 
 
+class RawPieces:
+    """A bytes (or records) field's value given as pieces -- bytes-like objects and
+    file slices (anything with ``length``) -- so a large value is never copied into the
+    encoded body: :func:`encode_response_pieces` keeps them as they are."""
+
+    __slots__ = ("items", "length")
+
+    def __init__(self, items: list) -> None:
+        self.items = items
+        self.length = sum(len(p) if isinstance(p, (bytes, bytearray, memoryview)) else p.length
+                          for p in items)
+
+    def __len__(self) -> int:
+        return self.length
+
+
+#: Bytes-like pieces at least this big stay pieces of their own in an encoded
+#: response (sent as they are); smaller ones are joined with their neighbours.
+PIECE_KEEP_BYTES = 32 * 1024
+
+
 # --------------------------------------------------------------------------- schema engine
 # A field tuple (see kafka_messages): name, type, vmin, vmax, nullable (lo, hi) | None,
 # tag | None, tagged (lo, hi) | None, default, sub-fields | None.
@@ -350,7 +371,14 @@ def _codec(field, version: int, flexible: bool, depth: int) -> tuple[Callable, C
         def write_bytes(v, out):
             if v is None and not null_ok:
                 raise LocalProtocolError(f"field {name!r} is not nullable in v{version}")
-            out.append(encode_bytes(v, flexible))
+            if type(v) is RawPieces:
+                out.append(_len_prefix(v.length, flexible, True))
+                out.extend(v.items)
+            elif v is not None and len(v) >= PIECE_KEEP_BYTES:
+                out.append(_len_prefix(len(v), flexible, True))
+                out.append(v)
+            else:
+                out.append(encode_bytes(v, flexible))
 
         return read_bytes, write_bytes
     if kind == "struct":
@@ -564,14 +592,54 @@ def encode_body(api_key: int, version: int, kind: str, value: dict) -> bytes:
     """Encode a body; fields the caller omits take their defaults.
 
     Raises:
-        LocalProtocolError: a value does not fit its field (our caller's bug).
+        LocalProtocolError: a value does not fit its field (our caller's bug), or a
+            RawPieces holds a file slice (only :func:`encode_response_pieces` sends those).
     """
+    out = _body_pieces(api_key, version, kind, value)
+    try:
+        return b"".join(out)
+    except TypeError:
+        raise LocalProtocolError("a file slice cannot be joined into bytes; "
+                                 "use encode_response_pieces") from None
+
+
+def _body_pieces(api_key: int, version: int, kind: str, value: dict) -> list:
     _check_served(api_key, version)
     schema = SCHEMAS[(api_key, kind)]
     value = _fill_defaults(value, schema["fields"], version)
     out: list = []
     _write_struct(value, _plan_of(api_key, kind, version), out)
-    return b"".join(out)
+    return out
+
+
+def _is_small_bytes(p) -> bool:
+    return isinstance(p, (bytes, bytearray, memoryview)) and len(p) < PIECE_KEEP_BYTES
+
+
+def encode_response_pieces(api_key: int, version: int, correlation_id: int,
+                           body: dict) -> list:
+    """A whole response frame as pieces: runs of small bytes joined; large bytes-like
+    values and file slices of RawPieces fields kept as they are (no copy). Their
+    concatenation is :func:`encode_response`'s frame."""
+    head = _I32.pack(correlation_id)
+    if response_header_version(api_key, version) >= 1:
+        head += b"\x00"
+    body_pieces = _body_pieces(api_key, version, "response", body)
+    size = len(head) + sum(len(p) if isinstance(p, (bytes, bytearray, memoryview)) else p.length
+                           for p in body_pieces)
+    out: list = []
+    run: list = [_SIZE.pack(size), head]
+    for p in body_pieces:
+        if _is_small_bytes(p):
+            run.append(p)
+            continue
+        if run:
+            out.append(b"".join(run))
+            run = []
+        out.append(p)
+    if run:
+        out.append(b"".join(run))
+    return out
 
 
 # --------------------------------------------------------------------------- versioned data
@@ -667,11 +735,12 @@ def encode_request(api_key: int, version: int, correlation_id: int, body: dict,
 
 def encode_response(api_key: int, version: int, correlation_id: int, body: dict) -> bytes:
     """A whole response frame (size prefix included)."""
-    head = _I32.pack(correlation_id)
-    if response_header_version(api_key, version) >= 1:
-        head += b"\x00"
-    data = head + encode_body(api_key, version, "response", body)
-    return _SIZE.pack(len(data)) + data
+    pieces = encode_response_pieces(api_key, version, correlation_id, body)
+    try:
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+    except TypeError:
+        raise LocalProtocolError("a file slice cannot be joined into bytes; "
+                                 "use encode_response_pieces") from None
 
 
 def response_frame(api_key: int, version: int, correlation_id: int, body_bytes: bytes) -> bytes:
@@ -725,6 +794,7 @@ __all__ = [
     "KafkaDecodeError", "UnsupportedRequest", "RequestHeader", "KafkaRequest", "Reader",
     "SUPPORTED", "API_NAMES", "uvarint", "varint", "varlong", "encode_string", "encode_bytes",
     "decode_body", "encode_body", "decode_data", "encode_data", "decode_request", "encode_request", "encode_response",
+    "encode_response_pieces", "RawPieces", "PIECE_KEEP_BYTES",
     "response_frame", "decode_response", "peek_header", "FrameDecoder", "is_flexible",
     "request_header_version", "response_header_version",
 ]

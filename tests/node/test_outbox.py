@@ -143,3 +143,24 @@ async def test_try_send_now_sends_what_the_socket_takes_and_keeps_the_rest_first
     assert out.size == 0 and out.pieces == []
     a.close()
     b.close()
+
+
+async def test_large_pieces_go_out_whole_and_in_order_with_small_ones():
+    a, b = _pair()
+    out = Outbox()
+    big = memoryview(bytes(range(256)) * 1024)  # 256 KiB: sent as it is, not joined
+    out.add_pieces([b"<", big, b"|", bytearray(b"x" * 40_000), b">"])
+    assert out.size == 2 + 1 + len(big) + 40_000
+    got = bytearray()
+
+    async def reader():
+        while len(got) < 2 + 1 + len(big) + 40_000:
+            got.extend(await trio.to_thread.run_sync(b.recv, 1 << 20))
+
+    async with trio.open_nursery() as n:
+        n.start_soon(reader)
+        await out.flush(a)
+    assert bytes(got) == b"<" + bytes(big) + b"|" + b"x" * 40_000 + b">"
+    assert out.size == 0 and out.pieces == []
+    a.close()
+    b.close()

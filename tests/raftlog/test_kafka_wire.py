@@ -289,3 +289,40 @@ def test_mutated_valid_requests_raise_only_the_typed_error(data):
         kw.decode_request(bytes(frame[4:cut]))
     except (kw.KafkaDecodeError, kw.UnsupportedRequest):
         pass
+
+
+@pytest.mark.parametrize("version", [4, 11, 12])
+def test_a_fetch_response_in_pieces_is_the_joined_frame_and_keeps_large_values(version):
+    big = memoryview(bytes(range(256)) * 512)  # 128 KiB: above PIECE_KEEP_BYTES
+    small = b"tiny records"
+    rows = [{"partition_index": i, "error_code": 0, "high_watermark": 9, "last_stable_offset": 9,
+             "log_start_offset": 0, "aborted_transactions": None, "preferred_read_replica": -1,
+             "records": rec} for i, rec in enumerate(
+                 [kw.RawPieces([b"head", big, small]), small, b"", big])]
+    body = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0,
+            "responses": [{"topic": "t", "partitions": rows}]}
+    pieces = kw.encode_response_pieces(1, version, 77, body)
+    joined = b"".join(pieces)
+    assert joined == kw.encode_response(1, version, 77, body)
+    # the large value went out as the very object given (no copy); small ones were joined
+    assert sum(1 for p in pieces if p is big) == 2
+    assert all(len(p) >= kw.PIECE_KEEP_BYTES for p in pieces if p is not pieces[0]
+               and isinstance(p, memoryview))
+    cid, back = kw.decode_response(1, version, joined[4:])
+    got = [p["records"] for p in back["responses"][0]["partitions"]]
+    assert cid == 77 and got == [b"head" + bytes(big) + small, small, b"", bytes(big)]
+
+
+def test_a_file_slice_in_raw_pieces_cannot_be_joined_into_bytes():
+    class Slice:
+        length = 10
+
+    body = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": [
+        {"topic": "t", "partitions": [
+            {"partition_index": 0, "error_code": 0, "high_watermark": 9, "last_stable_offset": 9,
+             "log_start_offset": 0, "aborted_transactions": None, "preferred_read_replica": -1,
+             "records": kw.RawPieces([Slice()])}]}]}
+    pieces = kw.encode_response_pieces(1, 11, 1, body)
+    assert any(isinstance(p, Slice) for p in pieces)
+    with pytest.raises(kw.LocalProtocolError):
+        kw.encode_response(1, 11, 1, body)
