@@ -7,9 +7,11 @@ Client settings are librdkafka's defaults except: acks as given (idempotence on 
 acks=all, as the SDK), linger.ms=5 and batch.size=1 MB for the throughput run
 (librdkafka's recommended throughput settings), linger.ms=0 for the latency run; the
 consumer of the throughput run has fetch.max.bytes 50 MB, max.partition.fetch.bytes 10 MB
-and queued.min.messages 1,000,000 (with the default 100,000 its prefetch queue fills in
-one fetch and librdkafka backs off fetching for fetch.queue.backoff.ms, 1 s: a client
-pause, not the node's rate). The producers connect and take their producer id before the
+queued.min.messages 1,000,000 and fetch.queue.backoff.ms 10: when its prefetch queue
+passes queued.min.messages or queued.max.messages.kbytes (64 MB) librdkafka stops
+fetching for fetch.queue.backoff.ms, 1 s by default -- a client pause, not the node's
+rate (measured: 575K-594K rec/s with the default backoff, 782K-845K with 10 ms, same
+cluster and data). The producers connect and take their producer id before the
 clock starts, as the SDK's Producer does in its constructor.
 """
 
@@ -69,7 +71,7 @@ def consume(bootstrap: str, topic: str, n: int) -> dict:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{time.time_ns()}",
                   "enable.auto.commit": False, "fetch.max.bytes": 50 * 1024 * 1024,
                   "max.partition.fetch.bytes": 10 * 1024 * 1024,
-                  "queued.min.messages": 1_000_000})
+                  "queued.min.messages": 1_000_000, "fetch.queue.backoff.ms": 10})
     c.list_topics(topic, timeout=10)  # connected with metadata, as the SDK's constructor
     c.assign([TopicPartition(topic, 0, 0)])
     start = time.perf_counter()  # (after assign, as the SDK's figure)
