@@ -87,7 +87,9 @@ def consume(bootstrap: str, topic: str, n: int) -> dict:
 
 def latency_producer(bootstrap: str, topic: str, rate: int, secs: float, acks) -> None:
     from confluent_kafka import Producer
+    from pacing import precise_timers
 
+    precise_timers()
     acks = _acks(acks)
     p = Producer({"bootstrap.servers": bootstrap, "acks": acks,
                   "enable.idempotence": acks == "all", "linger.ms": 0})

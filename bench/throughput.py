@@ -38,6 +38,8 @@ import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from pacing import precise_timers  # noqa: E402  (bench/, beside this file)
+
 from raftlog.client import Admin, Consumer, Producer, TopicPartition  # noqa: E402
 
 VALUE_BYTES = 100
@@ -187,6 +189,7 @@ def consume(bootstrap: str, topic: str, n: int) -> dict:
 
 
 def latency_producer(bootstrap: str, topic: str, rate: int, secs: float, acks) -> None:
+    precise_timers()
     p = Producer(bootstrap, acks=acks, **CLIENT_OPTIONS)  # the SDK's defaults otherwise
     pad = b"x" * (VALUE_BYTES - 8)
     total = int(rate * secs)

@@ -520,9 +520,9 @@ class _ProducerIO:
                 "parts": parts,
             }
             try:
-                if not q:
-                    self._register(conn)
                 conn.send(Api.PRODUCE, fields, b"".join(datas), expect_response=self.p.acks != 0)
+                if not q:  # (after the send: an epoll_ctl off the latency path; level-
+                    self._register(conn)  # triggered, so an answer already there shows)
             except BrokerNotAvailableError as e:
                 self._on_connection_lost(conn, e, extra=chunk + batches)
                 return
