@@ -1,16 +1,20 @@
 """Scrubber benchmark (issue #22): what background CRC checking costs produce, and how
 soon it repairs a flipped bit -- real node processes, 3 nodes, replication factor 3.
 
-    python bench/scrub.py [--json] [--rate-mb 1] [--fill-mb 20] [--n 200000]
+    python bench/scrub.py [--json] [--rate-mb 1] [--fill-mb 20] [--n 1000000] [--pairs 4]
 
-Four times, on a fresh cluster each time: ``log.scrub.bytes.per.sec`` at ``--rate-mb``
-MiB/s, at 0 (off), at 0, at the rate again (the means are compared). Each run fills a topic (1 MiB segments)
-with ``--fill-mb`` MB, then, while the scrubber walks those closed segments, produces
-``--n`` 100-byte records to another topic (send_many, SDK defaults: acks=all) and
-reports rec/s (``produce_over_off``: scrubbing over off). In the scrubbing run it then
-flips one bit in the last closed segment of a follower's replica and times the
-``scrub_repair`` line: ``predicted_s`` is one walk over every closed segment of the
-node at the rate (the longest a scrubber anywhere in its walk needs to get there).
+``--pairs`` pairs of runs, a fresh cluster each: ``log.scrub.bytes.per.sec`` at
+``--rate-mb`` MiB/s and at 0 (off), alternated (on, off, off, on, ...: the first cluster
+of a run is slower here whatever it does). Each run fills a topic (1 MiB segments) with
+``--fill-mb`` MB, syncs the page cache (so writeback of earlier runs does not land in
+the window), then, while the scrubber walks those closed segments, produces ``--n``
+100-byte records to another topic (send_many, SDK defaults: acks=all) and reports
+rec/s. ``produce_over_off`` is the median with scrubbing over the median without: one
+run's rate varies by 20% and more on this shared machine, so one pair proves nothing.
+In the first two scrubbing runs it then flips one bit in the last closed segment of a
+follower's replica and times the ``scrub_repair`` line: ``predicted_s`` is one walk
+over every closed segment of the node at the rate (the longest a scrubber anywhere in
+its walk needs to get there).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import argparse
 import glob
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -48,7 +53,7 @@ def _closed(node_dir: str, topic: str) -> list[str]:
     return sorted(glob.glob(os.path.join(node_dir, f"{topic}-0", "*.log")))[:-1]
 
 
-def run(rate: int, fill_mb: float, n: int) -> dict:
+def run(rate: int, fill_mb: float, n: int, repair: bool) -> dict:
     c = Cluster(3, 3, {"log.scrub.bytes.per.sec": rate})
     try:
         for i in (1, 2, 3):
@@ -60,8 +65,10 @@ def run(rate: int, fill_mb: float, n: int) -> dict:
             a.create_topic("load", partitions=1, replication_factor=3)
             _produce(c.bootstrap(), "filled", int(fill_mb * 1e6 / len(VALUE)) // 2000 * 2000)
             leader = a.describe_topic("filled").partitions[0].leader
+        os.sync()
+        time.sleep(0.5)
         out = {"rate_bytes_s": rate, "produce_rec_s": _produce(c.bootstrap(), "load", n)}
-        if rate:
+        if repair:
             follower = next(i for i in (1, 2, 3) if i != leader)
             node_dir = os.path.join(c.dir, f"node-{follower}")
             segs = _closed(node_dir, "filled")
@@ -90,19 +97,30 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rate-mb", type=float, default=1.0, help="MiB/s (the default setting: 1)")
     ap.add_argument("--fill-mb", type=float, default=20.0)
-    ap.add_argument("--n", type=int, default=200_000)
+    ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--pairs", type=int, default=4, help="runs with and without (each)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    # alternated, on and off twice (a fresh cluster each): the first cluster of a run is
-    # slower on this machine whatever it does, so each setting gets a first and a second
     rate = int(args.rate_mb * (1 << 20))
-    on1, off1 = run(rate, args.fill_mb, args.n), run(0, args.fill_mb, args.n)
-    off2, on2 = run(0, args.fill_mb, args.n), run(rate, args.fill_mb, args.n)
-    on = {**on2, "produce_rec_s": (on1["produce_rec_s"] + on2["produce_rec_s"]) / 2,
-          "produce_rec_s_runs": [on1["produce_rec_s"], on2["produce_rec_s"]],
-          "repair_s_runs": [on1["repair_s"], on2["repair_s"]]}
-    off = {"rate_bytes_s": 0, "produce_rec_s": (off1["produce_rec_s"] + off2["produce_rec_s"]) / 2,
-           "produce_rec_s_runs": [off1["produce_rec_s"], off2["produce_rec_s"]]}
+    on_runs: list[dict] = []
+    off_runs: list[dict] = []
+    for i in range(args.pairs):
+        for scrub in ((True, False) if i % 2 == 0 else (False, True)):
+            if scrub:
+                on_runs.append(run(rate, args.fill_mb, args.n, repair=len(on_runs) < 2))
+            else:
+                off_runs.append(run(0, args.fill_mb, args.n, repair=False))
+    on_rates = [r["produce_rec_s"] for r in on_runs]
+    off_rates = [r["produce_rec_s"] for r in off_runs]
+    repaired = [r for r in on_runs if "repair_s" in r]
+    on = {"rate_bytes_s": rate, "produce_rec_s": statistics.median(on_rates),
+          "produce_rec_s_runs": on_rates,
+          "closed_bytes": repaired[-1]["closed_bytes"] if repaired else None,
+          "predicted_s": repaired[-1]["predicted_s"] if repaired else None,
+          "repair_s": max((r["repair_s"] for r in repaired), default=None),
+          "repair_s_runs": [r["repair_s"] for r in repaired]}
+    off = {"rate_bytes_s": 0, "produce_rec_s": statistics.median(off_rates),
+           "produce_rec_s_runs": off_rates}
     res = {"scrubbing": on, "off": off,
            "produce_over_off": round(on["produce_rec_s"] / off["produce_rec_s"], 3)}
     if args.json:

@@ -111,3 +111,17 @@ def test_the_relay_answers_a_bad_request_and_survives_garbage():
     finally:
         relay.terminate()
         relay.wait(10)
+
+
+def test_idle_reads_a_process_cpu_time_that_grows_with_work():
+    import idle
+
+    before = idle.cpu_seconds(os.getpid())
+    t = before
+    x = 0
+    while t - before < 0.05:  # spin until the kernel has charged some ticks
+        x += sum(range(10_000))
+        t = idle.cpu_seconds(os.getpid())
+    assert t > before >= 0
+    pct = idle.idle_pct({"me": os.getpid()}, 0.2)
+    assert 0 <= pct["me"] < 50  # asleep for most of the window
