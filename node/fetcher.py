@@ -260,7 +260,7 @@ class LeaderFetcher:
         if todo:
             await self._truncate(todo, ready)
         want, throttled, spent = {}, set(), 0
-        me, budget = self.broker.config.node_id, None
+        me, budget, reserved = self.broker.config.node_id, None, 0
         for key, st in ready.items():
             part = self.broker.partitions.get(key)
             if st.truncated and part is not None and not part.is_leader:
@@ -274,12 +274,21 @@ class LeaderFetcher:
                         spent = th[1]
                         continue
                     limit = min(limit, budget)
+                    budget -= limit  # (the round's partitions share it: one burst in all)
+                    reserved += limit
                 want[key] = (part.log.log_end_offset, limit, st.leader_epoch)
             else:
                 later.append(key)  # a failed truncation (retry_at) or a role in flux
                 retry_at = min(retry_at, max(st.retry_at, now + BACKOFF_S))
         self._pending.update(later)
         self._pending.update(throttled)  # their byte limit changes round to round
+        if reserved:
+            # spent up front, so the fetchers to other leaders see what is left (each
+            # used to see the whole burst: three leaders sent three bursts at once, and
+            # the copy went in bursts of tens of MB that stalled the nodes' other
+            # traffic); settled below with what came. A round lost on the way keeps its
+            # reservation: the bucket refills at the rate (BURST_S worth at most).
+            self.broker.reassign_in_rate.spend(reserved)
         if not want and not told:
             if spent:  # until the budget allows a useful step again
                 await trio.sleep(min(THROTTLE_WAIT_S,
@@ -311,7 +320,7 @@ class LeaderFetcher:
             "parts": [[k[0], k[1], *v] for k, v in upserts],
             "forgotten": [list(k) for k in forgotten]},
             timeout_s=REQUEST_TIMEOUT_S + wait_ms / 1000, interruptible=True)
-        pos = 0
+        pos = used = 0
         for topic, partition, err, hw, log_start, n, msg in header["parts"]:
             data = body[pos:pos + n]
             pos += n
@@ -336,7 +345,7 @@ class LeaderFetcher:
                 self._pending.add(key)
                 continue
             if key in throttled:
-                self.broker.reassign_in_rate.spend(n)
+                used += n
             if not n and hw > sent[0]:
                 # committed data past our offset and none sent (held back by a throttle,
                 # or a session out of step): name the partition again, so the leader
@@ -365,6 +374,8 @@ class LeaderFetcher:
                     self.broker.disk.write_failed(e, part, op="flush")
             if hw >= 0:
                 part.set_follower_high_watermark(hw)
+        if reserved:
+            self.broker.reassign_in_rate.settle(reserved, used)
 
     def _on_error(self, key, st: FollowState, part, err: ErrorCode, msg: str,
                   fetch_offset: int, leader_log_start: int) -> None:

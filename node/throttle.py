@@ -38,3 +38,10 @@ class ByteRate:
     def spend(self, n: int) -> None:
         assert n >= 0, n
         self.tokens -= n
+
+    def settle(self, reserved: int, used: int) -> None:
+        """A round that reserved ``reserved`` bytes (spent them up front, so rounds
+        running at once share one allowance) received ``used``: the rest goes back, an
+        overshoot (a batch is never split) stays as debt."""
+        assert reserved >= 0 and used >= 0, (reserved, used)
+        self.tokens += reserved - used

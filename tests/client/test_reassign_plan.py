@@ -96,3 +96,17 @@ def test_byte_rate_allows_a_burst_then_the_rate_and_makes_debts_wait():
     assert abs(r.wait_s(1000, chunk_s=0.01) - 0.11) < 1e-9  # 100 in debt, then 10 more
     small = ByteRate(burst_s=0.1)
     assert small.allowance(1000, 0.0) == 100 and small.allowance(1000, 50.0) == 100
+
+
+def test_byte_rate_reservations_share_one_allowance_and_settle_what_came():
+    r = ByteRate(burst_s=1.0)
+    first = r.allowance(1000, 0.0)
+    r.spend(first)  # one round reserves the whole burst...
+    assert r.allowance(1000, 0.0) == 0  # ...so a round to another leader gets nothing
+    r.settle(first, 400)  # 400 came: the rest goes back
+    assert r.allowance(1000, 0.0) == 600
+    r.spend(600)
+    r.settle(600, 900)  # a batch over the reservation: a debt
+    assert r.allowance(1000, 0.0) == 0 and r.allowance(1000, 0.3) == 0
+    assert r.allowance(1000, 0.5) == 200
+
