@@ -63,6 +63,8 @@ BACKOFF_S = 0.2
 STORAGE_RETRY_S = 1.0
 #: A follower whose reassignment budget is spent waits this long before asking again.
 THROTTLE_WAIT_S = 0.1
+#: ... and at least this long (ms) when it asks the leader to hold its fetch meanwhile.
+THROTTLE_MIN_WAIT_MS = 2
 #: One socket read (a larger request would allocate that much per read)
 RECV_BYTES = 256 * 1024
 #: Errors that mean "this node's metadata is behind or ahead of the leader's": wait.
@@ -310,8 +312,9 @@ class LeaderFetcher:
         # a partition left out (its retry time, its throttle budget) is looked at again
         # in time: the long poll waits no longer than that
         wait_ms = self.max_wait_ms
-        if spent:
-            wait_ms = min(wait_ms, int(THROTTLE_WAIT_S * 1000))
+        if spent:  # back as soon as the budget allows a step again (not a whole long poll)
+            wait_ms = min(wait_ms, max(THROTTLE_MIN_WAIT_MS, int(
+                min(THROTTLE_WAIT_S, self.broker.reassign_in_rate.wait_s(spent)) * 1000)))
         if retry_at < math.inf:
             wait_ms = min(wait_ms, max(int((retry_at - now) * 1000), 10))
         header, body = await self._call(Api.FETCH, {
