@@ -32,6 +32,12 @@ thread only -- every function here runs inside pysyncobj's message or tick handl
    :data:`MAX_TICK_WAIT_S` (pysyncobj's reconnects and other housekeeping run on
    ticks); a message or a proposal (pysyncobj's pipe notifier) still ends the wait at
    once.
+5. **A single voter decides alone, at once.** With no other voter there is nobody to
+   hear from: a follower's election deadline is moved to now (it elects itself on its
+   first tick instead of after 0.2-0.4 s), and a leader with a proposal queued or an
+   entry not yet committed does not wait for its next heartbeat to commit it (its
+   commit needs no acknowledgement; pysyncobj would commit it on the next tick, up to
+   a heartbeat period later: ~60 ms per metadata write).
 """
 
 from __future__ import annotations
@@ -192,7 +198,16 @@ def on_tick(self, timeToWait=0.0):  # noqa: N803
 
 def _tick_wait(self, period: float) -> float:
     """How long this tick may wait for messages: until the role's next timer is due
-    (never below ``period``/4, never above MAX_TICK_WAIT_S)."""
+    (never below ``period``/4, never above MAX_TICK_WAIT_S); no wait at all for a
+    single voter with work to do (rule 5)."""
+    if _get(self, "selfNode") is not None and not _get(self, "otherNodes"):
+        state = _get(self, "raftState")
+        if state != _LEADER:
+            _put(self, "raftElectionDeadline", 0)  # nobody else could win: elect now
+            return 0.0
+        if (_get(self, "raftCommitIndex") < _get(self, "getCurrentLogIndex")()
+                or _get(self, "commandsQueue")._FastQueue__queue):
+            return 0.0
     due = (_get(self, "newAppendEntriesTime") if _get(self, "raftState") == _LEADER
            else _get(self, "raftElectionDeadline")) - monotonic()
     return min(max(due, period / 4), MAX_TICK_WAIT_S)

@@ -1,0 +1,56 @@
+"""A quorum of one voter (what a node without controller.quorum.voters runs): it elects
+itself at once and commits without waiting for a heartbeat period (raft_rules rule 5)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from raftlog.metadata import records as R
+from raftlog.metadata.quorum import HEARTBEAT_S, MetadataQuorum
+
+
+def _wait_leader(q, timeout_s=5.0) -> float:
+    started = time.monotonic()
+    while not q.is_leader:
+        assert time.monotonic() - started < timeout_s, "a lone voter did not elect itself"
+        time.sleep(0.002)
+    return time.monotonic() - started
+
+
+def test_a_lone_voter_elects_itself_at_once_and_commits_without_waiting(tmp_path):
+    # port 0: a lone voter binds an ephemeral loopback port (nobody connects to it)
+    started = time.monotonic()
+    q = MetadataQuorum(1, {1: ("127.0.0.1", 0)}, str(tmp_path / "raft"))
+    try:
+        _wait_leader(q)
+        # pysyncobj sleeps 0.1 s before its first tick; no election timeout on top
+        assert time.monotonic() - started < 0.5
+        assert q.leader_id == 1
+        took = []
+        for i in range(20):
+            t = time.monotonic()
+            assert q.propose(R.AllocateProducerIds(1, 10)).value == 10 * i
+            took.append(time.monotonic() - t)
+        # before rule 5 every write waited for the next heartbeat tick (~60 ms)
+        assert statistics.median(took) < HEARTBEAT_S / 2, took
+    finally:
+        q.close()
+
+
+def test_a_lone_voter_keeps_its_state_across_restarts(tmp_path):
+    q = MetadataQuorum(1, {1: ("127.0.0.1", 0)}, str(tmp_path / "raft"))
+    try:
+        _wait_leader(q)
+        assert q.propose(R.AllocateProducerIds(1, 1000)).ok
+        term = q.term
+    finally:
+        q.close()
+    q = MetadataQuorum(1, {1: ("127.0.0.1", 0)}, str(tmp_path / "raft"))
+    try:
+        _wait_leader(q)
+        assert q.state.next_producer_id == 1000
+        assert q.term > term
+        assert q.propose(R.AllocateProducerIds(1, 1)).value == 1000
+    finally:
+        q.close()
