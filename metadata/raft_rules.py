@@ -33,8 +33,10 @@ thread only -- every function here runs inside pysyncobj's message or tick handl
    ticks); a message or a proposal (pysyncobj's pipe notifier) still ends the wait at
    once.
 5. **A single voter decides alone, at once.** With no other voter there is nobody to
-   hear from: a follower's election deadline is moved to now (it elects itself on its
-   first tick instead of after 0.2-0.4 s), and a leader with a proposal queued or an
+   hear from: its tick thread starts ticking at once (pysyncobj first sleeps 0.1 s,
+   for connections that a lone voter does not have), a follower's election deadline is
+   moved to now (it elects itself on its first tick instead of after 0.2-0.4 s), and a
+   leader with a proposal queued or an
    entry not yet committed does not wait for its next heartbeat to commit it (its
    commit needs no acknowledgement; pysyncobj would commit it on the next tick, up to
    a heartbeat period later: ~60 ms per metadata write).
@@ -42,15 +44,19 @@ thread only -- every function here runs inside pysyncobj's message or tick handl
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 
 from pysyncobj import SyncObj
 from pysyncobj.monotonic import monotonic
 from pysyncobj.syncobj import _RAFT_STATE
+from pysyncobj.transport import TransportNotReadyError
 
 PRE_VOTE = "rl_pre_vote"
 PRE_VOTE_RESPONSE = "rl_pre_vote_response"
 
+logger = logging.getLogger("pysyncobj.syncobj")  # (its lines, as pysyncobj logs them)
 ORIGINALS: dict = {}
 #: Longest a tick waits with nothing due (reconnects, log compaction checks).
 MAX_TICK_WAIT_S = 0.1
@@ -213,6 +219,33 @@ def _tick_wait(self, period: float) -> float:
     return min(max(due, period / 4), MAX_TICK_WAIT_S)
 
 
+def auto_tick_thread(self) -> None:
+    """pysyncobj's tick thread (``self`` is a weak proxy), without its 0.1 s sleep
+    before the first tick for a lone voter (rule 5); anyone else runs the original."""
+    if _get(self, "selfNode") is None or _get(self, "otherNodes"):
+        return ORIGINALS["auto_tick_thread"](self)
+    try:
+        _get(self, "transport").tryGetReady()
+    except TransportNotReadyError:
+        logger.exception("failed to perform initialization")
+        return
+    finally:
+        _get(self, "initialised").set()
+    try:
+        while _get(self, "mainThread").is_alive():
+            if _get(self, "destroying"):
+                self._doDestroy()
+                break
+            period = _get(self, "conf").autoTickPeriod
+            try:
+                self._onTick(period)
+            except Exception:  # as pysyncobj's loop: log, wait a little, go on
+                logger.exception("failed _onTick in _autoTickThread")
+                time.sleep(period)
+    except ReferenceError:  # the SyncObj is gone
+        pass
+
+
 def _start_pre_vote(self) -> None:
     term = _get(self, "raftCurrentTerm") + 1
     self._rl_pre_vote = {"term": term, "grants": {_get(self, "selfNode").id}}
@@ -232,6 +265,8 @@ def apply() -> None:
     ORIGINALS["on_message"] = SyncObj._SyncObj__onMessageReceived
     ORIGINALS["send_next_node_idx"] = SyncObj._SyncObj__sendNextNodeIdx
     ORIGINALS["on_tick"] = SyncObj._onTick
+    ORIGINALS["auto_tick_thread"] = SyncObj._autoTickThread
     SyncObj._SyncObj__onMessageReceived = on_message
     SyncObj._SyncObj__sendNextNodeIdx = send_next_node_idx
     SyncObj._onTick = on_tick
+    SyncObj._autoTickThread = auto_tick_thread
