@@ -89,7 +89,8 @@ class ClusterDescription:
     controller_id: int
     brokers: tuple
     #: the metadata quorum's Raft term (KRaft's controller epoch): it grows with every
-    #: controller election; 0 for a single node without a quorum, -1 if not reported
+    #: controller election (a single node's too: it is its own quorum's only voter; nodes
+    #: of older versions reported 0 for a single node), -1 if not reported
     controller_epoch: int = -1
 
 

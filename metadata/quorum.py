@@ -77,6 +77,7 @@ import pysyncobj.pickle as _pspickle
 import pysyncobj.serializer as _serializer
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.syncobj import _RAFT_STATE
+from pysyncobj.transport import TCPTransport
 
 from raftlog.checkpoint import atomic_write, fsync_dir, makedirs_durable
 from raftlog.errors import ConfigError, StorageError
@@ -314,15 +315,28 @@ class _SnapshotOnDump:
         return (bytes, (snapshot(self.state),))
 
 
+class _UnboundTransport(TCPTransport):
+    """The transport of a quorum of one that no node ever joins (a node without
+    controller.quorum.voters): it talks to nobody, so it binds no port -- none that a
+    port picked for the node's own listener could lose to, none to reach from outside."""
+
+    def _maybeBind(self):
+        if not self._ready:
+            self._ready = True
+            self._bindOverEvent.set()
+
+
 class _MetadataLog(SyncObj):
-    def __init__(self, self_addr: str, partners: list[str], conf: SyncObjConf, publish):
+    def __init__(self, self_addr: str, partners: list[str], conf: SyncObjConf, publish,
+                 listen: bool = True):
         # Attributes set before SyncObj.__init__ are not part of pysyncobj's snapshot;
         # the snapshot holds only `_snapshot_bytes` (CBOR), set afterwards.
         self._state = MetadataState()
         self._state_from = b""
         self._publish = publish
         self._applied: collections.OrderedDict[str, Result] = collections.OrderedDict()
-        super().__init__(self_addr, partners, conf)
+        super().__init__(self_addr, partners, conf,
+                         transportClass=TCPTransport if listen else _UnboundTransport)
         self._snapshot_bytes = self._state_from = _SnapshotOnDump(self._state)
 
     def current_state(self) -> MetadataState:
@@ -379,6 +393,8 @@ class MetadataQuorum:
         on_commit: subscribed at once (see :meth:`subscribe`).
         leader_fallback_timeout_s: a leader that hears from no majority for this
             long steps down.
+        listen: False for a lone voter that no other node joins (a node without
+            controller.quorum.voters): it binds no Raft port; its address only names it.
 
     Raises:
         ConfigError: the voter set is inconsistent or a password is missing.
@@ -394,8 +410,12 @@ class MetadataQuorum:
         on_commit=None,
         leader_fallback_timeout_s: float = 3.0,
         voter: bool = True,
+        listen: bool = True,
     ):
         _check_voters(node_id, voters, password, voter)
+        if not listen and (len(voters) != 1 or not voter):
+            raise ConfigError("only a lone voter may run without a Raft port")
+        self._listen = listen
         harden_pysyncobj()
         makedirs_durable(data_dir)  # its name too: the whole metadata log is in it
         _check_voter_set(data_dir, voters)
@@ -436,7 +456,7 @@ class MetadataQuorum:
         else:
             self_addr = None  # pysyncobj's read-only node
         try:
-            self._obj = _MetadataLog(self_addr, partners, conf, self._publish)
+            self._obj = _MetadataLog(self_addr, partners, conf, self._publish, self._listen)
         except BaseException as e:  # reported by __init__
             self._start_error = e
             return

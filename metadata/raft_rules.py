@@ -32,19 +32,31 @@ thread only -- every function here runs inside pysyncobj's message or tick handl
    :data:`MAX_TICK_WAIT_S` (pysyncobj's reconnects and other housekeeping run on
    ticks); a message or a proposal (pysyncobj's pipe notifier) still ends the wait at
    once.
+5. **A single voter decides alone, at once.** With no other voter there is nobody to
+   hear from: its tick thread starts ticking at once (pysyncobj first sleeps 0.1 s,
+   for connections that a lone voter does not have), a follower's election deadline is
+   moved to now (it elects itself on its first tick instead of after 0.2-0.4 s), and a
+   leader with a proposal queued or an
+   entry not yet committed does not wait for its next heartbeat to commit it (its
+   commit needs no acknowledgement; pysyncobj would commit it on the next tick, up to
+   a heartbeat period later: ~60 ms per metadata write).
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 
 from pysyncobj import SyncObj
 from pysyncobj.monotonic import monotonic
 from pysyncobj.syncobj import _RAFT_STATE
+from pysyncobj.transport import TransportNotReadyError
 
 PRE_VOTE = "rl_pre_vote"
 PRE_VOTE_RESPONSE = "rl_pre_vote_response"
 
+logger = logging.getLogger("pysyncobj.syncobj")  # (its lines, as pysyncobj logs them)
 ORIGINALS: dict = {}
 #: Longest a tick waits with nothing due (reconnects, log compaction checks).
 MAX_TICK_WAIT_S = 0.1
@@ -192,10 +204,46 @@ def on_tick(self, timeToWait=0.0):  # noqa: N803
 
 def _tick_wait(self, period: float) -> float:
     """How long this tick may wait for messages: until the role's next timer is due
-    (never below ``period``/4, never above MAX_TICK_WAIT_S)."""
+    (never below ``period``/4, never above MAX_TICK_WAIT_S); no wait at all for a
+    single voter with work to do (rule 5)."""
+    if _get(self, "selfNode") is not None and not _get(self, "otherNodes"):
+        state = _get(self, "raftState")
+        if state != _LEADER:
+            _put(self, "raftElectionDeadline", 0)  # nobody else could win: elect now
+            return 0.0
+        if (_get(self, "raftCommitIndex") < _get(self, "getCurrentLogIndex")()
+                or _get(self, "commandsQueue")._FastQueue__queue):
+            return 0.0
     due = (_get(self, "newAppendEntriesTime") if _get(self, "raftState") == _LEADER
            else _get(self, "raftElectionDeadline")) - monotonic()
     return min(max(due, period / 4), MAX_TICK_WAIT_S)
+
+
+def auto_tick_thread(self) -> None:
+    """pysyncobj's tick thread (``self`` is a weak proxy), without its 0.1 s sleep
+    before the first tick for a lone voter (rule 5); anyone else runs the original."""
+    if _get(self, "selfNode") is None or _get(self, "otherNodes"):
+        return ORIGINALS["auto_tick_thread"](self)
+    try:
+        _get(self, "transport").tryGetReady()
+    except TransportNotReadyError:
+        logger.exception("failed to perform initialization")
+        return
+    finally:
+        _get(self, "initialised").set()
+    try:
+        while _get(self, "mainThread").is_alive():
+            if _get(self, "destroying"):
+                self._doDestroy()
+                break
+            period = _get(self, "conf").autoTickPeriod
+            try:
+                self._onTick(period)
+            except Exception:  # as pysyncobj's loop: log, wait a little, go on
+                logger.exception("failed _onTick in _autoTickThread")
+                time.sleep(period)
+    except ReferenceError:  # the SyncObj is gone
+        pass
 
 
 def _start_pre_vote(self) -> None:
@@ -217,6 +265,8 @@ def apply() -> None:
     ORIGINALS["on_message"] = SyncObj._SyncObj__onMessageReceived
     ORIGINALS["send_next_node_idx"] = SyncObj._SyncObj__sendNextNodeIdx
     ORIGINALS["on_tick"] = SyncObj._onTick
+    ORIGINALS["auto_tick_thread"] = SyncObj._autoTickThread
     SyncObj._SyncObj__onMessageReceived = on_message
     SyncObj._SyncObj__sendNextNodeIdx = send_next_node_idx
     SyncObj._onTick = on_tick
+    SyncObj._autoTickThread = auto_tick_thread

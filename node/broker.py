@@ -29,7 +29,6 @@ from raftlog.protocol import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     ApiVersionRange,
-    BrokerRow,
     EpochEndOffset,
     FetchPartHeader,
     ListOffsetsPartResult,
@@ -51,7 +50,7 @@ from .metrics import NodeMetrics
 from .partition import Partition, partition_dir
 from .routes import SERVED_APIS
 from .throttle import ByteRate
-from .topics import LocalTopicStore, TopicInfo, validate_topic_config, validate_topic_name
+from .topics import TopicInfo, validate_topic_config, validate_topic_name
 
 Response = tuple[dict, list]
 
@@ -74,15 +73,15 @@ FULL_FLUSH_EVERY = 60
 class Broker:
     """The state a node serves requests from: topics, partitions, their logs."""
 
-    def __init__(self, config: NodeConfig, events: EventLog, store=None):
+    def __init__(self, config: NodeConfig, events: EventLog, store):
         self.config = config
         self.events = events
         #: counters bumped while serving; gauges are read at scrape time (metrics.py)
         self.metrics = NodeMetrics()
         makedirs_durable(config.data_dir)
-        #: Cluster mode: topics and brokers come from the metadata quorum (store given).
-        self.cluster_mode = store is not None
-        self.store = store if store is not None else LocalTopicStore(config.data_dir, config.node_id)
+        #: Topics and brokers: the metadata quorum (node/quorum_store.py), of which a
+        #: single node is the only voter.
+        self.store = store
         self.partitions: dict[tuple[str, int], Partition] = {}
         #: partitions written (appended, truncated, created) since the last flush_all
         self._unflushed: set = set()
@@ -100,13 +99,13 @@ class Broker:
         #: and follower replication throttles)
         self.reassign_rate = ByteRate()
         self.reassign_in_rate = ByteRate()
-        #: Cluster mode: called with (broker_id, incarnation_id) for each BrokerHeartbeat.
+        #: Called with (broker_id, incarnation_id) for each BrokerHeartbeat.
         self.on_heartbeat = None
-        #: Cluster mode: False until this incarnation's registration has committed.
-        self.registered = not self.cluster_mode
+        #: False until this incarnation's registration has committed.
+        self.registered = False
         #: Whether the data dir takes writes (one log line per incident), node/disk.py.
         self.disk = DiskHealth(config.node_id, config.data_dir, events)
-        #: Cluster mode: the follower fetchers (node/fetcher.py), told what to follow.
+        #: The follower fetchers (node/fetcher.py), told what to follow.
         self.fetchers = None
         # Planted bugs for the safety harness's proof that its checkers fire (test.flags;
         # never set in production): each breaks one replication guarantee.
@@ -122,7 +121,7 @@ class Broker:
             events.warning("planted_bugs_enabled", flags=",".join(sorted(flags)))
         #: Called with (partition, offset, error) when a read finds corrupt data on disk.
         self.on_corrupt_log = None
-        #: Cluster mode: pokes the ISR manager with the partition keys whose follower
+        #: Pokes the ISR manager with the partition keys whose follower
         #: progress or metadata changed (None: all of them).
         self.isr_changed = None
         #: The group coordinator host (node/coordinator.py), set by the node.
@@ -130,14 +129,15 @@ class Broker:
         from .producer_ids import ProducerIdService
 
         #: InitProducerId (idempotent producers).
-        self.producer_ids = ProducerIdService(self.store, events, self.cluster_mode)
+        self.producer_ids = ProducerIdService(self.store, events)
         from .security import Security
 
         #: SCRAM credentials and ACLs (node/security.py).
         self.security = Security(config, store)
         #: How fetchers and heartbeats reach peers (inter-broker listener's protocol).
         self.peer_security = None
-        if self.cluster_mode and config.listener_config.inter_broker_protocol.value != "PLAINTEXT":
+        if (config.controller_quorum_voters  # (a node alone connects to no peer)
+                and config.listener_config.inter_broker_protocol.value != "PLAINTEXT"):
             from .peer import PeerSecurity
 
             self.peer_security = PeerSecurity(config)
@@ -462,6 +462,7 @@ class Broker:
         if not self.config.auto_create_topics_enable:
             raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}")
         self.create_topic(topic, self.config.num_partitions, 1, {})
+        self.reconcile()  # its partitions now: the caller appends to one at once
 
     # ------------------------------------------------------------------ fetch
 
@@ -642,30 +643,25 @@ class Broker:
     # ------------------------------------------------------------------ metadata
 
     def brokers(self) -> list:
-        if self.cluster_mode:
-            return self.store.brokers()
-        host, port = self.config.advertised
-        return [BrokerRow(self.config.node_id, host, port, None, False)]
+        return self.store.brokers()
 
     def brokers_for_listener(self, rows, name: str, bound: dict) -> list:
         """Broker rows with each broker's advertised address on listener ``name`` (a
         client is told the addresses of the listener it came through, as Kafka does)."""
-        if not self.cluster_mode:
-            adv = self.config.listener_config.advertised_by_name(name)
-            port = adv.port or bound.get(name, (None, 0))[1]
-            return [r._replace(host=adv.host, port=port) for r in rows]
         brokers = self.store.quorum.state.brokers
         out = []
         for r in rows:
             b = brokers.get(r.node_id)
             addr = next((x[:2] for x in (b.listeners if b else ()) if len(x) > 2 and x[2] == name),
                         None)
+            if addr is not None and not addr[1] and r.node_id == self.config.node_id:
+                addr = (addr[0], bound.get(name, (None, 0))[1])  # on port 0: the one bound
             out.append(r if addr is None else r._replace(host=addr[0], port=addr[1]))
         return out
 
     @property
     def controller_id(self) -> int:
-        return self.store.controller_id if self.cluster_mode else self.config.node_id
+        return self.store.controller_id
 
     def metadata(self, req: Request) -> Response:
         if not self.registered:
@@ -683,6 +679,7 @@ class Broker:
             info = self.store.topics.get(name)
             if info is None and self.config.auto_create_topics_enable and _legal(name):
                 info = self.create_topic(name, self.config.num_partitions, 1, {})
+                self.reconcile()  # (on the event loop: Metadata is answered inline)
             if info is None:
                 topics.append(TopicMetadata(name, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
                                             f"unknown topic {name!r}").to_wire())
@@ -712,13 +709,15 @@ class Broker:
         return {
             "cluster_id": self.config.cluster_id,
             "controller_id": self.controller_id,
-            "controller_epoch": self.store.quorum.term if self.cluster_mode else 0,
+            "controller_epoch": self.store.quorum.term,
             "brokers": self.brokers(),
         }, []
 
     def broker_heartbeat(self, req: Request) -> Response:
-        if self.on_heartbeat is None:
-            raise ApiError(ErrorCode.NOT_CONTROLLER, "this node runs without a metadata quorum")
+        if self.on_heartbeat is None or not self.config.controller_quorum_voters:
+            raise ApiError(ErrorCode.NOT_CONTROLLER,
+                           "this node is a cluster of one (no controller.quorum.voters): no "
+                           "other broker heartbeats to it")
         if not self.on_heartbeat(req.fields["broker_id"], req.fields["incarnation_id"]):
             raise ApiError(ErrorCode.NOT_CONTROLLER, f"the controller is {self.controller_id}")
         return {}, []
@@ -727,15 +726,13 @@ class Broker:
         """Preferred-leader election: move leadership back to each partition's first
         replica where it is alive and in the ISR. Blocking (a quorum write)."""
         wanted = req.fields["parts"]
-        if not self.cluster_mode:
-            return {"results": [PartitionResult(t, p, 0, "") for t, p in (wanted or [])]}, []
         return {"results": self.store.elect_preferred(wanted)}, []
 
     def alter_partition_reassignments(self, req: Request) -> Response:
         """Start (or, with an empty target, cancel) partition reassignments. Blocking
         (quorum writes). A single node has nothing to move a replica to."""
         parts, throttle = req.fields["parts"], req.fields["throttle"]
-        if not self.cluster_mode:
+        if not self.config.controller_quorum_voters:  # (a quorum of one: no other broker)
             return {"results": [
                 PartitionResult(t, p, int(ErrorCode.INVALID_REQUEST),
                                 "reassignment needs a cluster (controller.quorum.voters)")
@@ -746,7 +743,7 @@ class Broker:
         """Remove a broker that holds no replica from the metadata (the last step of a
         decommission): it is fenced at once, never given replicas, and its heartbeats
         are ignored until it restarts and registers again. Blocking (a quorum write)."""
-        if not self.cluster_mode:
+        if not self.config.controller_quorum_voters:  # (its only broker is itself)
             raise ApiError(ErrorCode.INVALID_REQUEST,
                            "unregistering a broker needs a cluster (controller.quorum.voters)")
         self.store.unregister(req.fields["broker_id"])
@@ -754,7 +751,7 @@ class Broker:
 
     def list_partition_reassignments(self, req: Request) -> Response:
         wanted = req.fields["parts"]
-        rows = [] if not self.cluster_mode else self.store.reassignments()
+        rows = self.store.reassignments()
         if wanted is not None:
             keep = {(t, p) for t, p in wanted}
             rows = [r for r in rows if (r.topic, r.partition) in keep]
@@ -814,15 +811,8 @@ class Broker:
             )
         validate_topic_config(config, self.config.log_defaults)
         info = self.store.create(name, partitions, config, replication_factor)
-        self._after_local_change()
         self.events.info("topic_created", topic=name, partitions=partitions)
         return info
-
-    def _after_local_change(self) -> None:
-        """Single node: apply a metadata change now. Cluster mode: the quorum's commit
-        callback schedules reconcile() on the trio thread instead."""
-        if not self.cluster_mode:
-            self.reconcile()
 
     def create_topics(self, req: Request) -> Response:
         results = []
@@ -843,7 +833,6 @@ class Broker:
         for name in req.fields["names"]:
             try:
                 self.store.delete(name)
-                self._after_local_change()
                 self.events.info("topic_deleted", topic=name)
                 results.append(NamedResult(name, 0, ""))
             except ApiError as e:
@@ -857,7 +846,6 @@ class Broker:
             raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
         validate_topic_config({**info.config, **req.fields["config"]}, self.config.log_defaults)
         self.store.set_config(name, req.fields["config"])
-        self._after_local_change()
         return {}, []
 
     def create_partitions(self, req: Request) -> Response:
@@ -872,7 +860,6 @@ class Broker:
                 "must be larger (partitions cannot be removed)",
             )
         self.store.add_partitions(name, count)
-        self._after_local_change()
         return {}, []
 
 

@@ -110,7 +110,8 @@ class NodeConfig:
     #: Background CRC re-check of closed segments, bytes/s (0: off); node/scrubber.py.
     log_scrub_bytes_per_sec: int = 1024 * 1024
     request_timeout_ms: int = 30_000
-    #: Raft metadata quorum: {node_id: (host, port)}; empty = single node, no quorum.
+    #: Raft metadata quorum: {node_id: (host, port)}; empty = a single node, which is
+    #: the only voter of its own quorum (see :attr:`metadata_voters`).
     controller_quorum_voters: dict = field(default_factory=dict)
     #: What this node does (Kafka's process.roles): "broker" serves partitions,
     #: "controller" votes in the metadata quorum. A node outside the voters is a broker
@@ -246,6 +247,16 @@ class NodeConfig:
         return cfg
 
     @property
+    def metadata_voters(self) -> dict:
+        """The voters of the metadata quorum this node runs: ``controller.quorum.voters``,
+        or, without it, this node alone. No node ever joins such a quorum of one, so it
+        binds no Raft port (node/quorum_store.py) and needs no ``raft.password``; its
+        address (:data:`SINGLE_VOTER_ADDRESS`) only names the voter."""
+        if self.controller_quorum_voters:
+            return self.controller_quorum_voters
+        return {self.node_id: SINGLE_VOTER_ADDRESS}
+
+    @property
     def is_voter(self) -> bool:
         """A voter of the metadata quorum (role controller)."""
         return "controller" in self.process_roles
@@ -327,6 +338,9 @@ class NodeConfig:
                               "on a SASL_PLAINTEXT listener: use SASL_SSL or SCRAM only")
 
 
+#: The Raft address naming a node without controller.quorum.voters in its own quorum
+#: of one (never bound: nobody connects to a lone voter).
+SINGLE_VOTER_ADDRESS = ("127.0.0.1", 0)
 #: Shortest raft.password accepted when the quorum has more than one member.
 RAFT_PASSWORD_MIN_BYTES = 16
 #: Keys holding secrets: a config file with one of them must not be world-readable.

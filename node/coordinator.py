@@ -79,12 +79,9 @@ class GroupHost:
             live = [b for b in self.broker.brokers() if not b.fenced]
             rf = max(1, min(self.topic_replication_factor, len(live)))
             config = {"cleanup.policy": "compact"}
-            if self.broker.cluster_mode:
-                await trio.to_thread.run_sync(
-                    self.broker.store.create, OFFSETS_TOPIC, self.topic_partitions, config, rf)
-            else:
-                self.broker.store.create(OFFSETS_TOPIC, self.topic_partitions, config, rf)
-                self.broker.reconcile()
+            await trio.to_thread.run_sync(
+                self.broker.store.create, OFFSETS_TOPIC, self.topic_partitions, config, rf)
+            self.broker.reconcile()
             self.events.info("offsets_topic_created", partitions=self.topic_partitions,
                              replication_factor=rf)
         except ApiError as e:

@@ -1,4 +1,4 @@
-"""Follower replication: one fetcher task per leader broker (cluster mode).
+"""Follower replication: one fetcher task per leader broker (idle on a single node).
 
 Every partition this node follows is assigned to the fetcher of its current leader.
 Before fetching a partition in a new leader epoch, the fetcher truncates any

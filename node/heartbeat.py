@@ -1,4 +1,5 @@
-"""Broker heartbeats and the active controller's fencing duty (cluster mode).
+"""Broker heartbeats and the active controller's fencing duty (a single node is its own
+controller: it records its heartbeats without a connection).
 
 Every node sends BrokerHeartbeat to the controller (the Raft leader) every
 ``broker.heartbeat.interval.ms``. The controller keeps the times in memory

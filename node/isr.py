@@ -1,4 +1,4 @@
-"""The leader's ISR duty (cluster mode): shrink and expand, always through the controller.
+"""The leader's ISR duty: shrink and expand, always through the controller.
 
 Every ``check_s`` (a tenth of replica.lag.time.max.ms, 0.1-1 s; or at once when a follower catches up) each partition this
 node leads is checked: ISR followers not caught up within ``replica.lag.time.max.ms``,

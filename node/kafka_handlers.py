@@ -112,11 +112,11 @@ class KafkaApis:
         assert set(self.handlers) == set(SUPPORTED)
 
     async def _quorum(self, method, req: Request):
-        """A metadata write: inline on one node, in a worker thread in cluster mode (a
-        Raft commit may take seconds), as the native server runs it."""
-        if self.broker.cluster_mode:
-            return await trio.to_thread.run_sync(method, req)
-        return method(req)
+        """A metadata write, in a worker thread (a Raft commit may take seconds), then
+        its effect on this node's partitions, as the native server runs it."""
+        out = await trio.to_thread.run_sync(method, req)
+        self.broker.reconcile()
+        return out
 
     # ------------------------------------------------------------------ versions, metadata
 

@@ -333,7 +333,7 @@ def _partitions(out: Exposition, m: NodeMetrics, broker, store) -> None:
     out.sample("raftlog_under_replicated_partitions", under)
     out.sample("raftlog_under_min_isr_partitions", under_min)
     offline = 0
-    if store is not None and store.quorum.is_leader:
+    if store.quorum.is_leader:
         offline = sum(1 for info in store.topics.values() for p in info.partitions
                       if p.leader < 0)
     out.sample("raftlog_offline_partitions", offline)
@@ -344,14 +344,10 @@ def _partitions(out: Exposition, m: NodeMetrics, broker, store) -> None:
 
 
 def _controller(out: Exposition, store) -> None:
-    if store is None:  # a single node is its own controller
-        active, epoch, elections, critical = 1, 0, 0, 0
-        commit = Histogram()
-    else:
-        q = store.quorum
-        active, epoch = int(q.is_leader), q.term
-        elections, critical = q.controller_elections, q.critical_log_lines
-        commit = store.commit_seconds
+    q = store.quorum  # (a single node's too: the only voter of its own quorum)
+    active, epoch = int(q.is_leader), q.term
+    elections, critical = q.controller_elections, q.critical_log_lines
+    commit = store.commit_seconds
     out.sample("raftlog_controller_active", active)
     out.sample("raftlog_controller_epoch", epoch)
     out.sample("raftlog_controller_elections_total", elections)

@@ -62,16 +62,21 @@ class Node:
             self.events.error("reconcile_failed", error=repr(e))
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        self._token = trio.lowlevel.current_trio_token()
-        if self.config.controller_quorum_voters:
-            from .quorum_store import QuorumTopicStore
+        from .quorum_store import QuorumTopicStore
 
-            self.store = QuorumTopicStore(self.config, self._on_commit)
-        self.broker = Broker(self.config, self.events, self.store)
-        self.server = Server(self.config, self.broker, self.events)
-        self.broker.open()
-        if self.store is None:
-            self.broker.security.ensure_inter_broker_user()  # (local: durable at once)
+        self._token = trio.lowlevel.current_trio_token()
+        # every node runs the metadata quorum; without controller.quorum.voters it is
+        # the only voter of its own (NodeConfig.metadata_voters)
+        self.store = QuorumTopicStore(self.config, self._on_commit)
+        try:
+            self.broker = Broker(self.config, self.events, self.store)
+            self.server = Server(self.config, self.broker, self.events)
+            if self.store.single_voter:
+                await self._register_before_serving()
+            self.broker.open()
+        except BaseException:
+            self.store.close()
+            raise
         try:
             async with trio.open_nursery() as nursery:
                 self.address = await nursery.start(self.server.serve)
@@ -87,22 +92,7 @@ class Node:
                     self.kafka = KafkaServer(self.config, self.broker, self.events,
                                              self.server.purgatory, native=self.server)
                     await nursery.start(self.kafka.serve)
-                if self.store is not None:
-                    from .fetcher import FetcherManager
-                    from .heartbeat import Heartbeats
-                    from .isr import IsrManager
-
-                    self.broker.fetchers = FetcherManager(self.broker, self.events, nursery)
-                    self.broker.on_corrupt_log = (
-                        lambda part, offset, err: self._on_corrupt_log(nursery, part, offset, err))
-                    isr = IsrManager(self.broker, self.store, self.events)
-                    self.broker.isr_changed = isr.poke
-                    nursery.start_soon(isr.run)
-                    beats = Heartbeats(self, self.store, self.events)
-                    self.broker.on_heartbeat = beats.record
-                    nursery.start_soon(self._register)
-                    nursery.start_soon(beats.send_loop)
-                    nursery.start_soon(beats.controller_duty)
+                self._start_replication(nursery)
                 self._start_groups(nursery)
                 self._start_scrubber(nursery)
                 nursery.start_soon(self._every_in_thread, self.config.log_flush_interval_ms, self._flush)
@@ -113,9 +103,42 @@ class Node:
                 task_status.started(self.address)
         finally:
             self.broker.close()
-            if self.store is not None:
-                self.store.close()
+            self.store.close()
             self.events.info("stopped")
+
+    def _start_replication(self, nursery) -> None:
+        """Follower fetchers, the ISR duty, heartbeats, the controller's duty and (in a
+        cluster) this node's registration."""
+        from .fetcher import FetcherManager
+        from .heartbeat import Heartbeats
+        from .isr import IsrManager
+
+        self.broker.fetchers = FetcherManager(self.broker, self.events, nursery)
+        self.broker.on_corrupt_log = (
+            lambda part, offset, err: self._on_corrupt_log(nursery, part, offset, err))
+        isr = IsrManager(self.broker, self.store, self.events)
+        self.broker.isr_changed = isr.poke
+        nursery.start_soon(isr.run)
+        beats = Heartbeats(self, self.store, self.events)
+        self.broker.on_heartbeat = beats.record
+        if not self.broker.registered:
+            nursery.start_soon(self._register)
+        nursery.start_soon(beats.send_loop)
+        nursery.start_soon(beats.controller_duty)
+
+    async def _register_before_serving(self) -> None:
+        """A quorum of one (a node without controller.quorum.voters) elects itself at
+        once: register, and bring in what a data dir from before the one-voter quorum
+        kept in ``__meta/`` (node/local_metadata.py), before the first request is
+        served -- so it sees every topic, as a single node always did."""
+        from .local_metadata import migrate
+
+        await trio.to_thread.run_sync(self.store.register, abandon_on_cancel=True)
+        self.events.info("registered", incarnation=self.store.incarnation_id)
+        await trio.to_thread.run_sync(migrate, self.store, self.config.data_dir, self.events,
+                                      abandon_on_cancel=True)
+        await self._ensure_inter_broker_user()
+        self.broker.registered = True
 
     def _start_groups(self, nursery) -> None:
         from .coordinator import GroupHost
@@ -151,8 +174,6 @@ class Node:
     def _on_scrub_corrupt(self, nursery, part, offset: int, why: str) -> str:
         """The scrubber found bad data in ``part`` from ``offset``: repair it from
         another replica. Returns what was done (the scrubber logs it, one line)."""
-        if self.broker.fetchers is None:
-            return "refused_to_serve (no other replica: single node)"
         if part.is_leader:
             if part.corrupt_from is not None:
                 return "resign_in_progress"

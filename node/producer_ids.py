@@ -1,9 +1,9 @@
 """InitProducerId: hands out producer ids from blocks reserved durably.
 
 Blocks of :data:`~raftlog.producer_state.PRODUCER_ID_BLOCK_SIZE` ids come from the
-metadata quorum (``AllocateProducerIds``, cluster mode) or from a checkpointed
-counter (single node); either is durable before an id of the block is handed out,
-so no id is ever given twice, even across restarts and controller failover. The
+metadata quorum (``AllocateProducerIds``; a single node is the only voter of its
+own quorum), durable before an id of the block is handed out, so no id is ever given
+twice, even across restarts and controller failover. The
 next block is fetched in the background when the current one runs low.
 """
 
@@ -18,20 +18,16 @@ from raftlog.producer_state import PRODUCER_ID_BLOCK_SIZE, ProducerIdBlocks
 class ProducerIdService:
     """Runs on the trio thread; the store's allocation runs in a worker thread."""
 
-    def __init__(self, store, events, cluster_mode: bool):
+    def __init__(self, store, events):
         self.store = store
         self.events = events
-        self.cluster_mode = cluster_mode
         self.blocks = ProducerIdBlocks()
         self._lock = trio.Lock()
 
     async def _allocate(self) -> None:
         try:
-            if self.cluster_mode:
-                first = await trio.to_thread.run_sync(
-                    self.store.allocate_producer_ids, PRODUCER_ID_BLOCK_SIZE)
-            else:
-                first = self.store.allocate_producer_ids(PRODUCER_ID_BLOCK_SIZE)
+            first = await trio.to_thread.run_sync(
+                self.store.allocate_producer_ids, PRODUCER_ID_BLOCK_SIZE)
         except StorageError as e:
             raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR, f"producer id block: {e}") from None
         except ApiError as e:

@@ -1,9 +1,12 @@
-"""Topics and brokers from the replicated metadata quorum (cluster mode).
+"""Topics and brokers from the replicated metadata quorum: every node's metadata.
 
-Same interface as :class:`~raftlog.node.topics.LocalTopicStore`. Mutations propose
-records through the quorum and block until committed (the server runs them in a
-worker thread); the node's partitions follow the committed state through
-``Broker.reconcile``, scheduled on the trio thread by the quorum's commit callback.
+A node with ``controller.quorum.voters`` is a voter (or a learner) of its cluster's
+quorum; a node without is the only voter of its own quorum (``NodeConfig.
+metadata_voters``): one metadata path, the same records, state machine and controller
+either way. Mutations propose records through the quorum and block until committed
+(the server runs them in a worker thread); the node's partitions follow the committed
+state through ``Broker.reconcile``, scheduled on the trio thread by the quorum's
+commit callback (and run by the server when a metadata write returns).
 """
 
 from __future__ import annotations
@@ -58,17 +61,25 @@ class QuorumTopicStore:
         self.incarnation_id = uuid.uuid4().hex
         self.quorum = MetadataQuorum(
             config.node_id,
-            config.controller_quorum_voters,
+            config.metadata_voters,
             os.path.join(config.data_dir, "__raft"),
             password=config.raft_password,
             on_commit=on_commit,
             voter=config.is_voter,
+            # a node alone: nobody joins its quorum, so it binds no Raft port
+            listen=bool(config.controller_quorum_voters),
         )
         #: (state, (fenced ids, registered ids), {name: TopicInfo}) -- see topics
         self._cache: tuple = (None, None, {}, None)
         self._bug_ack_before_commit = "bug-ack-before-commit" in config.test_flags
         #: seconds from proposing a metadata write here to its commit (metrics)
         self.commit_seconds = LockedHistogram()
+
+    @property
+    def single_voter(self) -> bool:
+        """A quorum of this node alone: it elects itself at once and never waits for
+        another node, so it registers before serving (node.py)."""
+        return self.quorum.voter and len(self.quorum.voters) == 1
 
     # ------------------------------------------------------------------ reads
 
@@ -170,7 +181,7 @@ class QuorumTopicStore:
                 time.sleep(REGISTER_BACKOFF_S)
             else:
                 voters = ",".join(f"{i}@{h}:{p}" for i, (h, p) in
-                                  sorted(self.config.controller_quorum_voters.items()))
+                                  sorted(self.config.metadata_voters.items()))
                 raise ApiError(
                     ErrorCode.REQUEST_TIMED_OUT,
                     f"could not register with the metadata quorum in "

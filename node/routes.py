@@ -26,8 +26,8 @@ class Mode(enum.Enum):
     #: ``await Server.<handler>(req) -> (header, pieces)``: it may wait (a rebalance, a
     #: quorum write); the connection's earlier answers are sent first.
     AWAITS = "awaits"
-    #: A metadata write: ``Broker.<handler>(req)`` in a worker thread in cluster mode (a
-    #: Raft commit takes milliseconds, seconds without a quorum); inline on one node.
+    #: A metadata write: ``Broker.<handler>(req)`` in a worker thread (a Raft commit
+    #: takes milliseconds, seconds without a quorum), then ``Broker.reconcile``.
     QUORUM = "quorum"
 
 

@@ -1,65 +1,34 @@
 """Where a node keeps SCRAM credentials and ACLs, and the admin APIs over them.
 
-In a cluster they live in the metadata quorum (records UpsertScramCredential,
-DeleteScramCredential, CreateAcls, DeleteAcls; see metadata/state.py). A node
-without a quorum applies the same records to the same pure state machine and keeps
-the result in ``<data_dir>/__meta/security.snapshot`` (atomic write + fsync): one
-set of rules either way. Every write is durable when its method returns.
+They live in the metadata quorum (records UpsertScramCredential,
+DeleteScramCredential, CreateAcls, DeleteAcls; see metadata/state.py), a single
+node's too (the only voter of its own quorum; what such a node kept in
+``<data_dir>/__meta/security.snapshot`` before is migrated by
+node/local_metadata.py). Every write is durable when its method returns.
 """
 
 from __future__ import annotations
 
-import os
-import threading
-
 from raftlog import acl as A
 from raftlog import scram as S
-from raftlog.checkpoint import atomic_write, makedirs_durable
-from raftlog.errors import ApiError, ConfigError, ErrorCode
+from raftlog.errors import ApiError, ErrorCode
 from raftlog.metadata import records as R
-from raftlog.metadata.state import MetadataState, apply, restore, snapshot
+from raftlog.metadata.state import MetadataState
 from raftlog.protocol import NamedResult
 
 from .config import NodeConfig
 
 
-class LocalSecurityState:
-    """The security part of the metadata state on a node without a quorum."""
-
-    def __init__(self, data_dir: str):
-        self._path = os.path.join(data_dir, "__meta", "security.snapshot")
-        makedirs_durable(os.path.dirname(self._path))
-        self._lock = threading.Lock()  # writes come from worker threads
-        try:
-            with open(self._path, "rb") as f:
-                self.state = restore(f.read())
-        except FileNotFoundError:
-            self.state = MetadataState()
-        except Exception as e:
-            raise ConfigError(f"security metadata {self._path} is unreadable: {e}") from None
-
-    def propose(self, record):
-        with self._lock:
-            state, result = apply(self.state, record, term=0)
-            if result.ok and state is not self.state:
-                atomic_write(self._path, snapshot(state))
-                self.state = state
-            return result
-
-
 class Security:
     """Credentials and ACLs of the node, and the admin API handlers over them."""
 
-    def __init__(self, config: NodeConfig, store=None):
+    def __init__(self, config: NodeConfig, store):
         self.config = config
-        self._quorum_store = store  # a QuorumTopicStore in cluster mode, else None
-        self._local = None if store is not None else LocalSecurityState(config.data_dir)
+        self._quorum_store = store  # node/quorum_store.py
         self._authorizer: tuple = (None, None)  # (acls tuple, Authorizer)
 
     @property
     def state(self) -> MetadataState:
-        if self._local is not None:
-            return self._local.state
         return self._quorum_store.quorum.state
 
     def credential(self, user: str, mechanism: str) -> S.ScramCredential | None:
@@ -76,11 +45,8 @@ class Security:
         return authorizer
 
     def propose(self, record):
-        """Apply a record durably (blocking: a quorum write in a cluster). Raises ApiError."""
-        if self._local is not None:
-            result = self._local.propose(record)
-        else:
-            result = self._quorum_store._propose(record)
+        """Apply a record durably (blocking: a quorum write). Raises ApiError."""
+        result = self._quorum_store._propose(record)
         if not result.ok:
             raise ApiError(ErrorCode(result.code or ErrorCode.INVALID_REQUEST), result.error)
         return result

@@ -503,14 +503,17 @@ class Server:
                         metrics.request_done(req.api, perf_counter() - started)
                     return
                 header, pieces = answer
-            elif mode is Mode.INLINE or (mode is Mode.QUORUM and not self.broker.cluster_mode):
+            elif mode is Mode.INLINE:
                 header, pieces = handler(req)
             elif mode is Mode.AWAITS:
                 if out.pieces:  # it may wait: send earlier answers first
                     await out.flush(conn.sock)
                 header, pieces = await handler(req)
-            else:  # QUORUM in cluster mode
+            else:  # QUORUM: a Raft commit, off the event loop
                 header, pieces = await trio.to_thread.run_sync(handler, req)
+                # what committed is served from the next request on (the commit
+                # callback would reconcile soon; this makes it before the answer)
+                self.broker.reconcile()
         except ApiError as e:
             metrics.request_done(req.api, perf_counter() - started, True)
             out.add(encode_frame(error_response(req.id, e.code, e.message)))

@@ -3,7 +3,6 @@ the text exposition format, group lag, the HTTP request/response logic."""
 
 from __future__ import annotations
 
-import io
 import re
 import time
 from types import SimpleNamespace
@@ -14,7 +13,6 @@ from raftlog.errors import ConfigError
 from raftlog.node.broker import Broker
 from raftlog.node.config import NodeConfig
 from raftlog.node.groups import CommittedOffset, Group, GroupCoordinator, partition_for
-from raftlog.node.logfmt import EventLog
 from raftlog.node.metrics import (
     METRICS,
     Exposition,
@@ -25,6 +23,8 @@ from raftlog.node.metrics import (
 from raftlog.node.metrics_http import answer, parse_request_head
 from raftlog.protocol import Api, FetchPartHeader, Request
 from raftlog.records import encode_batch
+
+from .single_node import close_broker, open_broker
 
 _SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*"'
                      r'(,[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*")*)?\})? (\S+)$')
@@ -64,14 +64,11 @@ def value(samples: dict, name: str, **labels) -> float:
 
 
 def _broker(tmp_path) -> Broker:
-    config = NodeConfig.from_properties({"data.dir": str(tmp_path / "data")})
-    broker = Broker(config, EventLog(1, stream=io.StringIO()))
-    broker.open()
-    return broker
+    return open_broker(tmp_path)
 
 
 def _node(broker):
-    return SimpleNamespace(broker=broker, server=None, store=None)
+    return SimpleNamespace(broker=broker, server=None, store=broker.store)
 
 
 def test_histogram_buckets_are_upper_bounds_and_cumulative():
@@ -108,6 +105,7 @@ def test_produce_and_fetch_move_the_topic_counters_and_log_gauges(tmp_path):
     broker = _broker(tmp_path)
     try:
         broker.create_topic("t", 2, 1, {})
+        broker.reconcile()
         before = parse_exposition(render(_node(broker)))
         assert value(before, "raftlog_log_size_bytes", topic="t", partition=0) == 0
         assert value(before, "raftlog_partitions", role="leader") == 2
@@ -137,13 +135,14 @@ def test_produce_and_fetch_move_the_topic_counters_and_log_gauges(tmp_path):
         gone = parse_exposition(render(_node(broker)))
         assert not [k for k in gone if ("topic", "t") in k[1]]  # deleted: series dropped
     finally:
-        broker.close()
+        close_broker(broker)
 
 
 def test_replica_fetches_count_as_replication_bytes_not_topic_bytes(tmp_path):
     broker = _broker(tmp_path)
     try:
         broker.create_topic("t", 1, 1, {})
+        broker.reconcile()
         req = Request(Api.FETCH, 0, 1, {"replica_id": 2, "parts": [("t", 0, 0, 100, -1)]}, b"")
         broker.fetch_answered(req, [FetchPartHeader("t", 0, 0, 0, 0, 70, "")], [None], 70)
         s = parse_exposition(render(_node(broker)))
@@ -151,7 +150,7 @@ def test_replica_fetches_count_as_replication_bytes_not_topic_bytes(tmp_path):
         # (a topic's series appear with its first produce or consumer fetch)
         assert not [k for k in s if k[0].startswith("raftlog_topic_") and ("topic", "t") in k[1]]
     finally:
-        broker.close()
+        close_broker(broker)
 
 
 def test_request_latency_histogram_per_api(tmp_path):
@@ -166,13 +165,14 @@ def test_request_latency_histogram_per_api(tmp_path):
         assert value(s, "raftlog_request_errors_total", api="PRODUCE") == 1
         assert value(s, "raftlog_request_duration_seconds_count", api="FETCH") == 1
     finally:
-        broker.close()
+        close_broker(broker)
 
 
 def test_group_lag_in_records_and_seconds(tmp_path):
     broker = _broker(tmp_path)
     try:
         broker.create_topic("t", 2, 1, {})
+        broker.reconcile()
         now_ms = int(time.time() * 1000)
         broker.produce_one("t", 0, encode_batch([b"a"] * 4, timestamp=now_ms - 5000))
         broker.produce_one("t", 0, encode_batch([b"b"] * 6, timestamp=now_ms - 1000))
@@ -197,7 +197,7 @@ def test_group_lag_in_records_and_seconds(tmp_path):
         capped = group_lag_rows(coord, broker.partitions, now_ms, max_rows=1, max_seconds=0)
         assert len(capped) == 1 and capped[0][4] is None
     finally:
-        broker.close()
+        close_broker(broker)
 
 
 def test_http_answers():

@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-import io
-
 from raftlog.node.broker import Broker
-from raftlog.node.config import NodeConfig
-from raftlog.node.logfmt import EventLog
 from raftlog.records import encode_batch
 
-
-def _broker(tmp_path) -> Broker:
-    config = NodeConfig.from_properties({"data.dir": str(tmp_path / "data")})
-    broker = Broker(config, EventLog(1, stream=io.StringIO()))
-    broker.open()
-    return broker
+from .single_node import close_broker, open_broker
 
 
 def test_unchanged_topics_are_left_alone_and_a_recreated_topic_starts_empty(tmp_path):
-    broker = _broker(tmp_path)
+    broker = open_broker(tmp_path)
     try:
         broker.create_topic("keep", 2, 1, {})
         broker.create_topic("again", 1, 1, {})
+        broker.reconcile()
         kept = {k: v for k, v in broker.partitions.items() if k[0] == "keep"}
         broker.partitions[("again", 0)].log.append(encode_batch([b"old"] * 3))
         # deleted and re-created between two reconciles (one coalesced metadata change)
@@ -35,7 +27,7 @@ def test_unchanged_topics_are_left_alone_and_a_recreated_topic_starts_empty(tmp_
         broker.reconcile()
         assert sorted(broker.partitions) == [("again", 0)]
     finally:
-        broker.close()
+        close_broker(broker)
 
 
 def test_every_served_api_has_one_route_to_a_real_handler():

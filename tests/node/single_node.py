@@ -1,0 +1,33 @@
+"""A Broker of a single node over its real one-voter metadata quorum, for in-process
+tests of broker logic (what node.py does before serving, without the server)."""
+
+from __future__ import annotations
+
+import io
+
+from raftlog.node.broker import Broker
+from raftlog.node.config import NodeConfig
+from raftlog.node.logfmt import EventLog
+from raftlog.node.quorum_store import QuorumTopicStore
+
+
+def open_broker(tmp_path, props: dict | None = None) -> Broker:
+    """A registered single node's Broker with its logs open; close with close_broker."""
+    config = NodeConfig.from_properties({"data.dir": str(tmp_path / "data"), **(props or {})})
+    store = QuorumTopicStore(config, None)
+    try:
+        store.register()
+        broker = Broker(config, EventLog(config.node_id, stream=io.StringIO()), store)
+        broker.registered = True
+        broker.open()
+    except BaseException:
+        store.close()
+        raise
+    return broker
+
+
+def close_broker(broker: Broker) -> None:
+    try:
+        broker.close()
+    finally:
+        broker.store.close()
