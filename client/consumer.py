@@ -173,16 +173,7 @@ class Consumer:
                 raise ValueError("topics must be a non-empty list of topic names")
         compiled = re.compile(pattern) if isinstance(pattern, str) else pattern
         if self._member is None:
-            from .group import GroupMember
-
-            self._member = GroupMember(
-                _GroupSide(self), group_id=self.group_id, strategy=self.partition_assignment_strategy,
-                session_timeout_ms=self.session_timeout_ms,
-                max_poll_interval_ms=self.max_poll_interval_ms,
-                heartbeat_interval_ms=self.heartbeat_interval_ms,
-                group_instance_id=self.group_instance_id, client_id=self.client_id,
-                request_timeout_s=self.request_timeout_s,
-            )
+            self._member = self._new_member()
         self._last_poll = time.monotonic()
         self._member.subscribe(topics or (), compiled, listener)
         self._ensure_thread()
@@ -219,17 +210,20 @@ class Consumer:
 
     def _group(self):
         if self._member is None:  # assign() mode with a group: commits without membership
-            from .group import GroupMember
-
-            self._member = GroupMember(
-                _GroupSide(self), group_id=self.group_id, strategy=self.partition_assignment_strategy,
-                session_timeout_ms=self.session_timeout_ms,
-                max_poll_interval_ms=self.max_poll_interval_ms,
-                heartbeat_interval_ms=self.heartbeat_interval_ms,
-                group_instance_id=self.group_instance_id, client_id=self.client_id,
-                request_timeout_s=self.request_timeout_s,
-            )
+            self._member = self._new_member()
         return self._member
+
+    def _new_member(self):
+        from .group import GroupMember
+
+        return GroupMember(
+            _GroupSide(self), group_id=self.group_id, strategy=self.partition_assignment_strategy,
+            session_timeout_ms=self.session_timeout_ms,
+            max_poll_interval_ms=self.max_poll_interval_ms,
+            heartbeat_interval_ms=self.heartbeat_interval_ms,
+            group_instance_id=self.group_instance_id, client_id=self.client_id,
+            request_timeout_s=self.request_timeout_s,
+        )
 
     def _owned_positions(self) -> dict:
         with self._lock:
