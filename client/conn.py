@@ -28,7 +28,8 @@ UNKNOWN_TOPIC_WAIT_S = 2.0
 
 
 def parse_servers(servers: str | list[str]) -> list[tuple[str, int]]:
-    """'h1:9092,h2:9093' (or a list of such) -> [(host, port)]."""
+    """'h1:9092,h2:9093' (or a list of such) -> [(host, port)]. Empty entries (a
+    trailing comma, spaces) are skipped, as Kafka's clients skip them."""
     items = servers.split(",") if isinstance(servers, str) else list(servers)
     out = []
     for item in items:
@@ -36,6 +37,8 @@ def parse_servers(servers: str | list[str]) -> list[tuple[str, int]]:
             out.append((item[0], int(item[1])))
             continue
         item = item.strip()
+        if not item:
+            continue
         host, sep, port = item.rpartition(":")
         if not sep or not host or not port.isdigit():
             raise ValueError(f"bootstrap server {item!r} is not host:port")

@@ -140,12 +140,14 @@ def _lower(options: Mapping[str, str]) -> dict[str, str]:
 
 def _bootstrap(opts: dict[str, str]) -> str:
     servers = opts.get("bootstrap.servers") or opts.get("kafka.bootstrap.servers")
-    if not servers or not servers.strip():
+    if not servers or not servers.replace(",", "").strip():
         raise RaftlogOptionError(
             "option 'bootstrap.servers' (or 'kafka.bootstrap.servers') is required, "
             "e.g. .option('bootstrap.servers', '127.0.0.1:9092')"
         )
     for hp in servers.split(","):
+        if not hp.strip():
+            continue  # (an empty entry, as a trailing comma: skipped, as Kafka does)
         host, sep, port = hp.strip().rpartition(":")
         if not sep or not host or not port.isdigit():
             raise RaftlogOptionError(f"option 'bootstrap.servers': {hp.strip()!r} is not host:port")

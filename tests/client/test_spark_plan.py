@@ -55,6 +55,10 @@ def test_bootstrap_servers_required_and_checked():
         parse_read_options({"bootstrap.servers": "nohost", "subscribe": "t"})
     o = parse_read_options({"kafka.bootstrap.servers": "h:1,h:2", "subscribe": "t"})
     assert o.bootstrap_servers == "h:1,h:2"
+    # empty entries are skipped as Kafka's clients skip them; none left is no list at all
+    assert parse_read_options({"bootstrap.servers": "h:1,", "subscribe": "t"}).bootstrap_servers
+    with pytest.raises(RaftlogOptionError, match="'bootstrap.servers'.*required"):
+        parse_read_options({"bootstrap.servers": " , ", "subscribe": "t"})
 
 
 def test_exactly_one_subscription():
