@@ -145,12 +145,12 @@ def _bootstrap(opts: dict[str, str]) -> str:
             "option 'bootstrap.servers' (or 'kafka.bootstrap.servers') is required, "
             "e.g. .option('bootstrap.servers', '127.0.0.1:9092')"
         )
-    for hp in servers.split(","):
-        if not hp.strip():
-            continue  # (an empty entry, as a trailing comma: skipped, as Kafka does)
-        host, sep, port = hp.strip().rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise RaftlogOptionError(f"option 'bootstrap.servers': {hp.strip()!r} is not host:port")
+    from .conn import parse_servers  # (the SDK's own reading: empty entries skipped)
+
+    try:
+        parse_servers(servers)
+    except ValueError as e:
+        raise RaftlogOptionError(f"option 'bootstrap.servers': {e}") from None
     return servers.strip()
 
 

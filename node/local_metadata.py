@@ -54,10 +54,10 @@ class LocalMetadata:
     paths: tuple = ()
 
 
-def _read(path: str, what: str):
+def _read(path: str, what: str, decode=cbor2.loads):
     try:
         with open(path, "rb") as f:
-            return cbor2.loads(f.read())
+            return decode(f.read())
     except FileNotFoundError:
         return None
     except Exception as e:
@@ -89,14 +89,9 @@ def read_local_metadata(data_dir: str) -> LocalMetadata | None:
             raise ConfigError(f"producer id counter {path} is unreadable: {e!r}") from None
         paths.append(path)
     path = os.path.join(base, SECURITY_FILE)
-    try:
-        with open(path, "rb") as f:
-            security = restore(f.read())
+    security = _read(path, "security metadata", restore)
+    if security is not None:
         paths.append(path)
-    except FileNotFoundError:
-        pass
-    except Exception as e:
-        raise ConfigError(f"security metadata {path} is unreadable: {e}") from None
     if not paths:
         return None
     return LocalMetadata(topics, next_pid, security, tuple(paths))
@@ -146,7 +141,7 @@ def migrate(store, data_dir: str, events) -> int:
         return 0
     records = missing_records(local, store.quorum.state, store.node_id)
     for record in records:
-        result = store._propose(record)
+        result = store.propose(record)
         if not result.ok:
             raise ConfigError(f"migrating {os.path.join(data_dir, LOCAL_DIR)} into the "
                               f"metadata quorum: {type(record).__name__} refused: "

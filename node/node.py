@@ -72,7 +72,10 @@ class Node:
             self.broker = Broker(self.config, self.events, self.store)
             self.server = Server(self.config, self.broker, self.events)
             if self.store.single_voter:
-                await self._register_before_serving()
+                # a quorum of one elects itself at once: registered (and a pre-quorum
+                # data dir's __meta/ migrated) before the first request is served, so
+                # that request sees every topic, as a single node always did
+                await self._register(migrate_local=True)
             self.broker.open()
         except BaseException:
             self.store.close()
@@ -125,20 +128,6 @@ class Node:
             nursery.start_soon(self._register)
         nursery.start_soon(beats.send_loop)
         nursery.start_soon(beats.controller_duty)
-
-    async def _register_before_serving(self) -> None:
-        """A quorum of one (a node without controller.quorum.voters) elects itself at
-        once: register, and bring in what a data dir from before the one-voter quorum
-        kept in ``__meta/`` (node/local_metadata.py), before the first request is
-        served -- so it sees every topic, as a single node always did."""
-        from .local_metadata import migrate
-
-        await trio.to_thread.run_sync(self.store.register, abandon_on_cancel=True)
-        self.events.info("registered", incarnation=self.store.incarnation_id)
-        await trio.to_thread.run_sync(migrate, self.store, self.config.data_dir, self.events,
-                                      abandon_on_cancel=True)
-        await self._ensure_inter_broker_user()
-        self.broker.registered = True
 
     def _start_groups(self, nursery) -> None:
         from .coordinator import GroupHost
@@ -223,12 +212,22 @@ class Node:
         if not ok:  # still leader: try again on the next corrupt read
             part.corrupt_from = None
 
-    async def _register(self) -> None:
+    async def _register(self, migrate_local: bool = False) -> None:
+        """Register with the controller; ``migrate_local`` (a quorum of one, before the
+        node serves): then bring in what a data dir from before the one-voter quorum
+        kept in ``__meta/`` (node/local_metadata.py), and leave reconciling to
+        Broker.open()."""
         await trio.to_thread.run_sync(self.store.register, abandon_on_cancel=True)
         self.events.info("registered", incarnation=self.store.incarnation_id)
+        if migrate_local:
+            from .local_metadata import migrate
+
+            await trio.to_thread.run_sync(migrate, self.store, self.config.data_dir,
+                                          self.events, abandon_on_cancel=True)
         await self._ensure_inter_broker_user()
         self.broker.registered = True
-        self._reconcile()
+        if not migrate_local:
+            self._reconcile()
 
     async def _ensure_inter_broker_user(self) -> None:
         """Write the inter-broker user's SCRAM credential (peers authenticate with it);

@@ -136,7 +136,12 @@ class QuorumTopicStore:
 
     # ------------------------------------------------------------------ writes (blocking)
 
-    def _propose(self, record) -> R:
+    def propose(self, record) -> R:
+        """One metadata record through the quorum (blocking); its Result.
+
+        Raises:
+            ApiError: NOT_CONTROLLER (no leader here to take it), REQUEST_TIMED_OUT.
+        """
         if self._bug_ack_before_commit and isinstance(
                 record, (R.CreateTopic, R.DeleteTopic, R.CreatePartitions)):
             # planted bug (safety harness): answer as if committed at once, whether or
@@ -174,7 +179,7 @@ class QuorumTopicStore:
         for record in records:
             while time.monotonic() < deadline:
                 try:
-                    if self._propose(record).ok:
+                    if self.propose(record).ok:
                         break
                 except ApiError:
                     pass
@@ -197,7 +202,7 @@ class QuorumTopicStore:
         if self.config.unclean_leader_election_enable:
             config.setdefault("unclean.leader.election.enable", "true")
         record = R.CreateTopic(name, uuid.uuid4().hex, assignments, tuple(sorted(config.items())))
-        result = self._propose(record)
+        result = self.propose(record)
         if not result.ok:
             raise ApiError(ErrorCode(result.code), result.error)
         return self.topics.get(name)  # (None only under the planted bug-ack-before-commit)
@@ -206,14 +211,14 @@ class QuorumTopicStore:
         info = self.topics.get(name)
         if info is None:
             raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
-        result = self._propose(R.DeleteTopic(name))
+        result = self.propose(R.DeleteTopic(name))
         if not result.ok:
             raise ApiError(ErrorCode(result.code), result.error)
         return info
 
     def set_config(self, name: str, config: dict) -> TopicInfo:
         for key, value in sorted(config.items()):
-            result = self._propose(R.ConfigChange(name, key, value))
+            result = self.propose(R.ConfigChange(name, key, value))
             if not result.ok:
                 raise ApiError(ErrorCode(result.code), result.error)
         return self.topics[name]
@@ -221,7 +226,7 @@ class QuorumTopicStore:
     def allocate_producer_ids(self, count: int) -> int:
         """Reserve a block of producer ids through the quorum (committed, so never
         handed out twice, even across controller failover). Returns the first."""
-        result = self._propose(R.AllocateProducerIds(self.node_id, count))
+        result = self.propose(R.AllocateProducerIds(self.node_id, count))
         if not result.ok:
             raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, result.error)
         return result.value
@@ -238,7 +243,7 @@ class QuorumTopicStore:
                                      expected_partition_epoch, self.quorum.term)
         except ValueError as e:
             raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, str(e)) from None
-        return self._propose(record)
+        return self.propose(record)
 
     def elect_preferred(self, wanted) -> list:
         """Propose preferred-leader changes; ``wanted`` None means every partition."""
@@ -262,7 +267,7 @@ class QuorumTopicStore:
                 out.append(PartitionResult(topic, partition, 0, why))
                 continue
             try:
-                result = self._propose(change)
+                result = self.propose(change)
                 out.append(PartitionResult(
                     topic, partition, 0 if result.ok else int(ErrorCode.POLICY_VIOLATION),
                     "" if result.ok else result.error))
@@ -276,7 +281,7 @@ class QuorumTopicStore:
         out = []
         for topic, partition, target in parts:
             try:
-                result = self._propose(R.ReassignPartition(topic, partition, tuple(target),
+                result = self.propose(R.ReassignPartition(topic, partition, tuple(target),
                                                            throttle))
                 out.append(PartitionResult(topic, partition, 0 if result.ok else result.code,
                                            "" if result.ok else result.error))
@@ -296,7 +301,7 @@ class QuorumTopicStore:
                 f"broker {broker_id} still holds replicas of {len(held)} partition(s) "
                 f"({', '.join(held[:5])}{', ...' if len(held) > 5 else ''}): move them first "
                 f"(raftlog cluster decommission --node {broker_id})")
-        result = self._propose(R.UnregisterBroker(broker_id))
+        result = self.propose(R.UnregisterBroker(broker_id))
         if not result.ok:
             raise ApiError(ErrorCode(result.code or ErrorCode.INVALID_REQUEST), result.error)
 
@@ -338,7 +343,7 @@ class QuorumTopicStore:
             assignments = place_replicas(self.quorum.state, count - have, rf)
         except PlacementError as e:
             raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR, str(e)) from None
-        result = self._propose(R.CreatePartitions(name, have, assignments))
+        result = self.propose(R.CreatePartitions(name, have, assignments))
         if not result.ok:
             raise ApiError(ErrorCode(result.code), result.error)
         return self.topics[name]

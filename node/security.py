@@ -46,7 +46,7 @@ class Security:
 
     def propose(self, record):
         """Apply a record durably (blocking: a quorum write). Raises ApiError."""
-        result = self._quorum_store._propose(record)
+        result = self._quorum_store.propose(record)
         if not result.ok:
             raise ApiError(ErrorCode(result.code or ErrorCode.INVALID_REQUEST), result.error)
         return result

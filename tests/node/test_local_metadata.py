@@ -134,7 +134,7 @@ def test_a_migration_cut_short_is_finished_by_the_next_start(tmp_path):
         assert [type(r).__name__ for r in todo] == [
             "CreateTopic", "CreateTopic", "AllocateProducerIds", "UpsertScramCredential",
             "CreateAcls"]
-        assert broker.store._propose(todo[0]).ok  # then the crash
+        assert broker.store.propose(todo[0]).ok  # then the crash
         events = broker.events
         assert LM.migrate(broker.store, data_dir, events) == len(todo) - 1
         assert LM.read_local_metadata(data_dir) is None  # renamed: never read again
