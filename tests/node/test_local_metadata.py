@@ -8,12 +8,14 @@ import os
 import time
 
 import cbor2
+import pytest
 
 from raftlog import scram as S
 from raftlog.checkpoint import atomic_write, makedirs_durable
 from raftlog.client import Admin, Consumer, Producer, TopicPartition
 from raftlog.client.conn import BrokerConnection
 from raftlog.config import LogConfig
+from raftlog.errors import ConfigError
 from raftlog.log import PartitionLog
 from raftlog.metadata import records as R
 from raftlog.metadata.state import MetadataState, apply, snapshot
@@ -152,3 +154,19 @@ def test_a_migration_cut_short_is_finished_by_the_next_start(tmp_path):
         assert broker.partitions[("events", 0)].log.log_end_offset == 2
     finally:
         close_broker(broker)
+
+
+@pytest.mark.parametrize("name, data, why", [
+    ("topics.cbor", b"\xff not cbor", "topic metadata .*topics.cbor is unreadable"),
+    ("topics.cbor", cbor2.dumps({"v": 99, "topics": []}), "topics.cbor has an unknown format"),
+    ("producer_ids.cbor", cbor2.dumps({"nxt": 5}), "producer id counter .*producer_ids.cbor"),
+    ("security.snapshot", b"garbage", "security metadata .*security.snapshot is unreadable"),
+])
+def test_an_unreadable_old_file_is_named_and_left_in_place(tmp_path, name, data, why):
+    meta = tmp_path / "__meta"
+    meta.mkdir()
+    (meta / name).write_bytes(data)
+    with pytest.raises(ConfigError, match=why):
+        LM.read_local_metadata(str(tmp_path))
+    assert (meta / name).read_bytes() == data  # nothing renamed, nothing lost
+    assert LM.read_local_metadata(str(tmp_path / "nothing-here")) is None
