@@ -59,7 +59,7 @@ def bench(n_records: int, directory: str) -> dict:
         log.append(b, leader_epoch=1)
     log.flush()
     append_s = time.perf_counter() - t
-    log.high_watermark = log.log_end_offset
+    log.maybe_increment_high_watermark(log.log_end_offset)
 
     t = time.perf_counter()
     offset, n_read = 0, 0

@@ -186,19 +186,9 @@ class GroupHost:
 def _read_all(log, end: int) -> list[tuple[bytes, bytes | None]]:
     """(key, value) of every record of ``log`` below ``end`` (worker thread)."""
     out: list = []
-    offset = log.log_start_offset
-    while offset < end:
-        sl = log.read(offset, LOAD_READ_BYTES, max_offset=end)
-        if not sl.length:
-            break
-        data = sl.read_bytes()
-        last = offset - 1
-        for r in batch_format.decode_batches(data, start_offset=offset, allow_partial=False):
-            if r.offset >= end:
-                break
-            if r.key is not None:
+    start = log.log_start_offset
+    for h, batch in log.iter_batches(start, end, chunk_bytes=LOAD_READ_BYTES):
+        for r in batch_format.decode_records(batch, 0, h):
+            if start <= r.offset < end and r.key is not None:
                 out.append((bytes(r.key), None if r.value is None else bytes(r.value)))
-            last = r.offset
-        nxt = getattr(sl, "next_offset", None)
-        offset = max(last + 1, nxt if nxt is not None else last + 1)
     return out

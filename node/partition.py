@@ -7,6 +7,10 @@ registered per partition -- the purgatory, kept as small as it can be:
   moves or the role changes;
 - LEO waiters (followers' long-polls) wake when the leader appends.
 
+What follows from the log's contents -- the stored high watermark, the epoch cache,
+idempotent producers' state and its snapshot -- the log owns (raftlog/log.py); this
+class decides when the HW may move (the ISR's progress) and wakes who waits for it.
+
 Leadership, the ISR and the epochs come from the committed metadata
 (:meth:`update_metadata`); as leader, follower progress is kept in a pure
 :class:`~raftlog.node.replica.LeaderState`.
@@ -19,28 +23,20 @@ import shutil
 
 import trio
 
-from raftlog import records as batch_format
-from raftlog.checkpoint import atomic_write
 from raftlog.errors import (
     STORAGE_ERROR_APPENDED,
     ApiError,
     CorruptRecordError,
-    CorruptSnapshotError,
     ErrorCode,
     StorageError,
 )
 from raftlog.log import PartitionLog
-from raftlog.producer_state import ProducerStateManager, Verdict
 
 from .clock import node_ms, wall_ms
 from .replica import UNKNOWN, LeaderState
 
 #: Waiters one partition may hold before new long-polls answer at once.
 MAX_WAITERS_PER_PARTITION = 10_000
-#: Bytes read per step when rebuilding the producer state from the log.
-PRODUCER_SCAN_BYTES = 4 * 1024 * 1024
-#: Producer state written at clean shutdown; valid until a truncation below its end.
-PRODUCER_SNAPSHOT_FILE = "producer.snapshot"
 
 
 def partition_dir(data_dir: str, topic: str, partition: int) -> str:
@@ -79,10 +75,6 @@ class Partition:
         #: as leader of a partition being reassigned with a throttle: (the replicas
         #: being added, bytes/s); their fetches share the node's reassignment budget
         self.throttled: tuple | None = None
-        # Idempotent producers' recent sequences, rebuilt from the log's batch headers
-        # on first use and after every truncation (so never ahead of the log); kept
-        # current by leader and follower appends alike, so a new leader has it.
-        self._producers: ProducerStateManager | None = None
         #: the node's data dir health (node/disk.py); None in tools and unit tests
         self.disk = None
         #: the node's set of partitions written since its last periodic flush (the
@@ -184,7 +176,8 @@ class Partition:
 
         Raises:
             ApiError: NOT_LEADER_OR_FOLLOWER, MESSAGE_TOO_LARGE, CORRUPT_MESSAGE,
-                KAFKA_STORAGE_ERROR.
+                KAFKA_STORAGE_ERROR, or the log's idempotence errors (INVALID_REQUEST,
+                OUT_OF_ORDER_SEQUENCE, INVALID_PRODUCER_EPOCH, ...).
         """
         if not self.is_leader:
             raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"not the leader of {self}")
@@ -195,30 +188,19 @@ class Partition:
                 ErrorCode.MESSAGE_TOO_LARGE,
                 f"record set of {len(data)} bytes exceeds max.message.bytes {max_message_bytes}",
             )
-        h = _idempotent_header(data)
-        if h is not None:
-            producers = self.producers
-            count = h.last_offset_delta + 1
-            check = producers.check(h.producer_id, h.producer_epoch, h.base_sequence, count)
-            if check.verdict is Verdict.DUPLICATE:
-                # a retry of a batch this log holds: its original offsets, nothing appended
-                return check.duplicate.base_offset, check.duplicate.last_offset
-            if check.verdict is not Verdict.APPEND:
-                raise ApiError(check.error_code, f"{self}: {check.message}")
         self._written()
         if self.leader_state is not None:
             self.leader_state.before_append(self.log.log_end_offset)
         try:
-            base, last = self.log.append(data, leader_epoch=self.leader_epoch)
+            base, last, duplicate = self.log.append_as_leader(data, leader_epoch=self.leader_epoch)
         except CorruptRecordError as e:
             raise ApiError(ErrorCode.CORRUPT_MESSAGE, str(e)) from None
         except StorageError as e:
             raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR, self._write_failed(e)) from None
+        if duplicate:  # a retry of a batch this log holds: its original offsets
+            return base, last
         if self.disk is not None:
             self.disk.write_ok(self)
-        if h is not None:
-            self._producers.update(h.producer_id, h.producer_epoch, h.base_sequence,
-                                   last - base + 1, base, h.max_timestamp)
         try:
             self.log.maybe_flush(wall_ms())
         except StorageError as e:  # (flush.messages/flush.ms) appended, not yet durable
@@ -229,34 +211,10 @@ class Partition:
         self.maybe_advance_hw()
         return base, last
 
-    # ------------------------------------------------------------------ producer state
-
     @property
-    def producers(self) -> ProducerStateManager:
-        if self._producers is None:
-            self._producers = _rebuild_producers(self.log, self._load_producer_snapshot())
-        return self._producers
-
-    def _snapshot_path(self) -> str:
-        return os.path.join(self.log.path, PRODUCER_SNAPSHOT_FILE)
-
-    def _load_producer_snapshot(self) -> ProducerStateManager | None:
-        try:
-            with open(self._snapshot_path(), "rb") as f:
-                state = ProducerStateManager.restore(f.read())
-        except FileNotFoundError:
-            return None
-        except (OSError, CorruptSnapshotError):
-            return None  # rebuilt from the whole log instead
-        if state.end_offset > self.log.log_end_offset:
-            return None  # the log was cut below it
-        return state
-
-    def _drop_producer_snapshot(self) -> None:
-        try:
-            os.unlink(self._snapshot_path())
-        except OSError:
-            pass
+    def producers(self):
+        """The log's idempotent-producer state (raftlog/log.py)."""
+        return self.log.producers
 
     def _write_failed(self, err: StorageError) -> str:
         """A write of this replica failed: the message for clients (and one log line
@@ -281,28 +239,20 @@ class Partition:
             raise
         if self.disk is not None:
             self.disk.write_ok(self)
-        if self._producers is not None:
-            for _pos, h in batch_format.iter_batches(data, verify=False):
-                self._producers.apply_header(h)
         return base, last
 
     def truncate_to(self, offset: int) -> None:
         self._written()
-        self._drop_producer_snapshot()
         self.log.truncate_to(offset)
-        self._producers = None
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         self._written()
-        self._drop_producer_snapshot()
         self.log.truncate_fully_and_start_at(offset)
-        self._producers = None
 
     def maybe_increment_high_watermark(self, hw: int) -> bool:
         """Move the HW forward to ``hw`` (never back); wake waiters if it moved."""
-        if hw <= self.log.high_watermark:
+        if not self.log.maybe_increment_high_watermark(hw):
             return False
-        self.log.high_watermark = hw
         self.wake_waiters()
         return True
 
@@ -341,14 +291,7 @@ class Partition:
     def close(self) -> None:
         self.wake_waiters()
         self.wake_leo_waiters()
-        if self._producers is not None and self._producers.producers:
-            # a clean restart then replays only what follows (Kafka's <offset>.snapshot)
-            self._producers.end_offset = self.log.log_end_offset
-            try:
-                atomic_write(self._snapshot_path(), self._producers.snapshot())
-            except StorageError:
-                self._drop_producer_snapshot()
-        self.log.close()
+        self.log.close()  # (writes the producer-state snapshot)
 
     def delete(self) -> None:
         self.wake_waiters()
@@ -360,49 +303,3 @@ class Partition:
 
     def __repr__(self) -> str:
         return f"{self.topic}-{self.partition}"
-
-
-def _idempotent_header(data):
-    """The header of an idempotent produce (exactly one batch, as Kafka requires),
-    or None for a plain one.
-
-    Raises:
-        ApiError: INVALID_REQUEST for idempotent batches sent several at once.
-    """
-    try:
-        first = batch_format.read_header(data, 0)
-    except CorruptRecordError as e:
-        raise ApiError(ErrorCode.CORRUPT_MESSAGE, str(e)) from None
-    if first.producer_id < 0:
-        return None
-    if first.size != len(data):
-        raise ApiError(ErrorCode.INVALID_REQUEST,
-                       "an idempotent produce carries exactly one batch per partition")
-    return first
-
-
-def _rebuild_producers(log: PartitionLog,
-                       snapshot: ProducerStateManager | None = None) -> ProducerStateManager:
-    """Producer state from a snapshot plus the batch headers after it, or from every
-    batch header in ``log``."""
-    headers = []
-    offset, end = log.log_start_offset, log.log_end_offset
-    if snapshot is not None:
-        offset = max(offset, snapshot.end_offset)
-    while offset < end:
-        sl = log.read(offset, PRODUCER_SCAN_BYTES)
-        if not sl.length:
-            break
-        data = sl.read_bytes()
-        nxt = offset
-        for _pos, h in batch_format.iter_batches(data, verify=False, allow_partial=True):
-            if h.producer_id >= 0:
-                headers.append(h)
-            nxt = h.next_offset
-        offset = max(nxt, offset + 1)
-    if snapshot is None:
-        return ProducerStateManager.rebuild(headers)
-    for h in headers:
-        if h.base_offset >= snapshot.end_offset:
-            snapshot.apply_header(h)
-    return snapshot

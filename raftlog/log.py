@@ -1,9 +1,19 @@
 """PartitionLog: one partition's ordered, durable sequence of record batches.
 
-A directory of segments (segment.py) plus ``partition.checkpoint`` (checkpoint.py)
-and, while open, no ``.clean_shutdown`` marker. Vocabulary as Kafka's: log start
-offset, log end offset (LEO), high watermark (HW, owned by the caller, stored here),
-leader epoch, recovery point.
+A directory of segments (segment.py) plus ``partition.checkpoint`` (checkpoint.py),
+``producer.snapshot`` after a clean shutdown and, while open, no ``.clean_shutdown``
+marker. Vocabulary as Kafka's: log start offset, log end offset (LEO), high watermark
+(HW), leader epoch, recovery point.
+
+Like Kafka's UnifiedLog, the log owns what follows from its contents: the high
+watermark (moved forward by :meth:`maybe_increment_high_watermark`, back only by
+truncation), the leader-epoch cache (:meth:`assign_epoch`, :meth:`end_offset_for_epoch`)
+and the idempotent producers' state (:attr:`producers`: checked and updated by
+:meth:`append_as_leader`, replayed by :meth:`append_as_follower`, snapshotted at
+:meth:`close`, rebuilt from batch headers after a truncation). Each appended batch is
+parsed and CRC-checked once, and copied at most once (the leader stamps its offsets
+into its own copy). The caller (node/partition.py) decides *when* the HW may move: the
+ISR's progress is replication policy, not storage.
 
 Opening runs recovery, and ``open`` returns only when it is done. After a clean
 shutdown (marker present, checkpoint valid) the validated indexes are used;
@@ -35,11 +45,21 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Iterator
+from typing import NamedTuple
 
 from raftlog import records
-from raftlog.checkpoint import PartitionCheckpoint, fsync_dir
+from raftlog.checkpoint import PartitionCheckpoint, atomic_write, fsync_dir
 from raftlog.config import LogConfig
-from raftlog.errors import CorruptRecordError, OffsetOutOfRangeError, StorageError
+from raftlog.errors import (
+    ApiError,
+    CorruptRecordError,
+    CorruptSnapshotError,
+    ErrorCode,
+    OffsetOutOfRangeError,
+    StorageError,
+)
+from raftlog.producer_state import ProducerStateManager, Verdict
 from raftlog.segment import (
     MAX_RELATIVE_OFFSET,
     FileSlice,
@@ -49,6 +69,20 @@ from raftlog.segment import (
 
 CHECKPOINT_FILE = "partition.checkpoint"
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
+#: Producer state written at clean shutdown; valid until a truncation below its end.
+PRODUCER_SNAPSHOT_FILE = "producer.snapshot"
+#: Bytes read per step by :meth:`PartitionLog.iter_batches` (at least one batch).
+SCAN_BYTES = 4 * 1024 * 1024
+
+
+class LeaderAppend(NamedTuple):
+    """What :meth:`PartitionLog.append_as_leader` did."""
+
+    base_offset: int
+    last_offset: int
+    #: a retry of an idempotent batch this log holds: nothing was appended, the
+    #: offsets are the original's
+    duplicate: bool = False
 
 
 def _merge_epochs(per_segment) -> list[tuple[int, int]]:
@@ -86,6 +120,10 @@ class PartitionLog:
         self._parent_dirty = False  # the directory was created: its name is not durable
         self._truncations = 0  # bumped by truncate_to: a concurrent flush must not advance
         # the recovery point over bytes rewritten after its snapshot
+        # Idempotent producers' recent sequences, rebuilt from the batch headers on
+        # first use and after every truncation (so never ahead of the log); kept current
+        # by leader and follower appends alike, so a new leader has it.
+        self._producers: ProducerStateManager | None = None
 
     # ------------------------------------------------------------------ open / recovery
 
@@ -192,10 +230,14 @@ class PartitionLog:
     def high_watermark(self) -> int:
         return self._high_watermark
 
-    @high_watermark.setter
-    def high_watermark(self, hw: int) -> None:
-        assert 0 <= hw <= self.log_end_offset, (hw, self.log_end_offset)
+    def maybe_increment_high_watermark(self, hw: int) -> bool:
+        """Move the HW forward to ``hw``; never back (only truncation lowers it).
+        Returns whether it moved."""
+        if hw <= self._high_watermark:
+            return False
+        assert hw <= self.log_end_offset, (hw, self.log_end_offset)
         self._high_watermark = hw
+        return True
 
     @property
     def size_bytes(self) -> int:
@@ -219,22 +261,46 @@ class PartitionLog:
     def append(
         self, batches: bytes, *, leader_epoch: int = 0, now_ms: int | None = None
     ) -> tuple[int, int]:
+        """:meth:`append_as_leader`'s offsets (for tools and tests)."""
+        r = self.append_as_leader(batches, leader_epoch=leader_epoch, now_ms=now_ms)
+        return r.base_offset, r.last_offset
+
+    def append_as_leader(
+        self, batches, *, leader_epoch: int = 0, now_ms: int | None = None
+    ) -> LeaderAppend:
         """Append client batches as leader: assign offsets from the LEO, stamp the epoch.
 
-        One or more batches; each is CRC-checked first, and nothing is written if any
-        is bad. Written with one write. Durable when it returns: in the OS page cache;
-        fsynced per ``flush.messages``/``flush.ms`` (see :meth:`maybe_flush`).
+        One or more batches, or exactly one from an idempotent producer, which is
+        checked against :attr:`producers` first: a retry of a batch this log holds
+        answers with the original offsets and appends nothing. Each batch is parsed and
+        CRC-checked once, and nothing is written if any is bad. Written with one write.
+        Durable when it returns: in the OS page cache; fsynced per
+        ``flush.messages``/``flush.ms`` (see :meth:`maybe_flush`).
 
-        Returns:
-            (base offset of the first batch, last offset of the last batch).
         Raises:
             CorruptRecordError: a batch is malformed (the log is unchanged).
+            ApiError: INVALID_REQUEST (several idempotent batches at once) or the
+                producer check's error (OUT_OF_ORDER_SEQUENCE, INVALID_PRODUCER_EPOCH,
+                ...); the log is unchanged.
             StorageError: the disk write failed (the log is unchanged).
         """
-        buf = bytearray(batches)
+        buf = bytearray(batches)  # the one copy: offsets are stamped into it
         headers = list(records.iter_batches(buf, verify=True))
         if not headers:
             raise CorruptRecordError("no record batch in the appended bytes")
+        first = headers[0][1]
+        if first.producer_id >= 0:
+            if len(headers) != 1:
+                raise ApiError(ErrorCode.INVALID_REQUEST,
+                               "an idempotent produce carries exactly one batch per partition")
+            check = self.producers.check(first.producer_id, first.producer_epoch,
+                                         first.base_sequence, first.last_offset_delta + 1)
+            if check.verdict is Verdict.DUPLICATE:
+                d = check.duplicate
+                return LeaderAppend(d.base_offset, d.last_offset, True)
+            if check.verdict is not Verdict.APPEND:
+                raise ApiError(check.error_code, f"{os.path.basename(self.path)}: "
+                                                 f"{check.message}")
         next_offset = self.log_end_offset
         append_time = self.config.message_timestamp_type == "LogAppendTime"
         now = (now_ms if now_ms is not None else self._clock_ms()) if append_time else 0
@@ -251,10 +317,16 @@ class PartitionLog:
             next_offset += h.last_offset_delta + 1
         if leader_epoch > self.latest_epoch:
             self.assign_epoch(leader_epoch, self.log_end_offset)
-        return self._append(buf, stamped, now_ms)
+        base, last = self._append(buf, stamped, now_ms)
+        if first.producer_id >= 0:
+            h = stamped[0][1]
+            self._producers.update(h.producer_id, h.producer_epoch, h.base_sequence,
+                                   last - base + 1, base, h.max_timestamp)
+        return LeaderAppend(base, last)
 
-    def append_as_follower(self, batches: bytes) -> tuple[int, int]:
-        """Append batches fetched from the leader, keeping their offsets and epochs.
+    def append_as_follower(self, batches) -> tuple[int, int]:
+        """Append batches fetched from the leader, keeping their offsets and epochs;
+        the producer state (if loaded) replays their headers.
 
         Each batch must start at or after the end of the previous one (the first at or
         after the log end offset). Equal is the rule; *after* happens only across a gap
@@ -267,7 +339,7 @@ class PartitionLog:
             CorruptRecordError: bad CRC, or offsets that overlap this log's end.
             StorageError: the disk write failed (the log is unchanged).
         """
-        buf = bytes(batches)
+        buf = bytes(batches)  # (a no-op for bytes; a view's bytes stay in the tail cache)
         headers = list(records.iter_batches(buf, verify=True))
         if not headers:
             raise CorruptRecordError("no record batch in the replicated bytes")
@@ -281,7 +353,11 @@ class PartitionLog:
             if h.leader_epoch > self.latest_epoch:
                 self.assign_epoch(h.leader_epoch, h.base_offset)
             expected = h.next_offset
-        return self._append(buf, headers, None)
+        base, last = self._append(buf, headers, None)
+        if self._producers is not None:
+            for _pos, h in headers:
+                self._producers.apply_header(h)
+        return base, last
 
     def _append(self, data: bytes, headers, now_ms: int | None) -> tuple[int, int]:
         first, last = headers[0][1], headers[-1][1]
@@ -362,6 +438,31 @@ class PartitionLog:
             self.read_bytes(offset, max_bytes, max_offset), start_offset=offset
         )
 
+    def iter_batches(self, start: int | None = None, end: int | None = None,
+                     chunk_bytes: int = SCAN_BYTES) -> Iterator[tuple[records.BatchHeader, bytes]]:
+        """Yield ``(header, batch bytes)`` of every batch holding offsets in
+        ``[start, end)`` (default: the whole log), read ``chunk_bytes`` at a time.
+
+        Raises:
+            OffsetOutOfRangeError: ``start`` is outside the log.
+            CorruptRecordError: a batch on disk failed its CRC.
+        """
+        offset = self.log_start_offset if start is None else start
+        end = self.log_end_offset if end is None else end
+        while offset < end:
+            data = self.read(offset, chunk_bytes, max_offset=end).read_bytes()
+            if not data:
+                return
+            nxt = offset
+            view = memoryview(data)
+            for pos, h in records.iter_batches(data, verify=False, allow_partial=True):
+                if h.base_offset >= end:
+                    return
+                yield h, view[pos:pos + h.size]
+                nxt = h.next_offset
+            assert nxt > offset, (offset, nxt)  # a read returns at least one whole batch
+            offset = nxt
+
     def offset_for_timestamp(self, ts_ms: int) -> int | None:
         """First offset whose record timestamp is >= ``ts_ms`` (None if none)."""
         found = self.lookup_timestamp(ts_ms)
@@ -384,6 +485,54 @@ class PartitionLog:
                                 return r.offset, r.timestamp
         return None
 
+    # ------------------------------------------------------------------ producer state
+
+    @property
+    def producers(self) -> ProducerStateManager:
+        """Idempotent producers' recent batches (raftlog/producer_state.py): restored
+        from the clean-shutdown snapshot plus the batch headers after it, or rebuilt
+        from every batch header, on first use."""
+        if self._producers is None:
+            state = self._load_producer_snapshot() or ProducerStateManager()
+            start = state.end_offset
+            for h, _ in self.iter_batches(max(self.log_start_offset, start)):
+                if h.producer_id >= 0 and h.base_offset >= start:
+                    state.apply_header(h)
+            self._producers = state
+        return self._producers
+
+    def _snapshot_path(self) -> str:
+        return os.path.join(self.path, PRODUCER_SNAPSHOT_FILE)
+
+    def _load_producer_snapshot(self) -> ProducerStateManager | None:
+        try:
+            with open(self._snapshot_path(), "rb") as f:
+                state = ProducerStateManager.restore(f.read())
+        except (OSError, CorruptSnapshotError):
+            return None  # none, or unreadable: rebuilt from the whole log instead
+        if state.end_offset > self.log_end_offset:
+            return None  # the log was cut below it
+        return state
+
+    def _forget_producers(self) -> None:
+        """Before a truncation: the state and its snapshot may be ahead of the log."""
+        self._producers = None
+        try:
+            os.unlink(self._snapshot_path())
+        except OSError:
+            pass
+
+    def _write_producer_snapshot(self) -> None:
+        """At clean shutdown: a restart then replays only what follows (Kafka's
+        ``<offset>.snapshot``). A failed write leaves no snapshot (a full rebuild)."""
+        if self._producers is None or not self._producers.producers:
+            return
+        self._producers.end_offset = self.log_end_offset
+        try:
+            atomic_write(self._snapshot_path(), self._producers.snapshot())
+        except StorageError:
+            self._forget_producers()
+
     # ------------------------------------------------------------------ truncation
 
     def truncate_to(self, offset: int) -> None:
@@ -392,6 +541,7 @@ class PartitionLog:
         with self._lock:
             if offset >= self.log_end_offset:
                 return
+            self._forget_producers()
             offset = max(offset, self.log_start_offset)
             while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
                 self.segments.pop().delete()
@@ -415,6 +565,7 @@ class PartitionLog:
         log end fell below the leader's log start, after retention). Durable on return."""
         assert offset >= 0, offset
         with self._lock:
+            self._forget_producers()
             for seg in self.segments:
                 seg.delete()
             self.segments = [LogSegment(self.path, offset, self.config.index_interval_bytes)]
@@ -588,6 +739,7 @@ class PartitionLog:
         Durable when it returns: everything appended, indexes, checkpoint, marker.
         """
         with self._lock:
+            self._write_producer_snapshot()
             self.flush()
             self.active_segment.seal()
             for seg in self.segments:

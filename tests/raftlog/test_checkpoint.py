@@ -76,7 +76,7 @@ def test_log_falls_back_to_full_scan_on_bad_checkpoint(tmp_path):
     log = PartitionLog.open(path, LogConfig(segment_bytes=1024))
     for _ in range(30):
         log.append(encode_batch([b"v" * 50] * 3), leader_epoch=2)
-    log.high_watermark = 60
+    log.maybe_increment_high_watermark(60)
     log.flush()
     # crash (no close), then the checkpoint is destroyed
     open(os.path.join(path, CHECKPOINT_FILE), "wb").write(b"\x00" * 10)

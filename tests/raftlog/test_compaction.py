@@ -25,7 +25,7 @@ def _all(log):
     return out
 
 
-def _compacted_log(tmp_path, now, n=300, keys=13, seed=1, **cfg):
+def _compacted_log(tmp_path, now, n=300, keys=13, seed=1, committed=True, **cfg):
     rng = random.Random(seed)
     cfg = {"segment_bytes": 2048, "cleanup_policy": "compact", "delete_retention_ms": 1000, **cfg}
     log = PartitionLog.open(str(tmp_path / "p"), LogConfig(**cfg), clock_ms=lambda: now[0])
@@ -39,7 +39,8 @@ def _compacted_log(tmp_path, now, n=300, keys=13, seed=1, **cfg):
         written += list(zip(range(i, i + size), ks, vs))
         i += size
     log.roll()
-    log.high_watermark = log.log_end_offset
+    if committed:
+        log.maybe_increment_high_watermark(log.log_end_offset)
     return log, written
 
 
@@ -82,12 +83,11 @@ def test_compaction_is_idempotent_and_survives_reopen(tmp_path):
 
 def test_only_closed_committed_segments_are_cleaned(tmp_path):
     now = [10**12]
-    log, written = _compacted_log(tmp_path, now)
-    log.high_watermark = 0
+    log, written = _compacted_log(tmp_path, now, committed=False)  # HW 0
     assert log.compact()["segments"] == 0
     active_before = log.active_segment.size
     log.append(encode_batch([b"a", b"b"], [b"k1", b"k1"]))
-    log.high_watermark = log.log_end_offset
+    log.maybe_increment_high_watermark(log.log_end_offset)
     log.compact()
     assert log.active_segment.size == active_before + len(
         encode_batch([b"a", b"b"], [b"k1", b"k1"])

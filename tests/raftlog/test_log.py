@@ -84,7 +84,7 @@ def test_truncate_to_drops_suffix_and_epochs(tmp_path):
         for _ in range(5):
             log.append(encode_batch([b"v" * 50] * 2), leader_epoch=e)
     assert log.epochs == [(1, 0), (2, 10), (3, 20), (4, 30), (5, 40)]
-    log.high_watermark = 50
+    log.maybe_increment_high_watermark(50)
     log.truncate_to(25)  # mid-batch: cut to the batch start
     assert log.log_end_offset == 24
     assert log.epochs == [(1, 0), (2, 10), (3, 20)]
@@ -136,7 +136,7 @@ def test_offset_for_timestamp(tmp_path):
 def test_checkpoint_round_trip_and_corruption(tmp_path):
     log = PartitionLog.open(str(tmp_path / "p"))
     log.append(encode_batch([b"a"] * 4), leader_epoch=7)
-    log.high_watermark = 3
+    log.maybe_increment_high_watermark(3)
     log.flush()
     cp = PartitionCheckpoint.read(os.path.join(log.path, CHECKPOINT_FILE))
     assert (cp.recovery_point, cp.high_watermark, cp.epochs) == (4, 3, [(7, 0)])
@@ -166,7 +166,7 @@ def test_retention_by_bytes_and_time(tmp_path):
     log = PartitionLog.open(str(tmp_path / "p"), cfg, clock_ms=lambda: now[0])
     for _ in range(40):
         log.append(encode_batch([b"x" * 100] * 2, timestamp=now[0]))
-    log.high_watermark = log.log_end_offset
+    log.maybe_increment_high_watermark(log.log_end_offset)
     before = log.segment_count
     assert log.apply_retention() > 0
     assert log.size_bytes - log.active_segment.size < 3000 + 1024
@@ -205,7 +205,7 @@ def test_compaction_keeps_last_per_key_with_original_offsets(tmp_path):
     log.append(encode_batch([b"keyless"]))
     log.roll()
     log.append(encode_batch([b"active"], [b"k0"]))
-    log.high_watermark = log.log_end_offset
+    log.maybe_increment_high_watermark(log.log_end_offset)
     stats = log.compact()
     assert stats["records_removed"] > 0
     recs = _all(log)
@@ -241,7 +241,7 @@ def test_compaction_in_a_thread_does_not_block_appends(tmp_path):
     log = PartitionLog.open(str(tmp_path / "p"), cfg)
     for i in range(400):
         log.append(encode_batch([b"v%d" % i], [b"k%d" % (i % 10)]))
-    log.high_watermark = log.log_end_offset
+    log.maybe_increment_high_watermark(log.log_end_offset)
     done = threading.Event()
     stats = {}
 

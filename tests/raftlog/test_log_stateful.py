@@ -81,7 +81,7 @@ class LogMachine(RuleBasedStateMachine):
 
     @rule(limit=st.integers(0, 3000))
     def retention(self, limit):
-        self.log.high_watermark = self.log.log_end_offset
+        self.log.maybe_increment_high_watermark(self.log.log_end_offset)
         self.log.config = LogConfig(
             segment_bytes=1024, index_interval_bytes=200, retention_ms=-1, retention_bytes=limit
         )

@@ -17,7 +17,7 @@ def _log(tmp_path, now, **cfg):
 def _fill(log, n, ts):
     for _ in range(n):
         log.append(encode_batch([b"x" * 100] * 2, timestamp=ts))
-    log.high_watermark = log.log_end_offset
+    log.maybe_increment_high_watermark(log.log_end_offset)
 
 
 def test_time_retention_deletes_old_segments_only(tmp_path):
