@@ -2,7 +2,7 @@
 steady acks=all producer measures what the move costs it (real node processes).
 
     python bench/reassign.py [--json] [--gb 1.0] [--partitions 30] [--throttle-mb 50]
-                             [--rate 1000] [--baseline-s 10]
+                             [--rate 1000] [--baseline-s 10] [--floor]
 
 Nodes 1-3 are voters holding a topic of ``--partitions`` partitions, replication factor
 3, filled with ``--gb`` GB (1000-byte records, send_many); node 4 (broker-only) starts,
@@ -11,6 +11,13 @@ Nodes 1-3 are voters holding a topic of ``--partitions`` partitions, replication
 ``move_over_expected`` (that time over bytes / throttle: the one new broker fetches within
 its follower budget, as Kafka's per-broker throttles), and the ack latency of the steady
 producer (``--rate`` sends/s, SDK defaults: acks=all, idempotence) before and during.
+
+``--floor`` runs everything the same but, instead of the reassignment, copies the same
+bytes from the nodes' segment files at the same rate through a loopback socket into new
+files (bench/copy_floor.py: sendfile, recv_into, write, an fsync a second -- no broker
+logic): its
+``during_over_before_p99`` is what moving those bytes costs the steady producer on this
+machine, the floor the reassignment's ratio is up against.
 """
 
 from __future__ import annotations
@@ -26,7 +33,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from pacing import precise_timers  # noqa: E402  (bench/, beside this file)
+import copy_floor  # noqa: E402  (bench/, beside this file)
+from pacing import precise_timers  # noqa: E402
 
 from raftlog.client import Admin, Producer  # noqa: E402
 from raftlog.client.reassign import generate  # noqa: E402
@@ -110,6 +118,13 @@ class Steady(threading.Thread):
         p.close()
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pct(xs, q):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
@@ -123,6 +138,11 @@ def main() -> None:
     ap.add_argument("--rate", type=int, default=1000)
     ap.add_argument("--baseline-s", type=float, default=10.0)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--floor", action="store_true",
+                    help="copy the bytes with bench/copy_floor.py instead of reassigning")
+    ap.add_argument("--floor-burst-s", type=float, default=0.1,
+                    help="--floor: seconds of throttle budget sent at once (the node's "
+                         "reassignment rounds: 0.1)")
     args = ap.parse_args()
     c = Cluster(4, 3)
     try:
@@ -164,17 +184,24 @@ def main() -> None:
             moved_bytes = added * (per_part // 1000 * 1000) * RECORD
             throttle = int(args.throttle_mb * 1e6)
             steady.phase = "during"
+            cpu0 = {i: cpu_s(p.pid) for i, p in c.procs.items()}
             t0 = time.monotonic()
-            res = a.alter_partition_reassignments(plan, throttle)
-            assert all(r.error == 0 for r in res), res
-            while a.list_partition_reassignments(list(plan)):
-                time.sleep(0.2)
+            floor_cpu = None
+            if args.floor:
+                _, floor_cpu = copy_floor.run(c.dir, os.path.join(c.dir, "floor-copy"),
+                                              moved_bytes, throttle, args.floor_burst_s)
+            else:
+                res = a.alter_partition_reassignments(plan, throttle)
+                assert all(r.error == 0 for r in res), res
+                while a.list_partition_reassignments(list(plan)):
+                    time.sleep(0.2)
             move_s = time.monotonic() - t0
+            cpu = {i: round((cpu_s(p.pid) - cpu0[i]) / move_s * 100, 1) for i, p in c.procs.items()}
         steady.stop.set()
         steady.join(30)
         expected = moved_bytes / throttle
         out = {
-            "gb": args.gb, "partitions": args.partitions, "fill_s": round(fill_s, 1),
+            "mode": "copy floor" if args.floor else "reassignment", "gb": args.gb, "partitions": args.partitions, "fill_s": round(fill_s, 1),
             "replicas_added": added, "moved_bytes": moved_bytes,
             "leaders_sending": len(leaders), "throttle_mb_s": args.throttle_mb,
             "move_s": round(move_s, 2), "expected_s": round(expected, 2),
@@ -185,7 +212,10 @@ def main() -> None:
             "during_p50_ms": round(pct(steady.lat["during"], 0.5), 3),
             "during_p99_ms": round(pct(steady.lat["during"], 0.99), 3),
             "sends_before": len(steady.lat["before"]), "sends_during": len(steady.lat["during"]),
+            "node_cpu_pct_during": cpu,
         }
+        if floor_cpu is not None:
+            out["copy_cpu_pct_during"] = round(floor_cpu / move_s * 100, 1)
         out["during_over_before_p99"] = round(out["during_p99_ms"] / out["before_p99_ms"], 2)
         if args.json:
             print(json.dumps(out))
