@@ -28,7 +28,7 @@ class Node:
         self.config = config
         self.events = events or EventLog(config.node_id)
         #: counters bumped while serving; gauges are read at scrape time (metrics.py)
-        self.metrics = NodeMetrics()
+        self.metrics: NodeMetrics | None = None
         self.store = None
         #: the hosted partitions (node/replica_manager.py) and the handlers (broker.py)
         self.replicas: ReplicaManager | None = None
@@ -80,6 +80,7 @@ class Node:
         # the only voter of its own (NodeConfig.metadata_voters)
         self.store = QuorumTopicStore(self.config, self._on_commit)
         try:
+            self.metrics = NodeMetrics()  # (its clock: raftlog_up_seconds)
             self.replicas = ReplicaManager(self.config, self.events, self.store, self.metrics)
             self.peer_security = peer_security(self.config)
             beats = Heartbeats(self.config, self.store, self.events, self.peer_security)
