@@ -2,7 +2,7 @@
 
 * :func:`node_ms` -- elapsed time for the node's own rules (ISR lag, broker session
   and fencing, rebalance of leadership): trio's clock, so a ``MockClock`` drives them
-  in tests. Outside a trio run (a blocking test that drives a Broker directly, a
+  in tests. Outside a trio run (a blocking test that drives a ReplicaManager directly, a
   worker thread) it falls back to the monotonic clock; a node uses one or the other
   for a given rule, never both.
 * :func:`wall_ms` -- wall-clock milliseconds for what is compared with record

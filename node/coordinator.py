@@ -11,7 +11,7 @@ module gives them what they need from the node:
 * ``persist``: append to the group's partition as its leader and wait, as
   acks=all, until the ISR holds the records (min.insync.replicas applies);
 * ``locate``: the leader of a partition, the group's coordinator;
-* load / unload: after every metadata change (``Broker.reconcile``), a partition
+* load / unload: after every metadata change (``ReplicaManager.reconcile``), a partition
   this node now leads is replayed from the log into the coordinator before it
   serves; one it no longer leads is dropped, and requests waiting on its groups
   get NOT_COORDINATOR so the clients look the coordinator up again.
@@ -39,9 +39,12 @@ OFFSETS_EXPIRY_CHECK_S = 60.0
 class GroupHost:
     """The node's group coordinator and its glue (trio thread only)."""
 
-    def __init__(self, broker, events, nursery, config: GroupConfig, *,
+    def __init__(self, replicas, store, events, nursery, config: GroupConfig, *,
                  topic_partitions: int, topic_replication_factor: int):
-        self.broker = broker
+        #: the node's ReplicaManager: appends to and reads ``__consumer_offsets``
+        self.replicas = replicas
+        #: the metadata (node/quorum_store.py): the topic, the brokers
+        self.store = store
         self.events = events
         self.nursery = nursery
         self.topic_partitions = topic_partitions
@@ -66,7 +69,7 @@ class GroupHost:
     # ------------------------------------------------------------------ topic
 
     def _topic(self):
-        return self.broker.store.topics.get(OFFSETS_TOPIC)
+        return self.store.topics.get(OFFSETS_TOPIC)
 
     def _ensure_topic(self) -> None:
         if self._creating:
@@ -76,12 +79,12 @@ class GroupHost:
 
     async def _create_topic(self) -> None:
         try:
-            live = [b for b in self.broker.brokers() if not b.fenced]
+            live = [b for b in self.store.brokers() if not b.fenced]
             rf = max(1, min(self.topic_replication_factor, len(live)))
             config = {"cleanup.policy": "compact"}
             await trio.to_thread.run_sync(
-                self.broker.store.create, OFFSETS_TOPIC, self.topic_partitions, config, rf)
-            self.broker.reconcile()
+                self.store.create, OFFSETS_TOPIC, self.topic_partitions, config, rf)
+            self.replicas.reconcile()
             self.events.info("offsets_topic_created", partitions=self.topic_partitions,
                              replication_factor=rf)
         except ApiError as e:
@@ -102,7 +105,7 @@ class GroupHost:
             raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
                            f"{OFFSETS_TOPIC} has {len(info.partitions)} partitions, not {partition + 1}")
         leader = info.partitions[partition].leader
-        for b in self.broker.brokers():
+        for b in self.store.brokers():
             if b.node_id == leader and not b.fenced:
                 return b.node_id, b.host, b.port
         raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -111,12 +114,12 @@ class GroupHost:
     async def _persist(self, partition: int, recs: tuple) -> None:
         waits: list = []
         for data in encode_offsets_batches(recs):
-            r = self.broker.produce_one(OFFSETS_TOPIC, partition, data, -1, waits)
+            r = self.replicas.produce_one(OFFSETS_TOPIC, partition, data, -1, waits)
             if r.error:
                 raise ApiError(ErrorCode(r.error), r.message)
         if waits:
-            deadline = trio.current_time() + self.broker.config.request_timeout_ms / 1000
-            failed = await self.broker.await_replicated(waits, deadline)
+            deadline = trio.current_time() + self.replicas.config.request_timeout_ms / 1000
+            failed = await self.replicas.await_replicated(waits, deadline)
             for err in failed.values():
                 raise err
 
@@ -124,7 +127,7 @@ class GroupHost:
 
     def on_reconcile(self) -> None:
         """After a metadata change: load partitions this node now leads, unload the
-        others. Never raises (called from Broker.reconcile)."""
+        others. Never raises (called from ReplicaManager.reconcile)."""
         info = self._topic()
         if info is not None and self.coordinator.config.offsets_partitions != len(info.partitions):
             # The topic's real partition count decides where groups live.
@@ -135,8 +138,8 @@ class GroupHost:
         leading: dict[int, int] = {}
         if info is not None:
             for p in range(len(info.partitions)):
-                part = self.broker.partitions.get((OFFSETS_TOPIC, p))
-                if part is not None and part.is_leader and self.broker.registered:
+                part = self.replicas.partitions.get((OFFSETS_TOPIC, p))
+                if part is not None and part.is_leader and self.replicas.registered:
                     leading[p] = part.leader_epoch
         for p in [p for p in self._loaded if leading.get(p) != self._loaded[p]]:
             self._unload(p)
@@ -153,7 +156,7 @@ class GroupHost:
         self.events.info("group_partition_unloaded", partition=partition)
 
     async def _load(self, partition: int, epoch: int) -> None:
-        part = self.broker.partitions.get((OFFSETS_TOPIC, partition))
+        part = self.replicas.partitions.get((OFFSETS_TOPIC, partition))
         if part is None:
             return
         effects = self.coordinator.begin_loading(partition)

@@ -90,10 +90,13 @@ class FollowState:
 class FetcherManager:
     """Keeps one :class:`LeaderFetcher` per leader that this node follows a partition of."""
 
-    def __init__(self, broker, events, nursery):
-        self.broker = broker
+    def __init__(self, replicas, events, nursery, peer_security=None):
+        #: the node's ReplicaManager (node/replica_manager.py): the partitions followed
+        self.replicas = replicas
         self.events = events
         self.nursery = nursery
+        #: how fetchers reach leaders (node/peer.py; None: plain connections)
+        self.peer_security = peer_security
         self.fetchers: dict[int, LeaderFetcher] = {}
         self.follows: dict[tuple, FollowState] = {}
         #: follows grouped by leader (kept in step with follows)
@@ -130,7 +133,7 @@ class FetcherManager:
             if fetcher is None:
                 if leader not in added:
                     continue
-                fetcher = LeaderFetcher(self.broker, leader, self.events)
+                fetcher = LeaderFetcher(self.replicas, leader, self.events, self.peer_security)
                 self.fetchers[leader] = fetcher
                 fetcher.assign(added[leader], ())
                 self.nursery.start_soon(fetcher.run)
@@ -158,8 +161,9 @@ class FetcherManager:
 
 
 class LeaderFetcher:
-    def __init__(self, broker, leader_id: int, events):
-        self.broker = broker
+    def __init__(self, replicas, leader_id: int, events, peer_security=None):
+        self.replicas = replicas
+        self.peer_security = peer_security
         self.leader_id = leader_id
         self.events = events
         self.partitions: dict[tuple, FollowState] = {}
@@ -169,7 +173,7 @@ class LeaderFetcher:
         self._proto: ClientConnection | None = None
         self._changed = trio.Event()
         self.max_wait_ms = max(FETCH_MAX_WAIT_MS_MIN, min(
-            FETCH_MAX_WAIT_MS_MAX, broker.config.replica_lag_time_max_ms // 2))
+            FETCH_MAX_WAIT_MS_MAX, replicas.config.replica_lag_time_max_ms // 2))
         #: the cancel scope of the FETCH in flight (None between fetches)
         self._fetch_scope: trio.CancelScope | None = None
         self._interrupted = False
@@ -246,7 +250,7 @@ class LeaderFetcher:
             st = self.partitions.get(k)
             if st is None:
                 continue  # no longer followed here: forgotten below
-            if st.retry_at > now or k not in self.broker.partitions:
+            if st.retry_at > now or k not in self.replicas.partitions:
                 later.append(k)
                 retry_at = min(retry_at, st.retry_at)
             else:
@@ -262,16 +266,16 @@ class LeaderFetcher:
         if todo:
             await self._truncate(todo, ready)
         want, throttled, spent = {}, set(), 0
-        me, budget, reserved = self.broker.config.node_id, None, 0
+        me, budget, reserved = self.replicas.config.node_id, None, 0
         for key, st in ready.items():
-            part = self.broker.partitions.get(key)
+            part = self.replicas.partitions.get(key)
             if st.truncated and part is not None and not part.is_leader:
                 limit = PARTITION_MAX_BYTES
                 th = part.throttled
                 if th is not None and me in th[0]:  # a replica a reassignment adds here
                     throttled.add(key)
                     if budget is None:  # (one budget per node: Kafka's follower throttle)
-                        budget = self.broker.reassign_in_rate.allowance(th[1], time.monotonic())
+                        budget = self.replicas.reassign_in_rate.allowance(th[1], time.monotonic())
                     if budget <= 0:
                         spent = th[1]
                         continue
@@ -290,11 +294,11 @@ class LeaderFetcher:
             # the copy went in bursts of tens of MB that stalled the nodes' other
             # traffic); settled below with what came. A round lost on the way keeps its
             # reservation: the bucket refills at the rate (BURST_S worth at most).
-            self.broker.reassign_in_rate.spend(reserved)
+            self.replicas.reassign_in_rate.spend(reserved)
         if not want and not told:
             if spent:  # until the budget allows a useful step again
                 await trio.sleep(min(THROTTLE_WAIT_S,
-                                     self.broker.reassign_in_rate.wait_s(spent)))
+                                     self.replicas.reassign_in_rate.wait_s(spent)))
             return
         if told is None:
             mode, forgotten = (FETCH_SESSION_FULL if FETCH_SESSIONS else 0), []
@@ -314,11 +318,11 @@ class LeaderFetcher:
         wait_ms = self.max_wait_ms
         if spent:  # back as soon as the budget allows a step again (not a whole long poll)
             wait_ms = min(wait_ms, max(THROTTLE_MIN_WAIT_MS, int(
-                min(THROTTLE_WAIT_S, self.broker.reassign_in_rate.wait_s(spent)) * 1000)))
+                min(THROTTLE_WAIT_S, self.replicas.reassign_in_rate.wait_s(spent)) * 1000)))
         if retry_at < math.inf:
             wait_ms = min(wait_ms, max(int((retry_at - now) * 1000), 10))
         header, body = await self._call(Api.FETCH, {
-            "replica_id": self.broker.config.node_id, "max_wait_ms": wait_ms,
+            "replica_id": self.replicas.config.node_id, "max_wait_ms": wait_ms,
             "min_bytes": 1, "max_bytes": FETCH_MAX_BYTES, "session": mode,
             "parts": [[k[0], k[1], *v] for k, v in upserts],
             "forgotten": [list(k) for k in forgotten]},
@@ -335,7 +339,7 @@ class LeaderFetcher:
             st = self.partitions.get(key)
             if st is None or sent is None:
                 continue  # no longer followed here
-            part = self.broker.partitions.get(key)
+            part = self.replicas.partitions.get(key)
             if err:
                 if part is not None and not part.is_leader:
                     self._on_error(key, st, part, ErrorCode(err), msg, sent[0], log_start)
@@ -374,11 +378,11 @@ class LeaderFetcher:
                 try:
                     part.log.maybe_flush()
                 except StorageError as e:  # appended, not yet durable: flushed later
-                    self.broker.disk.write_failed(e, part, op="flush")
+                    self.replicas.logs.disk.write_failed(e, part, op="flush")
             if hw >= 0:
                 part.set_follower_high_watermark(hw)
         if reserved:
-            self.broker.reassign_in_rate.settle(reserved, used)
+            self.replicas.reassign_in_rate.settle(reserved, used)
 
     def _on_error(self, key, st: FollowState, part, err: ErrorCode, msg: str,
                   fetch_offset: int, leader_log_start: int) -> None:
@@ -396,16 +400,16 @@ class LeaderFetcher:
         """OffsetsForLeaderEpoch for ``keys``, then cut each log at the divergence."""
         asks = []
         for key in keys:
-            part = self.broker.partitions.get(key)
+            part = self.replicas.partitions.get(key)
             if part is not None:
                 asks.append([key[0], key[1], part.log.latest_epoch])
         if not asks:
             return
         header, _ = await self._call(Api.OFFSETS_FOR_LEADER_EPOCH, {
-            "replica_id": self.broker.config.node_id, "parts": asks}, timeout_s=REQUEST_TIMEOUT_S)
+            "replica_id": self.replicas.config.node_id, "parts": asks}, timeout_s=REQUEST_TIMEOUT_S)
         for topic, partition, err, epoch, end in header["parts"]:
             key = (topic, partition)
-            st, part = ready.get(key), self.broker.partitions.get(key)
+            st, part = ready.get(key), self.replicas.partitions.get(key)
             if st is None or self.partitions.get(key) is not st or part is None or part.is_leader:
                 continue
             if err:
@@ -424,7 +428,7 @@ class LeaderFetcher:
             if part.corrupt_from is not None:  # re-fetch what failed its check here
                 cut = min(cut, part.corrupt_from)
                 part.corrupt_from = None
-            if self.broker.bug_skip_truncation:  # planted bug (test.flags), see broker.py
+            if self.replicas.bug_skip_truncation:  # planted bug (test.flags), replica_manager.py
                 cut = log.log_end_offset
             if cut < log.log_end_offset:
                 self.events.warning("replica_truncated", partition=part, from_offset=cut,
@@ -437,11 +441,11 @@ class LeaderFetcher:
     async def _connect(self) -> None:
         if self._sock is not None:
             return
-        broker = self.broker.store.quorum.state.brokers.get(self.leader_id)
+        broker = self.replicas.store.quorum.state.brokers.get(self.leader_id)
         if broker is None or not broker.listeners:
             raise OSError(f"leader {self.leader_id} has no known address")
-        host, port = peer_address(broker.listeners, self.broker.config.listener_config.inter_broker)
-        self._sock = await open_peer(self.broker.peer_security, host, port, REQUEST_TIMEOUT_S)
+        host, port = peer_address(broker.listeners, self.replicas.config.listener_config.inter_broker)
+        self._sock = await open_peer(self.peer_security, host, port, REQUEST_TIMEOUT_S)
         self._proto = ClientConnection(max_in_flight=2)  # (a request and a nudge)
         self._nudges = set()
 

@@ -36,11 +36,12 @@ REASSIGN_RECHECK_MS = 2000
 
 
 class Heartbeats:
-    def __init__(self, node, store, events):
-        self.node = node
+    def __init__(self, config, store, events, peer_security=None):
+        self.config = config
         self.store = store
         self.events = events
-        self.config = node.config
+        #: how heartbeats reach the controller (node/peer.py; None: plain)
+        self.peer_security = peer_security
         self.liveness: BrokerLiveness | None = None
         self._stream = None  # a plain or TLS socket to the controller (node/peer.py)
         self._stream_target = None
@@ -139,7 +140,7 @@ class Heartbeats:
     async def _heartbeat(self, target: tuple) -> None:
         if self._stream is None or self._stream_target != target:
             await self._drop_stream()
-            self._stream = await open_peer(self.node.broker.peer_security, *target,
+            self._stream = await open_peer(self.peer_security, *target,
                                            HEARTBEAT_TIMEOUT_S)
             self._stream_target = target
             self._proto = ClientConnection(max_in_flight=1)

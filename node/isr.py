@@ -28,11 +28,12 @@ ISR_CHECK_S_MAX = 1.0
 
 
 class IsrManager:
-    def __init__(self, broker, store, events):
-        self.broker = broker
+    def __init__(self, replicas, store, events):
+        #: the node's ReplicaManager: ``led``, the partitions this duty looks at
+        self.replicas = replicas
         self.store = store
         self.events = events
-        self.max_lag_ms = broker.config.replica_lag_time_max_ms
+        self.max_lag_ms = replicas.config.replica_lag_time_max_ms
         self.check_s = max(ISR_CHECK_S_MIN, min(ISR_CHECK_S_MAX, self.max_lag_ms / 10_000))
         self._poke = trio.Event()
         #: partition keys poked since the last check (None: look at every one)
@@ -58,9 +59,9 @@ class IsrManager:
             poked, self._poked = self._poked, set()
             if poked is None or trio.current_time() >= next_full:
                 next_full = trio.current_time() + self.check_s
-                parts = list(self.broker.led.values())
+                parts = list(self.replicas.led.values())
             else:
-                led = self.broker.led
+                led = self.replicas.led
                 parts = [led[k] for k in poked if k in led]
             for part, isr in self.changes(node_ms(), parts):
                 await self._propose(part, isr)
@@ -74,7 +75,7 @@ class IsrManager:
         replicas and followers' positions stay the same, it is not looked at again:
         an idle node's duty is proportional to what changed, not to what it leads."""
         out = []
-        for part in list(self.broker.led.values()) if parts is None else parts:
+        for part in list(self.replicas.led.values()) if parts is None else parts:
             st = part.leader_state
             if not part.is_leader or st is None or part.pending_isr is not None:
                 continue

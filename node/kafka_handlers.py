@@ -1,5 +1,5 @@
 """Kafka API handlers: Kafka request bodies in, Kafka response bodies out, by calling the
-node's own handlers (broker.py, group_handlers.py) with native requests.
+node's own handlers (broker.py, replica_manager.py, group_handlers.py) with native requests.
 
 Nothing here decides anything the native path decides: a Kafka request is translated
 into the native request of the same API (``raftlog.protocol.Request`` with its
@@ -95,8 +95,11 @@ class Wait:
 class KafkaApis:
     """The Kafka listener's API table over one node's broker."""
 
-    def __init__(self, broker, config, kafka_address):
+    def __init__(self, broker, replicas, config, kafka_address):
+        #: the native handlers (node/broker.py)
         self.broker = broker
+        #: the partitions: produce and fetch (node/replica_manager.py)
+        self.replicas = replicas
         self.config = config
         #: (node_id, native host, native port) -> (host, port) of that node's Kafka listener
         self.kafka_address = kafka_address
@@ -115,7 +118,7 @@ class KafkaApis:
         """A metadata write, in a worker thread (a Raft commit may take seconds), then
         its effect on this node's partitions, as the native server runs it."""
         out = await trio.to_thread.run_sync(method, req)
-        self.broker.reconcile()
+        self.replicas.reconcile()
         return out
 
     # ------------------------------------------------------------------ versions, metadata
@@ -189,8 +192,8 @@ class KafkaApis:
         answer, wait = self.produce_begin(v, body, ctx)
         if wait is None:
             return answer
-        failed = await self.broker.await_replicated(wait.state[3], wait.deadline)
-        self.broker.mark_failed(wait.state[1], failed)
+        failed = await self.replicas.await_replicated(wait.state[3], wait.deadline)
+        self.replicas.mark_failed(wait.state[1], failed)
         return _produce_body(wait.state[0], wait.state[1], wait.state[2])
 
     def produce_begin(self, v: int, body: dict, ctx: Context):
@@ -231,7 +234,7 @@ class KafkaApis:
                 parts = []
         if parts:
             if acks == -1:
-                rows, waits, deadline = self.broker.produce_acks_all_append(req)
+                rows, waits, deadline = self.replicas.produce_acks_all_append(req)
                 if waits:
                     return None, Wait("produce", req, [w[0] for w in waits], deadline,
                                       (order, rows, errors, waits))
@@ -249,9 +252,9 @@ class KafkaApis:
         failed (``expired``: its timeout passed); None while it still waits (and
         ``wait.parts`` says what to watch)."""
         order, rows, errors, waits = wait.state
-        waits, failed = self.broker.check_high_watermarks(waits, expired)
+        waits, failed = self.replicas.check_high_watermarks(waits, expired)
         if failed:
-            self.broker.mark_failed(rows, failed)
+            self.replicas.mark_failed(rows, failed)
         if waits:
             wait.state, wait.parts = (order, rows, errors, waits), [w[0] for w in waits]
             return None
@@ -309,11 +312,11 @@ class KafkaApis:
     def fetch_check(self, wait: Wait, expired: bool) -> dict | None:
         """The fetch's answer if min_bytes are there, an error shows, a partition is
         gone or ``expired``; else None (``wait.parts``: the partitions to watch)."""
-        broker, req = self.broker, wait.req
-        heads, pieces, total, error = broker.fetch_once(req)
+        replicas, req = self.replicas, wait.req
+        heads, pieces, total, error = replicas.fetch_once(req)
         order, bad = wait.state
         if not (error or total >= req.fields["min_bytes"] or expired):
-            parts = [broker.partitions.get((t, p)) for t, p, *_ in req.fields["parts"]]
+            parts = [replicas.partitions.get((t, p)) for t, p, *_ in req.fields["parts"]]
             if all(p is not None for p in parts):
                 wait.parts = parts
                 return None
@@ -380,7 +383,7 @@ class KafkaApis:
                 "topics": [{"name": n, "partitions": rows} for n, rows in by_topic.items()]}
 
     def _epoch(self, key) -> int:
-        part = self.broker.partitions.get(key)
+        part = self.replicas.partitions.get(key)
         return part.leader_epoch if part is not None else -1
 
     # ------------------------------------------------------------------ topics admin
@@ -464,7 +467,7 @@ class KafkaApis:
                     row["error_code"] = _E[ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
                     row["error_message"] = f"unknown topic {res['resource_name']!r}"
                 else:
-                    cfg = (self.broker.log_configs.get(info.name)
+                    cfg = (self.replicas.log_configs.get(info.name)
                            or validate_topic_config(info.config, self.config.log_defaults))
                     for name, value in sorted(cfg.to_dict().items()):
                         if keys is not None and name not in keys:

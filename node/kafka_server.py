@@ -147,9 +147,10 @@ async def _flush(conn: _Conn) -> None:
 class KafkaServer:
     """One node's Kafka listener over its broker."""
 
-    def __init__(self, config, broker, events, purgatory=None, native=None):
+    def __init__(self, config, broker, replicas, events, purgatory=None, native=None):
         self.config = config
         self.broker = broker
+        self.replicas = replicas
         self.events = events
         #: the node's purgatory (the native server's): where waiting Produce (acks=all)
         #: and Fetch requests park
@@ -162,7 +163,7 @@ class KafkaServer:
                                  config.kafka_port or 0)
         self.connections = 0
         self.address: tuple[str, int] | None = None
-        self.apis = KafkaApis(broker, config, self.kafka_address)
+        self.apis = KafkaApis(broker, replicas, config, self.kafka_address)
 
     def kafka_address(self, node_id: int, host: str, port: int) -> tuple[str, int]:
         """Where node ``node_id`` (client address host:port) serves Kafka clients:
@@ -331,7 +332,7 @@ class KafkaServer:
                 raise ApiError(ErrorCode.SASL_AUTHENTICATION_FAILED,
                                f"SASL authentication took longer than {AUTH_TIMEOUT_S:g}s")
             if h.api_key == SASL_HANDSHAKE_KEY:
-                if not self.broker.registered:
+                if not self.replicas.registered:
                     # replaying the metadata log: it cannot judge credentials yet
                     raise ApiError(ErrorCode.BROKER_NOT_AVAILABLE,
                                    f"node {self.config.node_id} is starting: retry")

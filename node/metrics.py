@@ -253,22 +253,23 @@ class Exposition:
 
 def render(node) -> str:
     """The node's metrics as Prometheus text. ``node``: a running ``Node`` (its
-    broker, server and store are read here, on the trio thread)."""
-    broker, server, store = node.broker, node.server, node.store
-    m: NodeMetrics = broker.metrics
+    counters, replica manager, server, store and group host are read here, on the
+    trio thread)."""
+    replicas, server, store = node.replicas, node.server, node.store
+    m: NodeMetrics = node.metrics
     out = Exposition()
-    c = broker.config
+    c = replicas.config
     out.sample("raftlog_node_info", 1, {"node_id": c.node_id, "roles": ",".join(c.process_roles),
                                         "cluster_id": c.cluster_id})
     out.sample("raftlog_up_seconds", round(time.monotonic() - m.started, 3))
     out.sample("raftlog_connections", server.connections if server is not None else 0)
     _requests(out, m)
-    _traffic(out, m, broker)
+    _traffic(out, m, store)
     _waiters(out, server)
-    _partitions(out, m, broker, store)
+    _partitions(out, m, replicas, store)
     _controller(out, store)
-    _logs(out, broker)
-    _group_lag(out, broker)
+    _logs(out, replicas)
+    _group_lag(out, node.broker.groups, replicas)
     return out.text()
 
 
@@ -285,8 +286,8 @@ def _api_name(api) -> str:
     return getattr(api, "name", str(api))
 
 
-def _traffic(out: Exposition, m: NodeMetrics, broker) -> None:
-    m.forget_topics(broker.store.topics)
+def _traffic(out: Exposition, m: NodeMetrics, store) -> None:
+    m.forget_topics(store.topics)
     for name in ("raftlog_topic_bytes_in_total", "raftlog_topic_records_in_total",
                  "raftlog_topic_bytes_out_total", "raftlog_topic_records_out_total"):
         out.declare(name)
@@ -314,9 +315,9 @@ def _waiters(out: Exposition, server) -> None:
     out.sample("raftlog_purgatory_waiters", produce, {"kind": "produce"})
 
 
-def _partitions(out: Exposition, m: NodeMetrics, broker, store) -> None:
+def _partitions(out: Exposition, m: NodeMetrics, replicas, store) -> None:
     leaders = followers = under = under_min = 0
-    for (topic, _p), part in list(broker.partitions.items()):
+    for (topic, _p), part in list(replicas.partitions.items()):
         if not part.is_leader:
             followers += 1
             continue
@@ -324,7 +325,7 @@ def _partitions(out: Exposition, m: NodeMetrics, broker, store) -> None:
         if len(part.isr) < len(part.replicas):
             under += 1
         try:
-            if len(part.isr) < broker.min_insync_replicas(topic):
+            if len(part.isr) < replicas.min_insync_replicas(topic):
                 under_min += 1
         except KeyError:  # a topic being removed
             pass
@@ -355,11 +356,11 @@ def _controller(out: Exposition, store) -> None:
     out.sample("raftlog_pysyncobj_critical_log_lines_total", critical)
 
 
-def _logs(out: Exposition, broker) -> None:
+def _logs(out: Exposition, replicas) -> None:
     for name in ("raftlog_log_size_bytes", "raftlog_log_segments", "raftlog_log_end_offset",
                  "raftlog_high_watermark"):
         out.declare(name)
-    for (topic, p), part in sorted(broker.partitions.items()):
+    for (topic, p), part in sorted(replicas.partitions.items()):
         log, lb = part.log, {"topic": topic, "partition": p}
         out.sample("raftlog_log_size_bytes", log.size_bytes, lb)
         out.sample("raftlog_log_segments", log.segment_count, lb)
@@ -412,14 +413,13 @@ def _age_s(part, offset: int, now_ms: int) -> float | None:
     return max(0.0, (now_ms - h.first_timestamp) / 1000)
 
 
-def _group_lag(out: Exposition, broker) -> None:
+def _group_lag(out: Exposition, host, replicas) -> None:
     out.declare("raftlog_consumer_group_lag_records")
     out.declare("raftlog_consumer_group_lag_seconds")
-    host = broker.groups
     if host is None:
         return
     now_ms = int(time.time() * 1000)
-    for gid, topic, p, lag, secs in group_lag_rows(host.coordinator, broker.partitions, now_ms):
+    for gid, topic, p, lag, secs in group_lag_rows(host.coordinator, replicas.partitions, now_ms):
         lb = {"group": gid, "topic": topic, "partition": p}
         out.sample("raftlog_consumer_group_lag_records", lag, lb)
         if secs is not None:

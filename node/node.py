@@ -15,17 +15,26 @@ import trio
 from .broker import Broker
 from .config import NodeConfig
 from .logfmt import EventLog
+from .metrics import NodeMetrics
+from .replica_manager import ReplicaManager
 from .server import Server
 
 
 class Node:
-    """Owns the broker state and the server. Use :meth:`run` inside trio."""
+    """Owns the node's parts -- metadata store, replica manager, handlers, server --
+    and their background duties. Use :meth:`run` inside trio."""
 
     def __init__(self, config: NodeConfig, events: EventLog | None = None):
         self.config = config
         self.events = events or EventLog(config.node_id)
+        #: counters bumped while serving; gauges are read at scrape time (metrics.py)
+        self.metrics: NodeMetrics | None = None
         self.store = None
+        #: the hosted partitions (node/replica_manager.py) and the handlers (broker.py)
+        self.replicas: ReplicaManager | None = None
         self.broker: Broker | None = None
+        #: how fetchers and heartbeats reach peers (node/peer.py; None: plain)
+        self.peer_security = None
         self.server: Server | None = None
         self.address: tuple[str, int] | None = None
         #: where the metrics listener (metrics.listener) listens, when configured
@@ -39,7 +48,7 @@ class Node:
     def stats(self) -> dict:
         """Storage counters for metrics: the data dir's health (node/disk.py) and the
         scrubber's (node/scrubber.py). One flat dict of numbers."""
-        out = dict(self.broker.disk.stats()) if self.broker is not None else {}
+        out = dict(self.replicas.logs.disk.stats()) if self.replicas is not None else {}
         if self.scrubber is not None:
             out.update(self.scrubber.stats)
         return out
@@ -57,11 +66,13 @@ class Node:
     def _reconcile(self) -> None:
         self._reconcile_scheduled = False
         try:
-            self.broker.reconcile()
+            self.replicas.reconcile()
         except Exception as e:  # keep serving; the next change retries
             self.events.error("reconcile_failed", error=repr(e))
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        from .heartbeat import Heartbeats
+        from .peer import peer_security
         from .quorum_store import QuorumTopicStore
 
         self._token = trio.lowlevel.current_trio_token()
@@ -69,14 +80,20 @@ class Node:
         # the only voter of its own (NodeConfig.metadata_voters)
         self.store = QuorumTopicStore(self.config, self._on_commit)
         try:
-            self.broker = Broker(self.config, self.events, self.store)
-            self.server = Server(self.config, self.broker, self.events)
+            self.metrics = NodeMetrics()  # (its clock: raftlog_up_seconds)
+            self.replicas = ReplicaManager(self.config, self.events, self.store, self.metrics)
+            self.peer_security = peer_security(self.config)
+            beats = Heartbeats(self.config, self.store, self.events, self.peer_security)
+            self.broker = Broker(self.config, self.events, self.store, self.replicas,
+                                 on_heartbeat=beats.record)
+            self.server = Server(self.config, self.broker, self.replicas, self.metrics,
+                                 self.events)
             if self.store.single_voter:
                 # a quorum of one elects itself at once: registered (and a pre-quorum
                 # data dir's __meta/ migrated) before the first request is served, so
                 # that request sees every topic, as a single node always did
                 await self._register(migrate_local=True)
-            self.broker.open()
+            self.replicas.open()
         except BaseException:
             self.store.close()
             raise
@@ -92,10 +109,11 @@ class Node:
                 if self.config.kafka_port is not None:  # kafka.listener
                     from .kafka_server import KafkaServer
 
-                    self.kafka = KafkaServer(self.config, self.broker, self.events,
-                                             self.server.purgatory, native=self.server)
+                    self.kafka = KafkaServer(self.config, self.broker, self.replicas,
+                                             self.events, self.server.purgatory,
+                                             native=self.server)
                     await nursery.start(self.kafka.serve)
-                self._start_replication(nursery)
+                self._start_replication(nursery, beats)
                 self._start_groups(nursery)
                 self._start_scrubber(nursery)
                 nursery.start_soon(self._every_in_thread, self.config.log_flush_interval_ms, self._flush)
@@ -105,26 +123,28 @@ class Node:
                 nursery.start_soon(self._every_in_thread, self.config.log_cleaner_interval_ms, self._compact)
                 task_status.started(self.address)
         finally:
-            self.broker.close()
+            self.replicas.close()
             self.store.close()
             self.events.info("stopped")
 
-    def _start_replication(self, nursery) -> None:
+    def _start_replication(self, nursery, beats) -> None:
         """Follower fetchers, the ISR duty, heartbeats, the controller's duty and (in a
-        cluster) this node's registration."""
+        cluster) this node's registration.
+
+        The fetchers, the ISR duty and the corrupt-log handler are built over the
+        replica manager, which tells them what changed: they are hooked into it here,
+        once the nursery they run in exists."""
         from .fetcher import FetcherManager
-        from .heartbeat import Heartbeats
         from .isr import IsrManager
 
-        self.broker.fetchers = FetcherManager(self.broker, self.events, nursery)
-        self.broker.on_corrupt_log = (
+        replicas = self.replicas
+        replicas.fetchers = FetcherManager(replicas, self.events, nursery, self.peer_security)
+        replicas.on_corrupt_log = (
             lambda part, offset, err: self._on_corrupt_log(nursery, part, offset, err))
-        isr = IsrManager(self.broker, self.store, self.events)
-        self.broker.isr_changed = isr.poke
+        isr = IsrManager(replicas, self.store, self.events)
+        replicas.isr_changed = isr.poke
         nursery.start_soon(isr.run)
-        beats = Heartbeats(self, self.store, self.events)
-        self.broker.on_heartbeat = beats.record
-        if not self.broker.registered:
+        if not replicas.registered:
             nursery.start_soon(self._register)
         nursery.start_soon(beats.send_loop)
         nursery.start_soon(beats.controller_duty)
@@ -135,7 +155,7 @@ class Node:
 
         c = self.config
         host = GroupHost(
-            self.broker, self.events, nursery,
+            self.replicas, self.store, self.events, nursery,
             GroupConfig(min_session_timeout_ms=c.group_min_session_timeout_ms,
                         max_session_timeout_ms=c.group_max_session_timeout_ms,
                         initial_rebalance_delay_ms=c.group_initial_rebalance_delay_ms,
@@ -145,7 +165,8 @@ class Node:
             topic_partitions=c.offsets_topic_num_partitions,
             topic_replication_factor=c.offsets_topic_replication_factor,
         )
-        self.broker.groups = host
+        self.broker.groups = host  # (the group APIs' handlers)
+        self.replicas.on_reconciled = host.on_reconcile
         nursery.start_soon(host.run)
         host.on_reconcile()
 
@@ -155,7 +176,7 @@ class Node:
             return
         from .scrubber import Scrubber
 
-        self.scrubber = Scrubber(self.broker, self.events, rate,
+        self.scrubber = Scrubber(self.replicas, self.events, rate,
                                  lambda part, offset, why: self._on_scrub_corrupt(
                                      nursery, part, offset, why))
         nursery.start_soon(self.scrubber.run)
@@ -171,7 +192,7 @@ class Node:
                 return "refused_to_serve (no other in-sync replica to lead)"
             return "resign_then_refetch"
         part.corrupt_from = offset if part.corrupt_from is None else min(part.corrupt_from, offset)
-        if not self.broker.fetchers.refetch((part.topic, part.partition)):
+        if not self.replicas.fetchers.refetch((part.topic, part.partition)):
             return "refetch_when_following"  # (no leader now: done when one is known)
         return "truncate_and_refetch"
 
@@ -216,7 +237,7 @@ class Node:
         """Register with the controller; ``migrate_local`` (a quorum of one, before the
         node serves): then bring in what a data dir from before the one-voter quorum
         kept in ``__meta/`` (node/local_metadata.py), and leave reconciling to
-        Broker.open()."""
+        ReplicaManager.open()."""
         await trio.to_thread.run_sync(self.store.register, abandon_on_cancel=True)
         self.events.info("registered", incarnation=self.store.incarnation_id)
         if migrate_local:
@@ -225,7 +246,7 @@ class Node:
             await trio.to_thread.run_sync(migrate, self.store, self.config.data_dir,
                                           self.events, abandon_on_cancel=True)
         await self._ensure_inter_broker_user()
-        self.broker.registered = True
+        self.replicas.registered = True
         if not migrate_local:
             self._reconcile()
 
@@ -264,15 +285,15 @@ class Node:
                 self.events.error("duty_failed", duty=fn.__name__, error=repr(e))
 
     def _compact(self) -> None:
-        n = self.broker.compact_all()
+        n = self.replicas.logs.compact_all()
         if n:
             self.events.info("compaction", records_removed=n)
 
     def _flush(self) -> None:
-        self.broker.flush_all()
+        self.replicas.logs.flush_all()
 
     def _retention(self) -> None:
-        n = self.broker.retention_all()
+        n = self.replicas.logs.retention_all()
         if n:
             self.events.info("retention", segments_deleted=n)
 

@@ -86,6 +86,16 @@ class PeerSecurity:
             raise RemoteProtocolError(f"SASL with the peer failed: {e}") from None
 
 
+def peer_security(config: NodeConfig) -> PeerSecurity | None:
+    """How this node reaches its peers (fetchers, heartbeats): None for plain
+    connections -- a node alone connects to no peer, and a PLAINTEXT inter-broker
+    listener needs neither TLS nor SASL."""
+    if (config.controller_quorum_voters
+            and config.listener_config.inter_broker_protocol.value != "PLAINTEXT"):
+        return PeerSecurity(config)
+    return None
+
+
 def peer_address(listeners, name: str) -> tuple[str, int]:
     """Where to reach a peer: its registered listener named like our inter-broker
     listener (so a rolling change of protocols finds the one both sides speak), else

@@ -5,7 +5,7 @@ quorum; a node without is the only voter of its own quorum (``NodeConfig.
 metadata_voters``): one metadata path, the same records, state machine and controller
 either way. Mutations propose records through the quorum and block until committed
 (the server runs them in a worker thread); the node's partitions follow the committed
-state through ``Broker.reconcile``, scheduled on the trio thread by the quorum's
+state through ``ReplicaManager.reconcile``, scheduled on the trio thread by the quorum's
 commit callback (and run by the server when a metadata write returns).
 """
 
@@ -87,7 +87,7 @@ class QuorumTopicStore:
     def topics(self) -> dict[str, TopicInfo]:
         """{name: TopicInfo} of the applied state. Rebuilt per topic that changed
         (by identity), so a TopicInfo object stays the same while its topic does --
-        what lets ``Broker.reconcile`` touch only changed topics."""
+        what lets ``ReplicaManager.reconcile`` touch only changed topics."""
         return self._cached(self.quorum.state)[2]
 
     def _cached(self, state) -> tuple:

@@ -27,7 +27,7 @@ class Mode(enum.Enum):
     #: quorum write); the connection's earlier answers are sent first.
     AWAITS = "awaits"
     #: A metadata write: ``Broker.<handler>(req)`` in a worker thread (a Raft commit
-    #: takes milliseconds, seconds without a quorum), then ``Broker.reconcile``.
+    #: takes milliseconds, seconds without a quorum), then ``ReplicaManager.reconcile``.
     QUORUM = "quorum"
 
 

@@ -49,9 +49,10 @@ class Scrubber:
     """See the module docstring. ``stats`` (a dict of counters) is what metrics read:
     ``scrub_bytes``, ``scrub_passes``, ``scrub_corrupt_batches``, ``scrub_repairs``."""
 
-    def __init__(self, broker, events, rate_bytes_per_s: int, on_corrupt=None):
+    def __init__(self, replicas, events, rate_bytes_per_s: int, on_corrupt=None):
         assert rate_bytes_per_s > 0, rate_bytes_per_s
-        self.broker = broker
+        #: the node's ReplicaManager: its ``partitions`` are what is scrubbed
+        self.replicas = replicas
         self.events = events
         self.rate = rate_bytes_per_s
         self.chunk = chunk_bytes(rate_bytes_per_s)
@@ -79,7 +80,7 @@ class Scrubber:
         self.stats["scrub_passes"] = self.cursor.passes
         if t is None:
             return 0
-        part = self.broker.partitions.get(t.key)
+        part = self.replicas.partitions.get(t.key)
         seg = _closed_segment(part, t.base_offset) if part is not None else None
         if seg is None or seg.generation != t.generation:
             return 0
@@ -130,10 +131,10 @@ class Scrubber:
 
     def _keys(self) -> list:
         """The partitions with a closed segment (the others have nothing to scrub)."""
-        return sorted(k for k, p in self.broker.partitions.items() if len(p.log.segments) > 1)
+        return sorted(k for k, p in self.replicas.partitions.items() if len(p.log.segments) > 1)
 
     def _segments_of(self, key) -> list | None:
-        part = self.broker.partitions.get(key)
+        part = self.replicas.partitions.get(key)
         if part is None:
             return None
         return [SegmentInfo(s.base_offset, s.size, s.generation, s.next_offset)

@@ -49,8 +49,10 @@ from .config import NodeConfig
 from .connection import run_connection
 from .fetch_session import FetchSession
 from .logfmt import EventLog
+from .metrics import NodeMetrics
 from .outbox import Deferred, Outbox
 from .purgatory import Delayed, Purgatory
+from .replica_manager import ReplicaManager
 from .routes import ROUTES, SERVED_APIS, Mode
 from .sockio import accept_loop, tls_handshake
 from .sockio import recv_into as _recv
@@ -130,14 +132,14 @@ class _Parked(Delayed):
 
     def answer(self, header: dict, pieces: list) -> None:
         self.conn.parked.discard(self)
-        self.server.broker.metrics.request_done(self.req.api, perf_counter() - self.started)
+        self.server.metrics.request_done(self.req.api, perf_counter() - self.started)
         header["id"] = self.req.id
         header["error"] = 0
         self.server.send_soon(self.conn, self.place, _response_pieces(header, pieces))
 
     def fail(self, e: Exception) -> None:
         self.conn.parked.discard(self)
-        self.server.broker.metrics.request_done(self.req.api, perf_counter() - self.started, True)
+        self.server.metrics.request_done(self.req.api, perf_counter() - self.started, True)
         if isinstance(e, ApiError):
             frame = encode_frame(error_response(self.req.id, e.code, e.message))
         else:
@@ -157,10 +159,10 @@ class ParkedFetch(_Parked):
     __slots__ = ()
 
     def try_complete(self, expired: bool) -> bool:
-        broker, req = self.server.broker, self.req
-        headers, pieces, total, error = broker.fetch_once(req)
+        replicas, req = self.server.replicas, self.req
+        headers, pieces, total, error = replicas.fetch_once(req)
         if error or total >= req.fields["min_bytes"] or expired or not self.rewatch():
-            broker.fetch_answered(req, headers, pieces, total)
+            replicas.fetch_answered(req, headers, pieces, total)
             self.answer({"parts": headers}, pieces)
             return True
         return False
@@ -168,8 +170,8 @@ class ParkedFetch(_Parked):
     def rewatch(self) -> bool:
         """Watch the partitions again (a wake empties their waiter sets)."""
         self.unwatch()
-        broker = self.server.broker
-        parts = [broker.partitions.get((t, p)) for t, p, *_ in self.req.fields["parts"]]
+        hosted = self.server.replicas.partitions
+        parts = [hosted.get((t, p)) for t, p, *_ in self.req.fields["parts"]]
         if any(p is None for p in parts):
             return False
         return self.watch(parts, leo=self.req.fields["replica_id"] >= 0)
@@ -187,14 +189,14 @@ class ParkedSessionFetch(_Parked):
         self.session, self.held = session, held
 
     def try_complete(self, expired: bool) -> bool:
-        headers, pieces, total, error = self.server.broker.fetch_session_once(
+        headers, pieces, total, error = self.server.replicas.fetch_session_once(
             self.session, self.req.fields["max_bytes"])
         if headers:
             fresh = {(h.topic, h.partition) for h in headers}
             self.held = [h for h in self.held if (h.topic, h.partition) not in fresh] + headers
         if error or total >= self.req.fields["min_bytes"] or expired:
             _session_sent(self.session, self.held)
-            self.server.broker.metrics.replication_bytes_out += total
+            self.server.metrics.replication_bytes_out += total
             self.answer({"parts": self.held}, pieces)
             return True
         return False
@@ -227,10 +229,10 @@ class ParkedProduce(_Parked):
         self.results, self.waits = results, waits
 
     def try_complete(self, expired: bool) -> bool:
-        broker = self.server.broker
-        self.waits, failed = broker.check_high_watermarks(self.waits, expired)
+        replicas = self.server.replicas
+        self.waits, failed = replicas.check_high_watermarks(self.waits, expired)
         if failed:
-            broker.mark_failed(self.results, failed)
+            replicas.mark_failed(self.results, failed)
         if self.waits:
             self.unwatch()
             self.watch([w[0] for w in self.waits])  # a full partition: the deadline answers
@@ -259,9 +261,15 @@ def _response_pieces(header: dict, pieces: list) -> list:
 class Server:
     """One node's client-facing server."""
 
-    def __init__(self, config: NodeConfig, broker: Broker, events: EventLog):
+    def __init__(self, config: NodeConfig, broker: Broker, replicas: ReplicaManager,
+                 metrics: NodeMetrics, events: EventLog):
         self.config = config
+        #: the handlers answered at once or by a quorum write (node/broker.py)
         self.broker = broker
+        #: the partitions: produce and fetch, which may park (node/replica_manager.py)
+        self.replicas = replicas
+        #: the node's counters (node/metrics.py)
+        self.metrics = metrics
         self.events = events
         self.connections = 0
         self.listeners: list = []
@@ -493,7 +501,7 @@ class Server:
                                                 "this listener does not use SASL")))
             return
         started = perf_counter()
-        metrics = self.broker.metrics
+        metrics = self.metrics
         try:
             if mode is Mode.PARKS:
                 parked = len(conn.parked)
@@ -513,7 +521,7 @@ class Server:
                 header, pieces = await trio.to_thread.run_sync(handler, req)
                 # what committed is served from the next request on (the commit
                 # callback would reconcile soon; this makes it before the answer)
-                self.broker.reconcile()
+                self.replicas.reconcile()
         except ApiError as e:
             metrics.request_done(req.api, perf_counter() - started, True)
             out.add(encode_frame(error_response(req.id, e.code, e.message)))
@@ -553,7 +561,7 @@ class Server:
                 raise ApiError(ErrorCode.SASL_AUTHENTICATION_FAILED,
                                f"SASL authentication took longer than {AUTH_TIMEOUT_S:g}s")
             sasl.check_api(req.api)
-            if req.api is Api.SASL_HANDSHAKE and not self.broker.registered:
+            if req.api is Api.SASL_HANDSHAKE and not self.replicas.registered:
                 # a restarted node replays the metadata log first: it cannot judge
                 # credentials yet (retriable; not counted as a failed authentication)
                 raise ApiError(ErrorCode.BROKER_NOT_AVAILABLE,
@@ -626,7 +634,7 @@ class Server:
         """acks=all parks until replicated (later requests of the connection go on);
         acks 0 and 1 are answered at once (acks=0: not at all)."""
         if req.fields["acks"] == -1:
-            results, waits, deadline = self.broker.produce_acks_all_append(req)
+            results, waits, deadline = self.replicas.produce_acks_all_append(req)
             if waits:
                 op = ParkedProduce(self, conn, req, deadline, results, waits)
                 op.watch([w[0] for w in waits])  # a full partition: the deadline answers
@@ -649,15 +657,15 @@ class Server:
         if req.fields["session"]:
             return self._session_fetch(req, conn)
         if req.fields["replica_id"] >= 0:
-            self.broker.on_replica_fetch(req)
-        headers, pieces, total, error = self.broker.fetch_once(req)
+            self.replicas.on_replica_fetch(req)
+        headers, pieces, total, error = self.replicas.fetch_once(req)
         if error or total >= req.fields["min_bytes"] or req.fields["max_wait_ms"] == 0:
-            self.broker.fetch_answered(req, headers, pieces, total)
+            self.replicas.fetch_answered(req, headers, pieces, total)
             return {"parts": headers}, pieces
         op = ParkedFetch(self, conn, req, trio.current_time() + req.fields["max_wait_ms"] / 1000)
         if not op.rewatch():  # a partition is gone or has no room for waiters: answer now
             op.cancel()
-            self.broker.fetch_answered(req, headers, pieces, total)
+            self.replicas.fetch_answered(req, headers, pieces, total)
             return {"parts": headers}, pieces
         op.park()
         return None
@@ -673,19 +681,19 @@ class Server:
             if session is not None:
                 session.close()
             session = conn.session = FetchSession(replica)
-            self.broker.metrics.fetch_sessions_created += 1
+            self.metrics.fetch_sessions_created += 1
         elif session is None or session.replica != replica:
             raise ApiError(ErrorCode.INVALID_REQUEST,
                            "no fetch session on this connection: send a full fetch")
         if session.waiter is not None:  # one fetch of a session at a time
             raise ApiError(ErrorCode.INVALID_REQUEST, "a fetch of this session is parked")
-        session.update(f["parts"], f["forgotten"], self.broker.partitions.get)
+        session.update(f["parts"], f["forgotten"], self.replicas.partitions.get)
         session.last_fetch_ms = node_ms()
-        self.broker.on_replica_fetch(req, session)
-        headers, pieces, total, error = self.broker.fetch_session_once(session, f["max_bytes"])
+        self.replicas.on_replica_fetch(req, session)
+        headers, pieces, total, error = self.replicas.fetch_session_once(session, f["max_bytes"])
         if error or total >= f["min_bytes"] or f["max_wait_ms"] == 0:
             _session_sent(session, headers)
-            self.broker.metrics.replication_bytes_out += total
+            self.metrics.replication_bytes_out += total
             return {"parts": headers}, pieces
         op = ParkedSessionFetch(self, conn, req, trio.current_time() + f["max_wait_ms"] / 1000,
                                 session, headers)

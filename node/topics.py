@@ -59,3 +59,40 @@ def validate_topic_config(config: dict, defaults: dict | None = None) -> LogConf
         return LogConfig.from_dict(merged)
     except ConfigError as e:
         raise ApiError(ErrorCode.INVALID_CONFIG, str(e)) from None
+
+
+def create_topic(store, config, events, name: str, partitions: int, replication_factor: int,
+                 topic_config: dict) -> TopicInfo:
+    """Check a new topic against the rules and propose it to the metadata ``store``
+    (CreateTopics, and auto-creation by Metadata and Produce). Blocking: returns once
+    the quorum committed it. ``config``: the NodeConfig.
+
+    Raises:
+        ApiError: an illegal name, partition count, replication factor or config, or
+            the store's refusal (TOPIC_ALREADY_EXISTS, no quorum).
+    """
+    validate_topic_name(name)
+    if not 1 <= partitions <= MAX_PARTITIONS:
+        raise ApiError(ErrorCode.INVALID_PARTITIONS,
+                       f"partitions must be 1..{MAX_PARTITIONS}, not {partitions}")
+    brokers = len(store.brokers())
+    # configured nodes still registering count: the quorum store waits for them
+    expected = max(brokers, len(config.controller_quorum_voters or ()))
+    if not 1 <= replication_factor <= max(expected, 1):
+        raise ApiError(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"replication factor {replication_factor} must be between 1 and the "
+            f"{brokers} available broker(s)",
+        )
+    validate_topic_config(topic_config, config.log_defaults)
+    info = store.create(name, partitions, topic_config, replication_factor)
+    events.info("topic_created", topic=name, partitions=partitions)
+    return info
+
+
+def legal_topic_name(name: str) -> bool:
+    try:
+        validate_topic_name(name)
+        return True
+    except ApiError:
+        return False

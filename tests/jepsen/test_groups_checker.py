@@ -151,6 +151,6 @@ def test_bad_run_arguments_stop_before_any_node_starts(tmp_path, bad, message):
 
 def test_the_harness_names_exactly_the_nodes_planted_bugs():
     from raftlog.jepsen.runner import PLANTED_BUGS as named
-    from raftlog.node.broker import PLANTED_BUGS as planted
+    from raftlog.node.replica_manager import PLANTED_BUGS as planted
 
     assert named == planted

@@ -38,9 +38,9 @@ async def test_a_silent_follower_leaves_the_isr_after_the_lag_and_rejoins(tmp_pa
     part.update_metadata(1, 1, (1, 2), (1, 2), 0)
     part.log.append(encode_batch([b"a", b"b"]), leader_epoch=1)
     store = _Store(part)
-    broker = SimpleNamespace(led={("t", 0): part},
-                             config=SimpleNamespace(replica_lag_time_max_ms=LAG_MS))
-    isr = IsrManager(broker, store, EventLog(1, stream=io.StringIO()))
+    replicas = SimpleNamespace(led={("t", 0): part},
+                               config=SimpleNamespace(replica_lag_time_max_ms=LAG_MS))
+    isr = IsrManager(replicas, store, EventLog(1, stream=io.StringIO()))
     async with trio.open_nursery() as nursery:
         nursery.start_soon(isr.run)
         part.on_follower_fetch(2, 2)  # caught up: in sync
@@ -81,9 +81,9 @@ async def test_a_quiet_partition_still_loses_a_follower_whose_session_stops(
     part.update_metadata(1, 1, (1, 2, 3), (1, 2, 3), 0)
     part.log.append(encode_batch([b"a"]), leader_epoch=1)
     store = _Store(part)
-    broker = SimpleNamespace(led={("t", 0): part},
-                             config=SimpleNamespace(replica_lag_time_max_ms=LAG_MS))
-    isr = IsrManager(broker, store, EventLog(1, stream=io.StringIO()))
+    replicas = SimpleNamespace(led={("t", 0): part},
+                               config=SimpleNamespace(replica_lag_time_max_ms=LAG_MS))
+    isr = IsrManager(replicas, store, EventLog(1, stream=io.StringIO()))
     s2, s3 = _Session(), _Session()
     part.on_follower_fetch(2, 1, s2)
     part.on_follower_fetch(3, 1, s3)

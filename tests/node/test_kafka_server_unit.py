@@ -12,7 +12,7 @@ from raftlog.node.kafka_server import KafkaServer
 
 
 def _server(**props) -> KafkaServer:
-    return KafkaServer(NodeConfig.from_properties(props), broker=None, events=None)
+    return KafkaServer(NodeConfig.from_properties(props), broker=None, replicas=None, events=None)
 
 
 def test_listener_is_off_by_default_and_parsed_when_set():

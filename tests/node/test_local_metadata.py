@@ -150,8 +150,8 @@ def test_a_migration_cut_short_is_finished_by_the_next_start(tmp_path):
             os.replace(path, path[:-len(LM.MIGRATED_SUFFIX)])
         assert LM.migrate(broker.store, data_dir, events) == 0
         assert broker.store.quorum.state.next_producer_id == 3000
-        broker.reconcile()
-        assert broker.partitions[("events", 0)].log.log_end_offset == 2
+        broker.replicas.reconcile()
+        assert broker.replicas.partitions[("events", 0)].log.log_end_offset == 2
     finally:
         close_broker(broker)
 

@@ -68,7 +68,8 @@ def _broker(tmp_path) -> Broker:
 
 
 def _node(broker):
-    return SimpleNamespace(broker=broker, server=None, store=broker.store)
+    return SimpleNamespace(broker=broker, replicas=broker.replicas,
+                           metrics=broker.replicas.metrics, server=None, store=broker.store)
 
 
 def test_histogram_buckets_are_upper_bounds_and_cumulative():
@@ -105,20 +106,20 @@ def test_produce_and_fetch_move_the_topic_counters_and_log_gauges(tmp_path):
     broker = _broker(tmp_path)
     try:
         broker.create_topic("t", 2, 1, {})
-        broker.reconcile()
+        broker.replicas.reconcile()
         before = parse_exposition(render(_node(broker)))
         assert value(before, "raftlog_log_size_bytes", topic="t", partition=0) == 0
         assert value(before, "raftlog_partitions", role="leader") == 2
         batch = encode_batch([b"x" * 10] * 5)
-        r = broker.produce_one("t", 0, batch)
+        r = broker.replicas.produce_one("t", 0, batch)
         assert r.error == 0
-        broker.produce_one("t", 0, encode_batch([b"y"] * 3))
+        broker.replicas.produce_one("t", 0, encode_batch([b"y"] * 3))
         req = Request(Api.FETCH, 0, 1, {"replica_id": -1, "max_bytes": 1 << 20, "min_bytes": 1,
                                         "max_wait_ms": 0, "parts": [("t", 0, 2, 1 << 20, -1)]},
                       b"")
-        headers, pieces, total, error = broker.fetch_once(req)
+        headers, pieces, total, error = broker.replicas.fetch_once(req)
         assert not error and total > 0
-        broker.fetch_answered(req, headers, pieces, total)
+        broker.replicas.fetch_answered(req, headers, pieces, total)
         s = parse_exposition(render(_node(broker)))
         assert value(s, "raftlog_topic_records_in_total", topic="t") == 8
         assert value(s, "raftlog_topic_bytes_in_total", topic="t") == len(batch) + len(
@@ -131,7 +132,7 @@ def test_produce_and_fetch_move_the_topic_counters_and_log_gauges(tmp_path):
         assert value(s, "raftlog_under_replicated_partitions") == 0
         assert value(s, "raftlog_controller_active") == 1
         broker.store.delete("t")
-        broker.reconcile()
+        broker.replicas.reconcile()
         gone = parse_exposition(render(_node(broker)))
         assert not [k for k in gone if ("topic", "t") in k[1]]  # deleted: series dropped
     finally:
@@ -142,9 +143,9 @@ def test_replica_fetches_count_as_replication_bytes_not_topic_bytes(tmp_path):
     broker = _broker(tmp_path)
     try:
         broker.create_topic("t", 1, 1, {})
-        broker.reconcile()
+        broker.replicas.reconcile()
         req = Request(Api.FETCH, 0, 1, {"replica_id": 2, "parts": [("t", 0, 0, 100, -1)]}, b"")
-        broker.fetch_answered(req, [FetchPartHeader("t", 0, 0, 0, 0, 70, "")], [None], 70)
+        broker.replicas.fetch_answered(req, [FetchPartHeader("t", 0, 0, 0, 0, 70, "")], [None], 70)
         s = parse_exposition(render(_node(broker)))
         assert value(s, "raftlog_replication_bytes_out_total") == 70
         # (a topic's series appear with its first produce or consumer fetch)
@@ -156,9 +157,9 @@ def test_replica_fetches_count_as_replication_bytes_not_topic_bytes(tmp_path):
 def test_request_latency_histogram_per_api(tmp_path):
     broker = _broker(tmp_path)
     try:
-        broker.metrics.request_done(Api.PRODUCE, 0.002)
-        broker.metrics.request_done(Api.PRODUCE, 0.2, error=True)
-        broker.metrics.request_done(Api.FETCH, 0.0001)
+        broker.replicas.metrics.request_done(Api.PRODUCE, 0.002)
+        broker.replicas.metrics.request_done(Api.PRODUCE, 0.2, error=True)
+        broker.replicas.metrics.request_done(Api.FETCH, 0.0001)
         s = parse_exposition(render(_node(broker)))
         assert value(s, "raftlog_request_duration_seconds_count", api="PRODUCE") == 2
         assert value(s, "raftlog_request_duration_seconds_bucket", api="PRODUCE", le="0.0025") == 1
@@ -172,10 +173,10 @@ def test_group_lag_in_records_and_seconds(tmp_path):
     broker = _broker(tmp_path)
     try:
         broker.create_topic("t", 2, 1, {})
-        broker.reconcile()
+        broker.replicas.reconcile()
         now_ms = int(time.time() * 1000)
-        broker.produce_one("t", 0, encode_batch([b"a"] * 4, timestamp=now_ms - 5000))
-        broker.produce_one("t", 0, encode_batch([b"b"] * 6, timestamp=now_ms - 1000))
+        broker.replicas.produce_one("t", 0, encode_batch([b"a"] * 4, timestamp=now_ms - 5000))
+        broker.replicas.produce_one("t", 0, encode_batch([b"b"] * 6, timestamp=now_ms - 1000))
         coord = GroupCoordinator()
         for gid, off in (("g1", 2), ("g2", 10)):
             coord.partitions[partition_for(gid, coord.config.offsets_partitions)] = True
@@ -186,7 +187,7 @@ def test_group_lag_in_records_and_seconds(tmp_path):
                        if partition_for(g, n) not in coord.partitions)
         coord.partitions[partition_for(loading, n)] = False  # still loading: not reported
         coord.groups[loading] = Group(loading, offsets={("t", 0): CommittedOffset(0)})
-        rows = group_lag_rows(coord, broker.partitions, now_ms)
+        rows = group_lag_rows(coord, broker.replicas.partitions, now_ms)
         by_group = {r[0]: r for r in rows}
         assert loading not in by_group
         g1 = by_group["g1"]
@@ -194,7 +195,7 @@ def test_group_lag_in_records_and_seconds(tmp_path):
         assert g1[4] == pytest.approx(5.0, abs=1.0)  # the batch holding offset 2 is ~5 s old
         assert by_group["g2"][3:] == (0, 0.0)  # caught up
         assert all(r[1] != "gone" for r in rows)  # partitions not hosted here: no series
-        capped = group_lag_rows(coord, broker.partitions, now_ms, max_rows=1, max_seconds=0)
+        capped = group_lag_rows(coord, broker.replicas.partitions, now_ms, max_rows=1, max_seconds=0)
         assert len(capped) == 1 and capped[0][4] is None
     finally:
         close_broker(broker)

@@ -1,4 +1,4 @@
-"""Broker.reconcile: partitions follow the topic metadata, touching only what changed."""
+"""ReplicaManager.reconcile: partitions follow the topic metadata, touching only what changed."""
 
 from __future__ import annotations
 
@@ -10,22 +10,23 @@ from .single_node import close_broker, open_broker
 
 def test_unchanged_topics_are_left_alone_and_a_recreated_topic_starts_empty(tmp_path):
     broker = open_broker(tmp_path)
+    replicas = broker.replicas
     try:
         broker.create_topic("keep", 2, 1, {})
         broker.create_topic("again", 1, 1, {})
-        broker.reconcile()
-        kept = {k: v for k, v in broker.partitions.items() if k[0] == "keep"}
-        broker.partitions[("again", 0)].log.append(encode_batch([b"old"] * 3))
+        replicas.reconcile()
+        kept = {k: v for k, v in replicas.partitions.items() if k[0] == "keep"}
+        replicas.partitions[("again", 0)].log.append(encode_batch([b"old"] * 3))
         # deleted and re-created between two reconciles (one coalesced metadata change)
         broker.store.delete("again")
         broker.store.create("again", 1, {})
-        broker.reconcile()
-        assert broker.partitions[("again", 0)].log.log_end_offset == 0
-        assert {k: v for k, v in broker.partitions.items() if k[0] == "keep"} == kept
-        assert all(broker.partitions[k] is v for k, v in kept.items())
+        replicas.reconcile()
+        assert replicas.partitions[("again", 0)].log.log_end_offset == 0
+        assert {k: v for k, v in replicas.partitions.items() if k[0] == "keep"} == kept
+        assert all(replicas.partitions[k] is v for k, v in kept.items())
         broker.store.delete("keep")
-        broker.reconcile()
-        assert sorted(broker.partitions) == [("again", 0)]
+        replicas.reconcile()
+        assert sorted(replicas.partitions) == [("again", 0)]
     finally:
         close_broker(broker)
 

@@ -25,7 +25,7 @@ class Events:
 
 
 class Host:
-    """What the scrubber reads from the broker: its partitions."""
+    """What the scrubber reads from the replica manager: its partitions."""
 
     def __init__(self, parts):
         self.partitions = {(p.topic, p.partition): p for p in parts}

@@ -1,0 +1,89 @@
+"""A node's logs as storage: the data dir, its health, and the duties over every hosted
+log -- flush, compaction, retention (the parts of Kafka's LogManager this node has).
+
+The partitions belong to the :class:`~raftlog.node.replica_manager.ReplicaManager`;
+this module opens their logs and reads the same ``{(topic, partition): Partition}``
+dict. The duties run in a worker thread (node.py) or on the trio thread;
+``PartitionLog`` holds its lock only for bookkeeping.
+"""
+
+from __future__ import annotations
+
+from raftlog.checkpoint import makedirs_durable
+from raftlog.config import LogConfig
+from raftlog.errors import CorruptRecordError, StorageError
+from raftlog.log import PartitionLog
+
+from .clock import wall_ms
+from .config import NodeConfig
+from .disk import DiskHealth
+from .logfmt import EventLog
+from .partition import partition_dir
+
+#: flush_all looks at every partition (not only the written ones) every this many calls.
+FULL_FLUSH_EVERY = 60
+
+
+class LogManager:
+    """The data dir of one node and the background duties over its logs."""
+
+    def __init__(self, config: NodeConfig, events: EventLog, partitions: dict):
+        self.data_dir = config.data_dir
+        self.events = events
+        makedirs_durable(config.data_dir)
+        #: the replica manager's partitions (read here, never changed)
+        self.partitions = partitions
+        #: partitions written (appended, truncated, created) since the last flush_all;
+        #: each Partition adds itself (node/partition.py)
+        self.unflushed: set = set()
+        self._flushes = 0
+        #: Whether the data dir takes writes (one log line per incident), node/disk.py.
+        self.disk = DiskHealth(config.node_id, config.data_dir, events)
+
+    def open_log(self, topic: str, partition: int, config: LogConfig) -> PartitionLog:
+        """Open (and recover) the log of one replica, created empty if new."""
+        return PartitionLog.open(partition_dir(self.data_dir, topic, partition), config)
+
+    def flush_all(self) -> None:
+        """fsync every log with unflushed data. Runs in a worker thread (see node.py).
+
+        Looks at the partitions written since the last call only (work proportional to
+        what changed, not to what exists), and at all of them every FULL_FLUSH_EVERY
+        calls (a safety net: a log that got dirty some other way)."""
+        self._flushes += 1
+        if self._flushes % FULL_FLUSH_EVERY == 0:
+            todo = list(self.partitions.values())
+        else:
+            todo = list(self.unflushed)
+        # (an append after this line re-adds its partition: flushed now or next time)
+        self.unflushed.difference_update(todo)
+        for part in todo:
+            if self.partitions.get(part.key) is not part or not part.log.needs_flush:
+                continue
+            try:
+                part.log.flush()
+            except StorageError as e:  # one line per incident (recovery: the next append)
+                self.unflushed.add(part)  # (tried again next time)
+                self.disk.write_failed(e, part, op="flush")
+
+    def compact_all(self) -> int:
+        """Compact every log whose topic has cleanup.policy=compact. Worker thread.
+        Returns the records removed."""
+        removed = 0
+        for part in list(self.partitions.values()):
+            if part.log.config.compact:
+                try:
+                    removed += part.log.compact()["records_removed"]
+                except (StorageError, CorruptRecordError, OSError) as e:
+                    self.events.error("compaction_failed", partition=part, error=e)
+        return removed
+
+    def retention_all(self) -> int:
+        """Delete the segments retention.ms / retention.bytes let go. Returns how many."""
+        deleted = 0
+        for part in list(self.partitions.values()):
+            try:
+                deleted += part.log.apply_retention(wall_ms())
+            except StorageError as e:
+                self.events.error("retention_failed", partition=part, error=e)
+        return deleted

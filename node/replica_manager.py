@@ -1,0 +1,596 @@
+"""The replicas a node hosts (Kafka's ReplicaManager): which partitions it has and in
+what role, and the produce and fetch paths over them.
+
+* **Reconcile**: :meth:`ReplicaManager.reconcile` makes the hosted partitions follow
+  the topic metadata -- opens logs of new replicas, sets leadership, epochs and the
+  ISR, applies topic configs, deletes logs of deleted topics -- and tells the
+  fetchers, the ISR duty and the group coordinator what changed.
+* **Produce**: appends as leader (acks 0/1 answered at once; acks=all appends now and
+  waits until the high watermark passes every batch, :meth:`check_high_watermarks`).
+* **Fetch**: reads partitions up to the high watermark (consumers) or the log end
+  (followers, whose progress :meth:`on_replica_fetch` records first), in full or
+  through a follower's fetch session, within a reassignment's byte budget.
+
+Everything here runs on the trio thread, synchronously, except :meth:`await_replicated`.
+The logs' storage duties (flush, compaction, retention) are node/log_manager.py's.
+Request handlers (node/broker.py, node/server.py, node/kafka_handlers.py) call in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import trio
+
+from raftlog.config import LogConfig
+from raftlog.errors import (
+    ApiError,
+    ConfigError,
+    CorruptRecordError,
+    ErrorCode,
+    OffsetOutOfRangeError,
+)
+from raftlog.protocol import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    FetchPartHeader,
+    LogDirPartition,
+    ProducePartResult,
+    Request,
+    split_body,
+)
+
+from .config import NodeConfig
+from .log_manager import LogManager
+from .logfmt import EventLog
+from .metrics import NodeMetrics
+from .partition import Partition
+from .throttle import ByteRate
+from .topics import create_topic, validate_topic_config
+
+#: test.flags values (the safety harness's planted bugs; see jepsen/). All are checked
+#: here; the replication ones act here and in node/fetcher.py, bug-ack-before-commit
+#: in node/quorum_store.py.
+PLANTED_BUGS = frozenset({
+    "bug-ack-before-replication",  # acks=all answers before the ISR has the batch
+    "bug-serve-beyond-hw",  # consumers may read records the ISR does not have yet
+    "bug-skip-truncation",  # followers keep a divergent tail after a leader change
+    "bug-ack-before-commit",  # metadata writes answered before the quorum commits them
+})
+
+
+class ReplicaManager:
+    """The partitions this node hosts, their roles, and appends and reads over them.
+
+    Args:
+        config: the node's configuration.
+        events: the node's event log.
+        store: the metadata (node/quorum_store.py): topics and brokers.
+        metrics: the node's counters (node/metrics.py), bumped per request or change.
+
+    Raises:
+        ConfigError: ``test.flags`` names an unknown planted bug.
+    """
+
+    def __init__(self, config: NodeConfig, events: EventLog, store, metrics: NodeMetrics):
+        self.config = config
+        self.events = events
+        self.store = store
+        self.metrics = metrics
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        #: the data dir, its health, flush/compaction/retention over self.partitions
+        self.logs = LogManager(config, events, self.partitions)
+        self.log_configs: dict[str, LogConfig] = {}
+        self._applied_configs: dict[str, dict] = {}
+        #: {topic: TopicInfo} as the last reconcile saw them, and the registration
+        #: state it ran under (None: never ran) -- see reconcile
+        self._reconciled: dict = {}
+        self._reconciled_as: bool | None = None
+        #: the partitions this node leads that have other replicas (the ISR duty's)
+        self.led: dict[tuple[str, int], Partition] = {}
+        #: False until this incarnation's registration has committed (node.py): until
+        #: then reconcile takes no role from a metadata copy that may be stale.
+        self.registered = False
+        #: bytes/s budgets of reassignments: what this node sends as leader to the
+        #: replicas being added, and what it fetches as such a replica (Kafka's leader
+        #: and follower replication throttles)
+        self.reassign_rate = ByteRate()
+        self.reassign_in_rate = ByteRate()
+        self._init_planted_bugs(config.test_flags)
+        # Set by the node once they exist (each of them is built over this object):
+        #: The follower fetchers (node/fetcher.py), told what to follow.
+        self.fetchers = None
+        #: Pokes the ISR duty (node/isr.py) with the partition keys whose follower
+        #: progress or metadata changed (None: all of them).
+        self.isr_changed = None
+        #: Called after a reconcile that changed something (the group coordinator
+        #: loads and unloads its ``__consumer_offsets`` partitions).
+        self.on_reconciled = None
+        #: Called with (partition, offset, error) when a read finds corrupt data on disk.
+        self.on_corrupt_log = None
+
+    def _init_planted_bugs(self, flags: frozenset) -> None:
+        # Planted bugs for the safety harness's proof that its checkers fire (test.flags;
+        # never set in production): each breaks one replication guarantee.
+        unknown = flags - PLANTED_BUGS
+        if unknown:
+            raise ConfigError(f"test.flags: unknown flag(s) {sorted(unknown)}; "
+                              f"known: {sorted(PLANTED_BUGS)}")
+        self._bug_early_ack = "bug-ack-before-replication" in flags
+        self._bug_beyond_hw = "bug-serve-beyond-hw" in flags
+        self.bug_skip_truncation = "bug-skip-truncation" in flags
+        if flags:
+            self.events.warning("planted_bugs_enabled", flags=",".join(sorted(flags)))
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def open(self) -> None:
+        """Open (and recover) the log of every partition this node hosts."""
+        self.reconcile()
+        self.events.info("logs_opened", partitions=len(self.partitions))
+
+    def close(self) -> None:
+        """Flush and checkpoint every log: durable when it returns."""
+        for part in self.partitions.values():
+            try:
+                part.close()
+            except Exception as e:  # keep closing the others
+                self.events.error("log_close_failed", partition=part, error=e)
+        self.partitions.clear()
+        self.led.clear()
+
+    # ------------------------------------------------------------------ reconcile
+
+    def reconcile(self) -> None:
+        """Make hosted partitions follow the topic metadata: open logs of new replicas,
+        set leadership and epochs, apply configs, delete logs of deleted topics.
+        Runs on the trio thread only.
+
+        Work is proportional to what changed: a topic whose ``TopicInfo`` is the
+        object seen by the last reconcile is skipped (both stores keep the object
+        while the topic is unchanged). The first call, and the one after this node's
+        registration commits, go over every topic."""
+        topics = self.store.topics
+        full = self._reconciled_as != self.registered
+        seen = {} if full else self._reconciled
+        if full:
+            # seen is filled topic by topic: a topic whose turn raised is redone next time
+            self._reconciled, self._reconciled_as = seen, self.registered
+            for key in [k for k in self.partitions if k[0] not in topics]:
+                self._remove_partition(key)
+            for name in [n for n in self.log_configs if n not in topics]:
+                del self.log_configs[name]
+            changed = list(topics)
+        else:
+            changed = [n for n, info in topics.items() if seen.get(n) is not info]
+        gone = [n for n in seen if n not in topics]
+        if not changed and not gone:
+            return
+        touched: set = set()  # followed-or-hosted keys of the topics looked at
+        follow: dict = {}
+        for name in gone:
+            touched.update(self._drop_topic(name, seen.pop(name)))
+        for name in changed:
+            info = topics[name]
+            old = seen.get(name)
+            if old is not None and old.topic_id != info.topic_id:  # deleted and re-created
+                touched.update(self._drop_topic(name, old))
+            touched.update(self._reconcile_topic(info, follow))
+            seen[name] = info
+        if self.fetchers is not None:
+            self.fetchers.update(follow, only=None if full else touched)
+        if self.isr_changed is not None:
+            self.isr_changed(None if full else touched)
+        if self.on_reconciled is not None:
+            self.on_reconciled()
+
+    def _remove_partition(self, key) -> None:
+        self.led.pop(key, None)
+        self.partitions.pop(key).delete()
+
+    def _drop_topic(self, name: str, info) -> list:
+        """Delete this node's logs of a topic gone (or re-created under a new id)."""
+        keys = [(name, p.partition) for p in info.partitions if (name, p.partition) in self.partitions]
+        for key in keys:
+            self._remove_partition(key)
+        self.log_configs.pop(name, None)
+        self._applied_configs.pop(name, None)
+        return keys
+
+    def _reconcile_topic(self, info, follow: dict) -> list:
+        """Open, update (and drop) this node's replicas of one topic; adds the ones it
+        follows to ``follow``. Returns every key looked at."""
+        name, me = info.name, self.config.node_id
+        cfg = self.log_configs.get(name)
+        if cfg is None or info.config != self._applied_configs.get(name):
+            cfg = validate_topic_config(info.config, self.config.log_defaults)
+            self.log_configs[name] = cfg
+            self._applied_configs[name] = dict(info.config)
+        keys = []
+        for p in info.partitions:
+            key = (name, p.partition)
+            part = self.partitions.get(key)
+            if me not in p.replicas:
+                if part is not None:  # reassigned away from this node
+                    self._remove_partition(key)
+                    keys.append(key)
+                continue
+            keys.append(key)
+            if part is None:
+                part = Partition(name, p.partition, self.logs.open_log(name, p.partition, cfg),
+                                 p.leader_epoch, node_id=me, unflushed=self.logs.unflushed)
+                part.disk = self.logs.disk
+                self.partitions[key] = part
+            part.log.config = cfg
+            self._update_role(part, p)
+            if part.is_leader and len(part.replicas) > 1:
+                self.led[key] = part
+            else:
+                self.led.pop(key, None)
+                if not part.is_leader and part.leader_id >= 0:
+                    follow[key] = (part.leader_id, part.leader_epoch)
+        return keys
+
+    def _update_role(self, part: Partition, p) -> None:
+        """Apply one partition's metadata ``p`` (a PartitionInfo) to its replica here."""
+        # Until this node's registration commits, its copy of the metadata may be
+        # stale (a restart replays its own journal first): take no role from it.
+        leader = p.leader if self.registered else -1
+        was_leader, old_isr = part.is_leader, part.isr
+        role = part.update_metadata(leader, p.leader_epoch, tuple(p.replicas),
+                                    tuple(p.isr), p.partition_epoch)
+        if role is None and was_leader and part.is_leader and len(part.isr) != len(old_isr):
+            # an ISR change of a partition led here (by its ISR duty or the controller)
+            if len(part.isr) < len(old_isr):
+                self.metrics.isr_shrinks += 1
+            else:
+                self.metrics.isr_expands += 1
+        if role is not None:
+            if role == "leader":
+                self.metrics.leader_elections += 1
+            self.events.info("partition_role", partition=part, role=role,
+                             leader=p.leader, leader_epoch=p.leader_epoch,
+                             leo=part.log.log_end_offset, hw=part.high_watermark)
+        part.throttled = (frozenset(p.adding), p.throttle) if p.adding and p.throttle else None
+
+    # ------------------------------------------------------------------ lookup
+
+    def partition(self, topic: str, partition: int) -> Partition:
+        """The replica of ``topic``-``partition`` hosted here.
+
+        Raises:
+            ApiError: UNKNOWN_TOPIC_OR_PARTITION, or NOT_LEADER_OR_FOLLOWER when the
+                partition exists but has no replica on this node.
+        """
+        part = self.partitions.get((topic, partition))
+        if part is None:
+            info = self.store.topics.get(topic)
+            if info is None:
+                raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}")
+            if 0 <= partition < len(info.partitions):
+                leader = info.partitions[partition].leader
+                raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                               f"node {self.config.node_id} does not host {topic}-{partition}; leader is {leader}")
+            raise ApiError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                f"topic {topic!r} has no partition {partition}",
+            )
+        return part
+
+    def leader_partition(self, topic: str, partition: int) -> Partition:
+        """The replica of ``topic``-``partition`` if this node leads it, else ApiError."""
+        part = self.partition(topic, partition)
+        if not part.is_leader:
+            raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                           f"node {self.config.node_id} is not the leader of {topic}-{partition}")
+        return part
+
+    def end_offset_for_epoch(self, topic: str, partition: int, epoch: int) -> tuple[int, int]:
+        """KIP-101/279, as leader: (largest epoch <= ``epoch``, its end offset)."""
+        return self.leader_partition(topic, partition).log.end_offset_for_epoch(epoch)
+
+    def offset_for_timestamp(self, topic: str, partition: int, ts: int) -> tuple[int, int]:
+        """ListOffsets, as leader: (offset, timestamp) for ``ts`` (or EARLIEST /
+        LATEST_TIMESTAMP); (-1, -1) when no record below the HW is that recent."""
+        part = self.leader_partition(topic, partition)
+        log = part.log
+        if ts == EARLIEST_TIMESTAMP:
+            return log.log_start_offset, -1
+        if ts == LATEST_TIMESTAMP:
+            return part.high_watermark, -1
+        if ts < 0:
+            raise ApiError(ErrorCode.INVALID_REQUEST, f"timestamp {ts} is not valid")
+        found = log.lookup_timestamp(ts)
+        if found is not None and found[0] < part.high_watermark:
+            return found
+        return -1, -1
+
+    def describe_partitions(self, topics=None) -> list:
+        """A LogDirPartition row per hosted replica (of ``topics`` when not None): its
+        size, segments and offsets, and as leader its followers' log end offsets."""
+        rows = []
+        for (topic, p), part in sorted(self.partitions.items()):
+            if topics is not None and topic not in topics:
+                continue
+            log = part.log
+            st = part.leader_state if part.is_leader else None
+            followers = [] if st is None else sorted([r, f.leo] for r, f in st.followers.items())
+            rows.append(LogDirPartition(topic, p, log.size_bytes, log.segment_count,
+                                        log.log_start_offset, log.log_end_offset,
+                                        part.high_watermark, part.leader_id, part.leader_epoch,
+                                        followers))
+        return rows
+
+    def min_insync_replicas(self, topic: str) -> int:
+        info = self.store.topics.get(topic)
+        if info is not None and "min.insync.replicas" in info.config:
+            return self.log_configs[topic].min_insync_replicas
+        return self.config.min_insync_replicas
+
+    # ------------------------------------------------------------------ produce
+
+    def produce(self, req: Request) -> list:
+        """acks 0 or 1: append every batch as leader now; the per-partition results."""
+        return [self.produce_one(t, p, data) for (t, p, _), data in _produce_parts(req)]
+
+    def produce_one(self, topic: str, partition: int, data, acks: int = 1,
+                    waits=None) -> ProducePartResult:
+        """Append one partition's batches as leader (produce and the group coordinator's
+        ``__consumer_offsets`` writes). With acks=-1 and ``waits``, a wait for the ISR is
+        added for :meth:`await_replicated` / :meth:`check_high_watermarks`."""
+        try:
+            if topic not in self.store.topics:
+                self._maybe_auto_create(topic)
+            part = self.partition(topic, partition)
+            cfg = self.log_configs[topic]
+            if acks == -1:
+                min_isr = self.min_insync_replicas(topic)
+                if len(part.isr) < min_isr and part.is_leader:
+                    raise ApiError(
+                        ErrorCode.NOT_ENOUGH_REPLICAS,
+                        f"{part} has {len(part.isr)} in-sync replica(s) {list(part.isr)}; "
+                        f"min.insync.replicas is {min_isr}",
+                    )
+            base, last = part.append_as_leader(data, cfg.max_message_bytes)  # copied once, by the log
+            ts = self.metrics.topic(topic)
+            ts.bytes_in += len(data)
+            ts.records_in += last - base + 1
+            if waits is not None and part.high_watermark <= last and not self._bug_early_ack:
+                waits.append((part, part.leader_epoch, last, topic, partition))
+            return ProducePartResult(topic, partition, 0, base, -1, "")
+        except ApiError as e:
+            return ProducePartResult(topic, partition, int(e.code), -1, -1, e.message)
+
+    def _maybe_auto_create(self, topic: str) -> None:
+        if not self.config.auto_create_topics_enable:
+            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}")
+        create_topic(self.store, self.config, self.events, topic, self.config.num_partitions,
+                     1, {})
+        self.reconcile()  # its partitions now: the caller appends to one at once
+
+    def produce_acks_all_append(self, req: Request) -> tuple[list, list, float]:
+        """acks=all, first half (synchronous): append every batch now, in request order.
+
+        Returns (per-partition results, waits, deadline in trio time): the request is
+        answered once the HW passes every wait or it fails (:meth:`check_high_watermarks`,
+        :meth:`mark_failed`; the server parks the request meanwhile).
+        The server appends pipelined requests of one connection while earlier ones
+        wait, so a producer with several requests in flight pays one replication
+        round for all of them, not one each."""
+        waits: list = []
+        results = [self.produce_one(t, p, data, -1, waits)
+                   for (t, p, _), data in _produce_parts(req)]
+        timeout_ms = min(req.fields["timeout_ms"], self.config.request_timeout_ms)
+        return results, waits, trio.current_time() + timeout_ms / 1000
+
+    @staticmethod
+    def mark_failed(results: list, failed: dict) -> None:
+        """acks=all: turn the results of the partitions in ``failed`` ({(topic,
+        partition): ApiError}, from :meth:`check_high_watermarks`) into their errors."""
+        for i, r in enumerate(results):
+            err = failed.get((r.topic, r.partition))
+            if err is not None and r.error == 0:
+                results[i] = ProducePartResult(r.topic, r.partition, int(err.code), -1, -1,
+                                               err.message)
+
+    @staticmethod
+    def check_high_watermarks(waits: list, expired: bool) -> tuple[list, dict]:
+        """(waits still pending, failed) for acks=all waits: a wait is done once the HW
+        passes its last offset (every ISR follower holds it); it fails when leadership
+        moved, or -- ``expired`` -- when the request timeout passed first."""
+        failed: dict = {}
+        pending = []
+        for w in waits:
+            part, epoch, last, topic, partition = w
+            if not part.is_leader or part.leader_epoch != epoch:
+                failed[(topic, partition)] = ApiError(
+                    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                    f"leadership of {part} changed before the write was replicated; "
+                    "it may or may not be committed")
+            elif part.high_watermark <= last:
+                pending.append(w)
+        if expired:
+            for part, _e, last, topic, partition in pending:
+                failed[(topic, partition)] = ApiError(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"{part}: offset {last} not replicated to the ISR {list(part.isr)} "
+                    f"in time (high watermark {part.high_watermark})")
+            pending = []
+        return pending, failed
+
+    async def await_replicated(self, waits, deadline) -> dict:
+        """Wait (in a task) until every acks=all wait is done or failed; the failures."""
+        failed: dict = {}
+        pending = list(waits)
+        while True:
+            pending, more = self.check_high_watermarks(pending,
+                                                       trio.current_time() >= deadline)
+            failed.update(more)
+            if not pending:
+                return failed
+            ev = trio.Event()
+            registered = [w[0] for w in pending if w[0].add_waiter(ev)]
+            try:
+                with trio.move_on_at(deadline):
+                    await ev.wait()
+            finally:
+                for part in registered:
+                    part.remove_waiter(ev)
+
+    # ------------------------------------------------------------------ fetch
+
+    def fetch_once(self, req: Request) -> tuple[list, list, int, bool]:
+        """Read every requested partition once: (part headers, pieces, bytes, any_error)."""
+        replica = req.fields["replica_id"]
+        consumer = replica < 0 and not self._bug_beyond_hw
+        budget = req.fields["max_bytes"]
+        headers, pieces, total, error = [], [], 0, False
+        for topic, partition, offset, part_max, epoch in req.fields["parts"]:
+            limit = min(part_max, budget - total) if total else part_max
+            header, piece = self._read_part(topic, partition, offset, limit, epoch, replica,
+                                            consumer)
+            headers.append(header)
+            if piece is not None:
+                pieces.append(piece)
+                total += header.length
+            error = error or header.error != 0
+        return headers, pieces, total, error
+
+    def fetch_session_once(self, session, max_bytes: int) -> tuple[list, list, int, bool]:
+        """Read the marked partitions of a follower's fetch session: (part headers,
+        pieces, bytes, any_error), only rows with news. Errored partitions leave the
+        session; partitions the byte budget left out stay marked."""
+        replica = session.replica
+        headers, pieces, total, error = [], [], 0, False
+        for key in session.take_dirty():
+            sp = session.parts.get(key)
+            if sp is None:
+                continue
+            limit = min(sp.max_bytes, max_bytes - total) if total else sp.max_bytes
+            if limit <= 0:
+                session.dirty.add(key)  # the next answer reads it
+                continue
+            header, piece = self._read_part(key[0], key[1], sp.offset, limit, sp.epoch,
+                                            replica, False)
+            if header.error:  # answered, and dropped: the follower names it again
+                error = True
+                session.drop(key)
+                headers.append(header)
+                continue
+            part = self.partitions.get(key)
+            st = part.leader_state if part is not None else None
+            f = st.followers.get(replica) if st is not None else None
+            if f is not None and f.session is not session:
+                # a leadership (or replica entry) newer than the follower's last word:
+                # its session's offset is its progress here
+                with contextlib.suppress(ApiError):
+                    part.on_follower_fetch(replica, sp.offset, session)
+            if piece is not None:
+                pieces.append(piece)
+                total += header.length
+            else:
+                if part is not None and part.log.log_end_offset > sp.offset:
+                    session.dirty.add(key)  # data held back (a throttle): ask again
+                if not session.is_news(key, header.high_watermark, header.log_start_offset):
+                    continue
+            headers.append(header)
+        return headers, pieces, total, error
+
+    def _read_part(self, topic: str, partition: int, offset: int, limit: int, epoch: int,
+                   replica: int, consumer: bool):
+        """One partition of a fetch: (FetchPartHeader, a file slice or None)."""
+        piece = None
+        try:
+            part = self.leader_partition(topic, partition)
+            if epoch >= 0 and epoch != part.leader_epoch:
+                _epoch_mismatch(part, epoch)
+            if replica >= 0 and replica not in part.replicas:
+                # (a new replica whose metadata is ahead of this leader's: nothing
+                # until the leader knows it, and the throttle that comes with it)
+                raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                               f"broker {replica} is not a replica of {part} here (yet)")
+            log = part.log
+            max_offset = part.high_watermark if consumer else None
+            throttled = part.throttled is not None and replica in part.throttled[0]
+            if throttled:  # a replica a reassignment adds: the node's byte budget
+                limit = min(limit, self.reassign_rate.allowance(part.throttled[1],
+                                                                time.monotonic()))
+            if limit <= 0 or (max_offset is not None and offset >= max_offset):
+                if offset > log.log_end_offset or offset < log.log_start_offset:
+                    raise OffsetOutOfRangeError(offset, log.log_start_offset, log.log_end_offset)
+                n = 0
+            else:
+                sl = log.read(offset, limit, max_offset=max_offset)
+                n = sl.length
+                if n:
+                    piece = sl
+                if throttled:
+                    self.reassign_rate.spend(n)
+            return FetchPartHeader(topic, partition, 0, part.high_watermark,
+                                   log.log_start_offset, n, ""), piece
+        except ApiError as e:
+            return FetchPartHeader(topic, partition, int(e.code), -1, -1, 0, e.message), None
+        except OffsetOutOfRangeError as e:
+            return FetchPartHeader(topic, partition, int(ErrorCode.OFFSET_OUT_OF_RANGE),
+                                   -1, e.log_start_offset, 0, str(e)), None
+        except CorruptRecordError as e:
+            # Never served. Tell this client, keep its other partitions, and let the
+            # node hand leadership to an intact replica (see on_corrupt_log).
+            if self.on_corrupt_log is not None:
+                self.on_corrupt_log(self.partitions.get((topic, partition)), offset, e)
+            return FetchPartHeader(
+                topic, partition, int(ErrorCode.KAFKA_STORAGE_ERROR), -1, -1, 0,
+                f"{topic}-{partition}: data on disk failed its check: {e}"), None
+
+    def fetch_answered(self, req: Request, headers: list, pieces: list, total: int) -> None:
+        """Count a fetch answer of ``total`` bytes (and offsets, for consumers) per topic:
+        once per answered request, per partition with data, never per record."""
+        m = self.metrics
+        if req.fields["replica_id"] >= 0:
+            m.replication_bytes_out += total
+            return
+        if not total:
+            return
+        slices = iter(pieces)
+        for h, (_t, _p, offset, _max, _e) in zip(headers, req.fields["parts"]):
+            if h.length:
+                sl = next(slices, None)
+                ts = m.topic(h.topic)
+                ts.bytes_out += h.length
+                if sl is not None:
+                    ts.records_out += max(0, sl.next_offset - offset)
+
+    def on_replica_fetch(self, req: Request, session=None) -> None:
+        """A follower's Fetch: record its progress (once per request, before reading);
+        with a fetch ``session``, of the partitions the request names."""
+        replica = req.fields["replica_id"]
+        for topic, partition, offset, _max, epoch in req.fields["parts"]:
+            part = self.partitions.get((topic, partition))
+            if part is None or not part.is_leader or (epoch >= 0 and epoch != part.leader_epoch):
+                continue  # fetch_once answers with the error
+            try:
+                was_in_isr = replica in part.isr
+                part.on_follower_fetch(replica, offset, session)
+                if not was_in_isr and self.isr_changed is not None:
+                    self.isr_changed((part.key,))
+            except ApiError:
+                continue
+
+
+def _produce_parts(req: Request):
+    """((topic, partition, size), batches bytes) per partition of a Produce request."""
+    parts = req.fields["parts"]
+    try:
+        bodies = split_body(req.body, [p[2] for p in parts])
+    except ValueError as e:
+        raise ApiError(ErrorCode.INVALID_REQUEST, str(e)) from None
+    return zip(parts, bodies)
+
+
+def _epoch_mismatch(part: Partition, epoch: int):
+    if epoch < part.leader_epoch:
+        raise ApiError(ErrorCode.FENCED_LEADER_EPOCH,
+                       f"{part}: leader epoch {epoch} is older than the current {part.leader_epoch}")
+    raise ApiError(ErrorCode.UNKNOWN_LEADER_EPOCH,
+                   f"{part}: leader epoch {epoch} is newer than this leader's {part.leader_epoch}")
