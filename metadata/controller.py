@@ -106,6 +106,26 @@ def preferred_leader_changes(state: MetadataState, term: int) -> list:
     return out
 
 
+def resign_leadership(state: MetadataState, topic: str, partition: int, leader: int,
+                      term: int):
+    """The PartitionChange by which ``leader``, having found corrupt data in its log,
+    hands the partition to the first live in-sync replica other than itself (the ISR
+    becomes those: its own copy is no longer trusted) -- or None when there is no such
+    replica (the partition then stays unavailable rather than serve corrupt bytes) or
+    ``leader`` no longer leads it."""
+    t = state.topics.get(topic)
+    if t is None or not 0 <= partition < len(t.partitions):
+        return None
+    p = t.partitions[partition]
+    if p.leader != leader:
+        return None
+    alive = set(live_brokers(state))
+    others = tuple(r for r in p.isr if r != leader and r in alive)
+    if not others:
+        return None
+    return R.PartitionChange(topic, partition, others[0], others, p.partition_epoch, term)
+
+
 def reassignment_completions(state: MetadataState, term: int) -> list:
     """CompleteReassignment for every reassignment whose target replicas are all in
     the ISR (with a live leader: a partition offline waits)."""

@@ -210,23 +210,20 @@ class Node:
             nursery.start_soon(self._resign, part)
 
     async def _resign(self, part) -> None:
-        from raftlog.metadata import records as R
+        from raftlog.metadata.controller import resign_leadership
 
-        state = self.store.quorum.state
-        alive = {b.broker_id for b in state.brokers.values() if not b.fenced}
-        others = tuple(r for r in part.isr if r != self.config.node_id and r in alive)
-        if not others:
+        record = resign_leadership(self.store.quorum.state, part.topic, part.partition,
+                                   self.config.node_id, self.store.quorum.term)
+        if record is None:
             self.events.error("log_corrupt_no_replica", partition=part,
                               message="no other in-sync replica: the partition stays unavailable")
             return
-        record = R.PartitionChange(part.topic, part.partition, others[0], others,
-                                   part.partition_epoch, self.store.quorum.term)
         ok = False
         try:
             result = await trio.to_thread.run_sync(
                 lambda: self.store.quorum.propose(record, 5.0), abandon_on_cancel=True)
             ok = result.ok
-            self.events.warning("leadership_resigned", partition=part, to=others[0],
+            self.events.warning("leadership_resigned", partition=part, to=record.leader,
                                 ok=result.ok, error=result.error or "")
         except Exception as e:
             self.events.error("leadership_resign_failed", partition=part, error=repr(e))

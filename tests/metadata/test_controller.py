@@ -13,6 +13,7 @@ from raftlog.metadata.controller import (
     alter_partition,
     place_replicas,
     preferred_leader_changes,
+    resign_leadership,
 )
 from raftlog.metadata.state import MetadataState, apply
 
@@ -68,6 +69,20 @@ def test_preferred_leader_election():
     (change,) = preferred_leader_changes(s, 2)
     s, res = apply(s, change, term=2)
     assert res.ok and s.topics["t"].partitions[0].leader == 1
+
+
+def test_a_leader_with_a_corrupt_log_resigns_to_a_live_in_sync_replica():
+    s = _cluster(3)
+    s, _ = apply(s, R.CreateTopic("t", "x", ((1, 2, 3),)), term=1)
+    s, _ = apply(s, R.FenceBroker(2), term=1)  # 2 is dead: leadership goes to 3
+    change = resign_leadership(s, "t", 0, 1, 1)
+    assert (change.leader, change.isr) == (3, (3,))
+    s, res = apply(s, change, term=1)
+    assert res.ok and s.topics["t"].partitions[0].leader == 3
+    assert resign_leadership(s, "t", 0, 1, 1) is None  # 1 no longer leads
+    assert resign_leadership(s, "t", 9, 3, 1) is None  # no such partition
+    s, _ = apply(s, R.FenceBroker(1), term=1)
+    assert resign_leadership(s, "t", 0, 3, 1) is None  # nobody else alive and in sync
 
 
 def test_alter_partition_validation():
