@@ -182,6 +182,7 @@ class GroupHost:
                 bad += 1
                 self.events.error("group_record_corrupt", partition=partition, error=str(e))
         self.coordinator.finish_loading(partition, self.service.now_ms())
+        self.service.poke()
         self.events.info("group_partition_loaded", partition=partition, records=len(recs),
                          corrupt=bad, ms=round((time.monotonic() - started) * 1000, 1))
 

@@ -53,7 +53,8 @@ from .groups import GroupCoordinator, Outcome, Persist, Reply
 
 #: Longest a JoinGroup or SyncGroup waits beyond the group's own deadlines.
 WAIT_MARGIN_S = 5.0
-#: Longest the ticker sleeps: a new deadline is noticed at least this often.
+#: Longest the ticker sleeps while groups are loaded: a new deadline is noticed at
+#: least this often. With no group at all it sleeps until a group API call or a load.
 TICK_MAX_S = 0.1
 #: Bound on records per __consumer_offsets batch (a commit of many partitions).
 RECORDS_PER_BATCH_MAX = 10_000
@@ -101,6 +102,8 @@ class GroupService:
         # Effects run one list at a time, in the order they were made: appends to
         # __consumer_offsets keep the order of the state changes they record.
         self._effects_lock = trio.Lock()
+        #: set by :meth:`poke`: a group may exist now (the ticker sleeps on it when none does)
+        self._poked = trio.Event()
 
     def now_ms(self) -> int:
         """The coordinator's clock (what every operation of it is given)."""
@@ -115,8 +118,18 @@ class GroupService:
             now = self._clock_ms()
             await self.run_effects(self.coordinator.tick(now))  # failures went to the replies
             deadline = self.coordinator.next_deadline_ms()
+            if deadline is None and not self.coordinator.groups:
+                # nothing can time out until a group exists: an idle node does not wake
+                await self._poked.wait()
+                self._poked = trio.Event()
+                continue
             wait_s = TICK_MAX_S if deadline is None else (deadline - now) / 1000
             await trio.sleep(min(max(wait_s, 0.001), TICK_MAX_S))
+
+    def poke(self) -> None:
+        """A group may exist now (a group API call, a loaded partition): the ticker
+        looks again."""
+        self._poked.set()
 
     async def run_effects(self, effects) -> ApiError | None:
         """Persist, then deliver replies; replies after a failed persist get its error,
@@ -267,7 +280,11 @@ class GroupService:
         handler = _HANDLERS.get(api)
         if handler is None:
             raise ApiError(ErrorCode.UNKNOWN_API, f"api {Api(api).name} is not a group api")
-        return await handler(self, fields)
+        self.poke()  # (the ticker runs once the handler waits: the group exists by then)
+        try:
+            return await handler(self, fields)
+        finally:
+            self.poke()
 
 
 def _coordinator_error(err: ApiError) -> ApiError:

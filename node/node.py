@@ -147,7 +147,8 @@ class Node:
         if not replicas.registered:
             nursery.start_soon(self._register)
         nursery.start_soon(beats.send_loop)
-        nursery.start_soon(beats.controller_duty)
+        if self.config.is_voter:  # (a broker-only node is never the controller)
+            nursery.start_soon(beats.controller_duty)
 
     def _start_groups(self, nursery) -> None:
         from .coordinator import GroupHost
