@@ -289,6 +289,44 @@ def test_learner_follows_the_log_forwards_writes_and_never_votes(tmp_path, trio_
         MetadataQuorum(1, voters, str(tmp_path / "x"), password="secret", voter=False)
 
 
+def test_an_up_to_date_learner_hears_the_leader_less_often_but_news_at_once(
+        tmp_path, trio_of_voters, monkeypatch):
+    """Voters get an AppendEntries every 60 ms (their election timeout is 0.2-0.4 s);
+    a learner that has everything only every LEARNER_HEARTBEAT_S -- but a commit
+    reaches it on the next round, as before."""
+    from raftlog.metadata import raft_rules
+
+    voters, qs = trio_of_voters
+    leader = _wait_leader(qs)
+    learner = MetadataQuorum(7, voters, str(tmp_path / "learner"), password="secret", voter=False)
+    received = {"learner": 0, "voter": 0}
+    follower = next(q for q in qs if q is not leader)
+    original = raft_rules.ORIGINALS["on_message"]
+
+    def counting(self, node, message):
+        if isinstance(message, dict) and message.get("type") == "append_entries":
+            if self is learner._obj:
+                received["learner"] += 1
+            elif self is follower._obj:
+                received["voter"] += 1
+        return original(self, node, message)
+
+    try:
+        assert leader.propose(R.AllocateProducerIds(1, 1000)).ok
+        assert _wait(lambda: learner.state.next_producer_id == 1000)
+        time.sleep(0.5)
+        monkeypatch.setitem(raft_rules.ORIGINALS, "on_message", counting)
+        time.sleep(2.0)
+        assert received["voter"] >= 20  # ~33 in 2 s
+        assert 2 <= received["learner"] <= 8  # ~4
+        started = time.monotonic()
+        assert leader.propose(R.AllocateProducerIds(1, 1000)).ok
+        assert _wait(lambda: learner.state.next_producer_id == 2000, timeout_s=2.0)
+        assert time.monotonic() - started < raft_rules.LEARNER_HEARTBEAT_S
+    finally:
+        learner.close()
+
+
 def test_the_voter_set_cannot_change_but_a_voter_may_move(tmp_path):
     data = str(tmp_path / "q")
     q = MetadataQuorum(1, _voters(1), data)
