@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,15 +40,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from pacing import precise_timers  # noqa: E402  (bench/, beside this file)
 
 from raftlog.client import Admin, Consumer, Producer, TopicPartition  # noqa: E402
+from raftlog.localnode import free_port, node_command, spawn, wait_listening  # noqa: E402
 
 VALUE_BYTES = 100
 CHUNK = 2000
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class _Scraper:
@@ -83,56 +77,50 @@ class _Scraper:
         return self.count
 
 
-def _sets(settings: dict) -> list[str]:
-    return [x for k, v in settings.items() for x in ("--set", f"{k}={v}")]
-
-
 def start_node(kafka_port: int | None = None, security=None,
                metrics_port: int | None = None) -> tuple[subprocess.Popen, str, str]:
+    """One real node process in a temp dir (its log: node.log there)."""
     d = tempfile.mkdtemp(prefix="raftlog-bench-")
-    port = _free_port()
-    kafka = ["--set", f"kafka.listener=127.0.0.1:{kafka_port}"] if kafka_port else []
+    port = free_port()
+    settings = {}
+    if kafka_port:
+        settings["kafka.listener"] = f"127.0.0.1:{kafka_port}"
     if metrics_port:
-        kafka += ["--set", f"metrics.listener=127.0.0.1:{metrics_port}"]
-    sec = _sets(security.node_config(1, "127.0.0.1", port)) if security else []
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "raftlog.node", "--port", str(port), "--data-dir", d] + kafka
-        + sec,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return proc, f"127.0.0.1:{port}", d
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise SystemExit("node did not start")
+        settings["metrics.listener"] = f"127.0.0.1:{metrics_port}"
+    if security:
+        settings.update(security.node_config(1, "127.0.0.1", port))
+    proc = spawn(node_command(port=port, data_dir=os.path.join(d, "data"), overrides=settings),
+                 os.path.join(d, "node.log"))
+    if not wait_listening("127.0.0.1", port, 20, proc):
+        proc.kill()
+        raise SystemExit(f"node did not start; see {d}/node.log")
+    return proc, f"127.0.0.1:{port}", d
 
 
 def start_cluster(n: int, kafka_ports: list | None = None, security=None,
                   client_options: dict | None = None,
                   metrics_ports: list | None = None) -> tuple[list, str, str]:
     """N real node processes, every one a voter, on loopback (with Kafka listeners on
-    ``kafka_ports`` when given; TLS + SCRAM on every listener with ``security``)."""
+    ``kafka_ports`` when given; TLS + SCRAM on every listener with ``security``); their
+    logs are node-N.log in the temp dir."""
     d = tempfile.mkdtemp(prefix="raftlog-bench-")
-    ports = [_free_port() for _ in range(2 * n)]
+    ports = [free_port() for _ in range(2 * n)]
     voters = ",".join(f"{i}@127.0.0.1:{ports[n + i - 1]}" for i in range(1, n + 1))
     kafka_brokers = ",".join(f"{i}@127.0.0.1:{p}" for i, p in enumerate(kafka_ports or [], 1))
     procs = []
     for i in range(1, n + 1):
-        kafka = (["--set", f"kafka.listener=127.0.0.1:{kafka_ports[i - 1]}",
-                  "--set", f"kafka.brokers={kafka_brokers}"] if kafka_ports else [])
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "raftlog.node", "--node-id", str(i), "--port", str(ports[i - 1]),
-             "--data-dir", os.path.join(d, f"node-{i}"),
-             "--set", f"controller.quorum.voters={voters}", "--set", "raft.password=bench-password-0123456789"] + kafka
-            + (_sets(security.node_config(i, "127.0.0.1", ports[i - 1])) if security else [])
-            + (["--set", f"metrics.listener=127.0.0.1:{metrics_ports[i - 1]}"]
-               if metrics_ports else []),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        settings = {"controller.quorum.voters": voters,
+                    "raft.password": "bench-password-0123456789"}
+        if kafka_ports:
+            settings.update({"kafka.listener": f"127.0.0.1:{kafka_ports[i - 1]}",
+                             "kafka.brokers": kafka_brokers})
+        if security:
+            settings.update(security.node_config(i, "127.0.0.1", ports[i - 1]))
+        if metrics_ports:
+            settings["metrics.listener"] = f"127.0.0.1:{metrics_ports[i - 1]}"
+        argv = node_command(node_id=i, port=ports[i - 1],
+                            data_dir=os.path.join(d, f"node-{i}"), overrides=settings)
+        procs.append(spawn(argv, os.path.join(d, f"node-{i}.log")))
     bootstrap = ",".join(f"127.0.0.1:{p}" for p in ports[:n])
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -146,7 +134,7 @@ def start_cluster(n: int, kafka_ports: list | None = None, security=None,
         time.sleep(0.2)
     for p in procs:
         p.kill()
-    raise SystemExit("cluster did not start")
+    raise SystemExit(f"cluster did not start; see {d}/node-*.log")
 
 
 #: security options of every SDK client of the run (``--security-protocol`` /
@@ -444,13 +432,13 @@ def main() -> None:
                              "no TLS or SASL; use --client raftlog")
     nodes = []
     if not args.bootstrap:
-        kports = [_free_port() for _ in range(args.nodes)] if args.client != "raftlog" else None
+        kports = [free_port() for _ in range(args.nodes)] if args.client != "raftlog" else None
         if args.security_protocol == "SASL_SSL":
             from raftlog.jepsen.security import SaslSslMaterial
 
             security = SaslSslMaterial(tempfile.mkdtemp(prefix="raftlog-bench-tls-"))
             CLIENT_OPTIONS.update(security.client_options())
-        mports = [_free_port() for _ in range(args.nodes)] if args.metrics else None
+        mports = [free_port() for _ in range(args.nodes)] if args.metrics else None
         if args.nodes > 1:
             nodes, args.bootstrap, data_dir = start_cluster(args.nodes, kports, security,
                                                             CLIENT_OPTIONS, mports)
