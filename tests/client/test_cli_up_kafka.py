@@ -27,8 +27,9 @@ def test_up_with_kafka_port_serves_kafka_clients(tmp_path):
         p = KafkaProducer(bootstrap_servers=f"127.0.0.1:{kport}", acks="all")
         from kafka.admin import KafkaAdminClient, NewTopic
 
-        KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{kport}").create_topics(
-            [NewTopic("up", 1, 1)])
+        admin = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{kport}")
+        admin.create_topics([NewTopic("up", 1, 1)])
+        admin.close()  # (its I/O thread would outlive the test, calling `random`)
         p.send("up", b"hello").get(timeout=20)
         p.close()
         c = KafkaConsumer("up", bootstrap_servers=f"127.0.0.1:{kport}",

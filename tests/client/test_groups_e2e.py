@@ -169,6 +169,7 @@ def test_zombie_commit_is_refused_after_its_session_expired(node_factory):
     with pytest.raises(CommitFailedError, match="ILLEGAL_GENERATION|UNKNOWN_MEMBER_ID"):
         z.commit({TopicPartition("z", 0): 1})
     live.close()
+    z.close()  # (the zombie's fetch thread must not outlive the test)
 
 
 def test_pattern_subscription_picks_up_a_new_topic(node_factory):
@@ -229,3 +230,4 @@ def test_close_during_a_long_rebalance_returns_promptly(node_factory):
     started = time.monotonic()
     joiner.close()
     assert time.monotonic() - started < 10, "close() waited for the rebalance"
+    stuck.close()  # (its fetch thread must not outlive the test)
