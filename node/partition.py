@@ -211,11 +211,6 @@ class Partition:
         self.maybe_advance_hw()
         return base, last
 
-    @property
-    def producers(self):
-        """The log's idempotent-producer state (raftlog/log.py)."""
-        return self.log.producers
-
     def _write_failed(self, err: StorageError) -> str:
         """A write of this replica failed: the message for clients (and one log line
         per incident, see node/disk.py)."""
