@@ -475,9 +475,10 @@ class GroupsWorkload(QueueWorkload):
         consumer: Consumer | None = None
         expires = float("inf")
         changes: list = []  # rebalance callbacks of the current consumer, for the history
+        uncommitted: set = set()  # partitions whose last commit by hand did not succeed
         while not self.stop_flag.is_set():
             if consumer is None:
-                changes = []
+                changes, uncommitted = [], set()
                 op = h.invoke(process, "subscribe", {"group": group, "topic": QUEUE_TOPIC})
                 try:
                     consumer = self._consumer(group, auto)
@@ -508,34 +509,39 @@ class GroupsWorkload(QueueWorkload):
             extra = {"changes": changes[:]} if changes else {}
             del changes[:len(extra.get("changes", ()))]
             h.ok(op, out, group=group, **extra)
-            if out and not auto:
-                self._commit(process, group, consumer, out)
+            if (out or uncommitted) and not auto:
+                # (a commit refused by a rebalance is tried again while the partition
+                # stays here: its records are not polled again, so nothing else would)
+                uncommitted = self._commit(process, group, consumer, set(out) | uncommitted)
         if consumer is not None:
             self._close(process, group, consumer, "end")
 
-    def _commit(self, process: int, group: str, consumer: Consumer, polled: dict) -> None:
-        """Commit the positions of the partitions the poll returned records of (every
-        record returned so far is processed: recorded in the history before this commit).
-        Positions, not the polled offsets + 1: a partition reassigned meanwhile has the
-        committed offset as its position, not what this member read before."""
-        tps = [TopicPartition(*split_key(k)) for k in polled]
+    def _commit(self, process: int, group: str, consumer: Consumer, keys: set) -> set:
+        """Commit the positions of the partitions ``keys`` (those the poll returned
+        records of, and those whose last commit failed; every record returned so far is
+        processed: recorded in the history before this commit). Positions, not the
+        polled offsets + 1: a partition reassigned meanwhile has the committed offset as
+        its position, not what this member read before. Returns the keys still owned
+        whose commit did not succeed (tried again after the next poll)."""
+        tps = [TopicPartition(*split_key(k)) for k in sorted(keys)]
         try:
             owned = consumer.assignment()
             offsets = {tp: consumer.position(tp) for tp in tps if tp in owned}
         except Exception:
-            return  # the assignment changed meanwhile; the next poll commits
+            return set(keys)  # the assignment changed meanwhile; the next poll commits
         if not offsets:
-            return
-        op = self.history.invoke(process, "commit", {
-            "group": group, "offsets": {key_of(tp.topic, tp.partition): o
-                                        for tp, o in sorted(offsets.items())}})
+            return set()
+        committed = {key_of(tp.topic, tp.partition): o for tp, o in sorted(offsets.items())}
+        op = self.history.invoke(process, "commit", {"group": group, "offsets": committed})
         try:
             consumer.commit(offsets)
             self.history.ok(op)
+            return set()
         except CommitFailedError as e:
             self.history.fail(op, error=repr(e))
         except Exception as e:
             self.history.info(op, error=repr(e))
+        return set(committed)
 
     def _close(self, process: int, group: str, consumer: Consumer, why: str,
                abort: bool = False) -> None:
