@@ -23,6 +23,10 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from raftlog.localnode import free_port  # noqa: E402
+
 CHUNK = 1 << 20
 
 
@@ -94,13 +98,14 @@ def run(src: str, dst: str, total: int, rate: float, burst_s: float = 0.1,
     """Copy ``total`` bytes of ``src``'s segment files to ``dst`` at ``rate`` bytes/s
     (receiver in a child process); returns (seconds taken, CPU seconds of the sender
     and the receiver)."""
+    if not src or not os.path.isdir(src):
+        raise SystemExit(f"copy floor: --src {src!r} is not a directory")
+    if total <= 0 or rate <= 0 or burst_s <= 0:
+        raise SystemExit("copy floor: --bytes, --rate-mb and --burst-s must be positive")
     files = log_files(src)
     if sum(os.path.getsize(p) for p in files) < total:
-        raise SystemExit(f"{src} holds fewer than {total} bytes of *.log files")
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
+        raise SystemExit(f"copy floor: {src} holds fewer than {total} bytes of *.log files")
+    port = free_port()
     rx_cpu0 = _children_cpu_s()
     rx = subprocess.Popen([sys.executable, __file__, "--receive", str(port), "--dst", dst,
                            "--bytes", str(total), "--fsync-s", str(fsync_s)],

@@ -28,18 +28,11 @@ import time
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from reassign import Cluster  # noqa: E402
+from reassign import Cluster, cpu_seconds  # noqa: E402
 
 from raftlog.client import Admin  # noqa: E402
 
 WARMUP_TOPICS = 5
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of ``pid`` so far, in seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def create_rate(admin: Admin, prefix: str, count: int, partitions: int, rf: int) -> float:

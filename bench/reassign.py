@@ -118,8 +118,9 @@ class Steady(threading.Thread):
         p.close()
 
 
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far (Linux /proc)."""
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` so far, in seconds (Linux /proc; also
+    bench/idle.py's)."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -184,7 +185,7 @@ def main() -> None:
             moved_bytes = added * (per_part // 1000 * 1000) * RECORD
             throttle = int(args.throttle_mb * 1e6)
             steady.phase = "during"
-            cpu0 = {i: cpu_s(p.pid) for i, p in c.procs.items()}
+            cpu0 = {i: cpu_seconds(p.pid) for i, p in c.procs.items()}
             t0 = time.monotonic()
             floor_cpu = None
             if args.floor:
@@ -196,7 +197,7 @@ def main() -> None:
                 while a.list_partition_reassignments(list(plan)):
                     time.sleep(0.2)
             move_s = time.monotonic() - t0
-            cpu = {i: round((cpu_s(p.pid) - cpu0[i]) / move_s * 100, 1) for i, p in c.procs.items()}
+            cpu = {i: round((cpu_seconds(p.pid) - cpu0[i]) / move_s * 100, 1) for i, p in c.procs.items()}
         steady.stop.set()
         steady.join(30)
         expected = moved_bytes / throttle

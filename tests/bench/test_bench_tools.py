@@ -125,3 +125,22 @@ def test_idle_reads_a_process_cpu_time_that_grows_with_work():
     assert t > before >= 0
     pct = idle.idle_pct({"me": os.getpid()}, 0.2)
     assert 0 <= pct["me"] < 50  # asleep for most of the window
+
+
+def test_copy_floor_copies_the_bytes_and_refuses_bad_input(tmp_path):
+    import copy_floor
+
+    src = tmp_path / "src" / "t-0"
+    src.mkdir(parents=True)
+    data = os.urandom(300_000)
+    (src / "00000000000000000000.log").write_bytes(data)
+    secs, cpu = copy_floor.run(str(tmp_path / "src"), str(tmp_path / "dst"), 200_000,
+                               rate=10e6, burst_s=0.01, fsync_s=0.01)
+    assert secs > 0 and cpu >= 0
+    assert (tmp_path / "dst" / "part-0").read_bytes() == data[:200_000]
+    with pytest.raises(SystemExit, match="not a directory"):
+        copy_floor.run(str(tmp_path / "nope"), str(tmp_path / "d2"), 1, 1e6)
+    with pytest.raises(SystemExit, match="fewer than"):
+        copy_floor.run(str(tmp_path / "src"), str(tmp_path / "d2"), 10**9, 1e6)
+    with pytest.raises(SystemExit, match="must be positive"):
+        copy_floor.run(str(tmp_path / "src"), str(tmp_path / "d2"), 0, 1e6)
