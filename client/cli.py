@@ -9,160 +9,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 import time
 
-from raftlog import localnode
 from raftlog.errors import ErrorCode, RaftlogError
 
+from .cli_up import cmd_up, unready_brokers  # noqa: F401 (unready_brokers: tests)
 from .security import security_kwargs
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
 # --------------------------------------------------------------------------- server commands
-
-
-def cmd_up(args) -> int:
-    """Run a local cluster of ``--nodes`` nodes on loopback until Ctrl-C / SIGTERM.
-
-    Node i serves clients on PORT+i-1; with more than one node, nodes 1..C (C =
-    ``--controllers``, default every node) are also metadata-quorum voters on Raft port
-    PORT+100+i-1 (process.roles=controller,broker) and the others are broker-only nodes
-    that follow the metadata log without voting; a random Raft password is kept in
-    DATA_DIR/raft.password.
-    """
-    if args.nodes < 1 or args.nodes > 9:
-        print("raftlog up: --nodes must be between 1 and 9", file=sys.stderr)
-        return 2
-    controllers = args.nodes if args.controllers is None else args.controllers
-    if not 1 <= controllers <= args.nodes or (args.controllers is not None and controllers % 2 == 0):
-        print(f"raftlog up: --controllers must be an odd number between 1 and --nodes "
-              f"({args.nodes}), not {controllers}", file=sys.stderr)
-        return 2
-    if args.metrics_port is not None and not 1 <= args.metrics_port <= 65536 - args.nodes:
-        print(f"raftlog up: --metrics-port must leave room for {args.nodes} port(s) below 65536",
-              file=sys.stderr)
-        return 2
-    if not args.wait_timeout >= 0:  # (also NaN)
-        print(f"raftlog up: --wait-timeout must be 0 or more seconds, not {args.wait_timeout}",
-              file=sys.stderr)
-        return 2
-    data_dir = os.path.abspath(args.data_dir)
-    os.makedirs(data_dir, exist_ok=True)
-    overrides: dict = {}
-    if args.nodes > 1:
-        voters = ",".join(
-            f"{i}@{args.host}:{args.port + 100 + i - 1}" for i in range(1, controllers + 1)
-        )
-        overrides = {"controller.quorum.voters": voters, "raft.password": _password(data_dir)}
-    procs = []
-    for i in range(1, args.nodes + 1):
-        node_dir = os.path.join(data_dir, f"node-{i}")
-        os.makedirs(node_dir, exist_ok=True)
-        own = {"process.roles": "broker"} if i > controllers else {}
-        if args.metrics_port is not None:
-            own["metrics.listener"] = f"{args.host}:{args.metrics_port + i - 1}"
-        if args.kafka_port is not None:  # node i: Kafka clients on KAFKA_PORT+i-1
-            own["kafka.listener"] = f"{args.host}:{args.kafka_port + i - 1}"
-        cmd = localnode.node_command(node_id=i, host=args.host, port=args.port + i - 1,
-                                     data_dir=node_dir, overrides={**overrides, **own})
-        proc = localnode.spawn(cmd, new_session=True)  # output: this terminal
-        with open(os.path.join(node_dir, "node.pid"), "w") as f:
-            f.write(f"{proc.pid}\n")
-        procs.append(proc)
-
-    stopping = []
-
-    def forward(signum, _frame):
-        stopping.append(signum)
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
-    servers = ",".join(f"{args.host}:{args.port + i}" for i in range(args.nodes))
-    deadline = time.monotonic() + args.wait_timeout
-    silent = [i + 1 for i, p in enumerate(procs)
-              if not localnode.wait_listening(args.host, args.port + i,
-                                              max(0.0, deadline - time.monotonic()), p)]
-    problem = (f"node(s) {', '.join(map(str, silent))} did not start listening"
-               if silent else _wait_registered(servers, args.nodes, deadline,
-                                               lambda: bool(stopping)))
-    if problem is not None and not stopping:
-        print(f"raftlog up: not up after {args.wait_timeout:g} s: {problem} "
-              "(their output is above); stopping", file=sys.stderr, flush=True)
-        forward(signal.SIGTERM, None)
-        for p in procs:
-            p.wait()
-        return 1
-    if not stopping:  # (Ctrl-C during the start-up wait: just stop)
-        print(
-            f"raftlog is up: bootstrap servers {servers}, data in {data_dir}\n"
-            f"  raftlog topics create demo --bootstrap-server {args.host}:{args.port}\n"
-            f'  Producer(bootstrap_servers="{servers}")\n'
-            + (f"  metrics: http://{args.host}:{args.metrics_port}/metrics"
-               f"{f' .. port {args.metrics_port + args.nodes - 1}' if args.nodes > 1 else ''}\n"
-               if args.metrics_port is not None else "")
-            + ("Kafka clients: bootstrap.servers="
-               + ",".join(f"{args.host}:{args.kafka_port + i}" for i in range(args.nodes)) + "\n"
-               if args.kafka_port is not None else "")
-            + "Ctrl-C stops it.",
-            flush=True,
-        )
-    rcs = [p.wait() for p in procs]
-    bad = [rc for rc in rcs if rc not in (0, -signal.SIGTERM, -signal.SIGINT)]
-    return bad[0] if bad else 0
-
-
-def _password(data_dir: str) -> str:
-    """The local cluster's Raft password: created once, readable by the owner only."""
-    path = os.path.join(data_dir, "raft.password")
-    if not os.path.exists(path):
-        import secrets
-
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_hex(16))
-    with open(path) as f:
-        return f.read().strip()
-
-
-def unready_brokers(expected: int, brokers) -> list[str]:
-    """Why a local cluster of node ids 1..expected is not ready yet, one phrase per node
-    (empty: every node is registered and unfenced). ``brokers``: describe_cluster()'s."""
-    seen = {b.id: b for b in brokers}
-    out = []
-    for i in range(1, expected + 1):
-        b = seen.get(i)
-        if b is None:
-            out.append(f"node {i} is not registered")
-        elif b.fenced:
-            out.append(f"node {i} is fenced")
-    return out
-
-
-def _wait_registered(servers: str, expected: int, deadline: float,
-                     stopped=lambda: False) -> str | None:
-    """Wait until every node is registered and unfenced in the metadata (so a topic
-    with replication factor ``expected`` can be created at once); None when it is,
-    else what is missing at the deadline (or when ``stopped()``)."""
-    from .admin import Admin
-
-    why = ["no node answered DescribeCluster"]
-    while True:
-        try:
-            with Admin(servers, request_timeout_ms=2000) as admin:
-                why = unready_brokers(expected, admin.describe_cluster().brokers)
-        except Exception as e:  # noqa: BLE001 -- still starting: say what the last try saw
-            why = [f"DescribeCluster failed: {e}"]
-        if not why:
-            return None
-        if time.monotonic() >= deadline or stopped():
-            return "; ".join(why)
-        time.sleep(0.1)
 
 
 def cmd_node(args) -> int:

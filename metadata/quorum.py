@@ -82,6 +82,7 @@ from pysyncobj.syncobj import _RAFT_STATE
 from pysyncobj.transport import TCPTransport
 
 from raftlog.checkpoint import atomic_write, fsync_dir, makedirs_durable
+from raftlog.dirlock import DirLock
 from raftlog.errors import ConfigError, StorageError
 
 from . import raft_rules
@@ -420,6 +421,18 @@ class MetadataQuorum:
         self._listen = listen
         harden_pysyncobj()
         makedirs_durable(data_dir)  # its name too: the whole metadata log is in it
+        # one process per journal: two would both map it and overwrite each other's
+        # entries (raftlog/dirlock.py); held until close()
+        self._lock = DirLock.acquire(data_dir, f"metadata quorum of node {node_id}")
+        try:
+            self._start(node_id, voters, data_dir, password, on_commit,
+                        leader_fallback_timeout_s, voter)
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _start(self, node_id, voters, data_dir, password, on_commit,
+               leader_fallback_timeout_s, voter) -> None:
         _check_voter_set(data_dir, voters)
         self.node_id = node_id
         #: False for a learner (a broker-only node): it follows the committed log
@@ -622,6 +635,8 @@ class MetadataQuorum:
         self._stop.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout_s)
+        if not self._thread.is_alive():  # (else the journal may still be written)
+            self._lock.release()
 
 
 _NOT_CONTROLLER = (

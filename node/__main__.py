@@ -8,6 +8,7 @@ import logging
 import signal
 import sys
 
+from raftlog.dirlock import DataDirInUse
 from raftlog.errors import ApiError, ConfigError
 
 from .config import NODE_CONFIG_KEYS, NodeConfig
@@ -97,8 +98,14 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"raftlog node: {e}", file=sys.stderr)
         return 2
-    except OSError as e:
+    except DataDirInUse as e:
         print(f"raftlog node: cannot start: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # (strerror: the message alone, without "[Errno N]")
+        what = e.strerror or str(e)
+        if e.filename:
+            what += f": {e.filename}"
+        print(f"raftlog node: cannot start: {what}", file=sys.stderr)
         return 1
     except ApiError as e:  # e.g. the metadata quorum never answered the registration
         print(f"raftlog node: cannot join the cluster: {e.message}", file=sys.stderr)

@@ -32,7 +32,6 @@ What a client sends never takes the node down:
 
 from __future__ import annotations
 
-import socket as _stdsocket
 import struct
 
 import trio
@@ -58,7 +57,7 @@ from .kafka_handlers import Context, KafkaApis, Wait
 from .outbox import Deferred, Outbox
 from .purgatory import Delayed
 from .server import AUTH_TIMEOUT_S, AuthenticationFailed, Guard
-from .sockio import accept_loop, recv_into, tls_recv_into
+from .sockio import accept_loop, listen, recv_into, tls_recv_into
 
 RECV_BYTES = 256 * 1024
 #: Connections served at once; further ones are accepted and closed at once.
@@ -178,10 +177,8 @@ class KafkaServer:
         return host, port + (mine[1] - c.advertised[1])
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        sock = _stdsocket.create_server((self.config.kafka_host, self.config.kafka_port),
-                                        backlog=1024, reuse_port=False)
+        sock = listen(self.config.kafka_host, self.config.kafka_port, "kafka.listener")
         try:
-            sock.setblocking(False)
             addr = sock.getsockname()
             self.address = (addr[0], addr[1])
             self.events.info("kafka_listening", host=addr[0], port=addr[1])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import trio
 
 from .metrics import render
+from .sockio import listen
 
 MAX_SCRAPE_CONNECTIONS = 16
 MAX_HEAD_BYTES = 8192
@@ -63,7 +64,8 @@ class MetricsServer:
         self.scrapes = 0
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+        sock = listen(self.host, self.port, "metrics.listener")
+        listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(sock))]
         addr = listeners[0].socket.getsockname()
         self.events.info("metrics_listening", host=addr[0], port=addr[1])
         task_status.started(addr)

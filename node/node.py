@@ -12,6 +12,8 @@ import signal
 
 import trio
 
+from raftlog.dirlock import DirLock
+
 from .broker import Broker
 from .config import NodeConfig
 from .logfmt import EventLog
@@ -71,11 +73,20 @@ class Node:
             self.events.error("reconcile_failed", error=repr(e))
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        # before anything in the data dir is opened: a second node on it would lose
+        # acknowledged records (raftlog/dirlock.py); the kernel drops it when we die
+        self._lock = DirLock.acquire(self.config.data_dir, f"node {self.config.node_id}")
+        try:
+            await self._run(task_status)
+        finally:
+            self._lock.release()
+
+    async def _run(self, task_status) -> None:
         from .heartbeat import Heartbeats
         from .peer import peer_security
         from .quorum_store import QuorumTopicStore
 
-        self._token = trio.lowlevel.current_trio_token()
         # every node runs the metadata quorum; without controller.quorum.voters it is
         # the only voter of its own (NodeConfig.metadata_voters)
         self.store = QuorumTopicStore(self.config, self._on_commit)
@@ -296,17 +307,27 @@ class Node:
             self.events.info("retention", segments_deleted=n)
 
 
+#: The file, in the data dir, that holds the pid of the node that has it: written once
+#: the node serves, so under the data dir's lock (never by a process refused the dir).
+PID_FILE = "node.pid"
+
+
+def _write_pid_file(data_dir: str) -> None:
+    try:
+        fd = os.open(os.path.join(data_dir, PID_FILE), os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                     0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{os.getpid()}\n")
+    except OSError:
+        pass  # (informational: a full disk must not stop the node)
+
+
 async def serve_until_signalled(config: NodeConfig, events: EventLog | None = None) -> None:
     node = Node(config, events)
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
-            await nursery.start(node.run)
-            pid_file = os.path.join(config.data_dir, "node.pid")
-            try:
-                with open(pid_file, "w") as f:
-                    f.write(f"{os.getpid()}\n")
-            except OSError:
-                pass
+            await nursery.start(node.run)  # (it holds the data dir's lock from here)
+            _write_pid_file(config.data_dir)  # once it serves: deploy/ waits for it
             async for signum in signals:
                 node.events.info("shutdown", signal=signal.Signals(signum).name)
                 nursery.cancel_scope.cancel()

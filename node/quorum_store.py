@@ -54,11 +54,25 @@ def _topic_info(t, down: frozenset, brokers: dict) -> TopicInfo:
     )
 
 
+def _check_raft_port(host: str, port: int) -> None:
+    """Fail the start with a clear error when this voter's Raft port is taken:
+    pysyncobj binds it in its own thread and retries forever without a word.
+
+    Raises:
+        OSError: naming the address and what to do.
+    """
+    from .sockio import listen
+
+    listen(host, port, "Raft port of controller.quorum.voters").close()
+
+
 class QuorumTopicStore:
     def __init__(self, config: NodeConfig, on_commit):
         self.config = config
         self.node_id = config.node_id
         self.incarnation_id = uuid.uuid4().hex
+        if config.controller_quorum_voters and config.is_voter:
+            _check_raft_port(*config.metadata_voters[config.node_id])
         self.quorum = MetadataQuorum(
             config.node_id,
             config.metadata_voters,

@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import secrets
-import socket as _stdsocket
 from time import perf_counter
 
 import trio
@@ -54,7 +53,7 @@ from .outbox import Deferred, Outbox
 from .purgatory import Delayed, Purgatory
 from .replica_manager import ReplicaManager
 from .routes import ROUTES, SERVED_APIS, Mode
-from .sockio import accept_loop, tls_handshake
+from .sockio import accept_loop, listen, tls_handshake
 from .sockio import recv_into as _recv
 from .sockio import tls_recv_into as _tls_recv
 
@@ -311,8 +310,7 @@ class Server:
         socks = []
         try:
             for x in listeners:
-                sock = _stdsocket.create_server((x.host, x.port), backlog=1024, reuse_port=False)
-                sock.setblocking(False)
+                sock = listen(x.host, x.port, f"listeners: {x.name}")
                 socks.append(sock)
                 addr = sock.getsockname()
                 self.bound[x.name] = addr[:2]

@@ -14,6 +14,7 @@ A retried TLS send passes the same unsent bytes first, as OpenSSL requires.
 from __future__ import annotations
 
 import errno
+import os
 import socket
 import ssl
 
@@ -133,3 +134,27 @@ async def accept_loop(listener, handle, events, nursery) -> None:
             await trio.sleep(0.1)
             continue
         nursery.start_soon(handle, conn, peer)
+
+
+def listen(host: str, port: int, what: str) -> socket.socket:
+    """A non-blocking listening socket on ``host:port``; ``what`` names the listener
+    (its config key) in the error.
+
+    Raises:
+        OSError: the address cannot be bound, with a message that names it and says
+            what to do (the node's start-up error, shown by ``raftlog up``).
+    """
+    try:
+        sock = socket.create_server((host, port), backlog=1024, reuse_port=False)
+    except OSError as e:
+        hint = {errno.EADDRINUSE: "another process listens there: stop it or choose "
+                                  "another port",
+                errno.EADDRNOTAVAIL: "no interface of this machine has that address",
+                errno.EACCES: "ports below 1024 need privileges: choose a higher one"}
+        raise OSError(e.errno, f"cannot listen on {host}:{port} ({what}): {os.strerror(e.errno)}"
+                      + (f"; {hint[e.errno]}" if e.errno in hint else "")) from None
+    except OverflowError:
+        raise OSError(errno.EINVAL, f"cannot listen on {host}:{port} ({what}): the port "
+                                    "must be between 0 and 65535") from None
+    sock.setblocking(False)
+    return sock

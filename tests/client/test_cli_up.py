@@ -125,7 +125,7 @@ def test_up_that_cannot_get_ready_in_time_says_why_and_stops(tmp_path):
     r = subprocess.run(_up_args(str(tmp_path / "d"), free_port(), "--wait-timeout", "0"),
                        capture_output=True, timeout=60)
     assert r.returncode == 1
-    assert b"not up after 0 s" in r.stderr and b"did not start listening" in r.stderr
+    assert b"not up after 0 s" in r.stderr and b"does not serve yet" in r.stderr
     assert b"raftlog is up" not in r.stdout
 
 

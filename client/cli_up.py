@@ -1,0 +1,348 @@
+"""``raftlog up``: a local cluster on loopback, honest about whether it is up.
+
+Each node gets its own ``DATA_DIR/node-I/server.properties`` (mode 0600: the Raft
+password is in it, never in a command line) and runs as ``python -m raftlog.node
+--config`` on it, so one node is restarted by hand with ``raftlog node --config
+DATA_DIR/node-I/server.properties``. ``up`` holds ``DATA_DIR``'s lock (a second ``up``
+on it is refused before it writes anything) and each node holds its own dir's.
+
+"up" is printed only when every node serves: it listens, answers Metadata itself (a
+node answers BROKER_NOT_AVAILABLE until it has registered, i.e. replayed the
+metadata log: on a restart the others' replayed view still shows the old incarnation
+as registered) and the cluster lists every node registered and unfenced. A node that
+exits during the start makes ``up`` print that node's error and exit 1 at once.
+
+Node output goes to ``DATA_DIR/node-I/node.log`` and is echoed on this terminal's
+stderr while ``up`` runs (a file rather than a pipe: a node outlives a killed ``up``
+without write errors).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import sys
+import threading
+import time
+
+from raftlog import localnode
+from raftlog.dirlock import DataDirInUse, DirLock
+
+#: Lines of each node's output kept to report why it failed to start.
+TAIL_LINES_MAX = 40
+#: Pause of the thread that echoes node logs when nothing new arrived.
+ECHO_POLL_S = 0.05
+#: The largest port number.
+PORT_MAX = 65535
+
+
+def validate(args) -> str | None:
+    """What is wrong with ``up``'s arguments (one sentence), or None."""
+    n = args.nodes
+    if n < 1 or n > 9:
+        return "--nodes must be between 1 and 9"
+    controllers = n if args.controllers is None else args.controllers
+    if not 1 <= controllers <= n or (args.controllers is not None and controllers % 2 == 0):
+        return (f"--controllers must be an odd number between 1 and --nodes ({n}), "
+                f"not {controllers}")
+    ranges = [("--port", args.port, n)]
+    if n > 1:
+        ranges.append(("--port (its Raft ports are PORT+100..)", args.port + 100, controllers))
+    if args.metrics_port is not None:
+        ranges.append(("--metrics-port", args.metrics_port, n))
+    if args.kafka_port is not None:
+        ranges.append(("--kafka-port", args.kafka_port, n))
+    for flag, first, count in ranges:
+        if not 1 <= first <= PORT_MAX - count + 1:
+            return (f"{flag} must leave room for {count} port(s) between 1 and {PORT_MAX}, "
+                    f"not start at {first}")
+    if not args.wait_timeout >= 0:  # (also NaN)
+        return f"--wait-timeout must be 0 or more seconds, not {args.wait_timeout}"
+    return None
+
+
+def node_properties(args, i: int, node_dir: str, controllers: int,
+                    password: str | None) -> dict[str, str]:
+    """Node ``i``'s server.properties (1-based), as ``key: value``."""
+    props = {"node.id": str(i), "listeners": f"{args.host}:{args.port + i - 1}",
+             "log.dirs": node_dir}
+    if args.nodes > 1:
+        props["controller.quorum.voters"] = ",".join(
+            f"{v}@{args.host}:{args.port + 100 + v - 1}" for v in range(1, controllers + 1))
+        props["raft.password"] = password or ""
+        if i > controllers:
+            props["process.roles"] = "broker"
+    if args.metrics_port is not None:
+        props["metrics.listener"] = f"{args.host}:{args.metrics_port + i - 1}"
+    if args.kafka_port is not None:  # node i: Kafka clients on KAFKA_PORT+i-1
+        props["kafka.listener"] = f"{args.host}:{args.kafka_port + i - 1}"
+    return props
+
+
+def write_private(path: str, text: str) -> None:
+    """Replace ``path`` with ``text``, readable by the owner only (it may hold secrets)."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o600)  # (an older file of ours may have had other bits)
+    os.replace(tmp, path)
+
+
+def write_properties(path: str, props: dict[str, str]) -> None:
+    lines = ["# Written by `raftlog up` (rewritten at each start); restart this node alone",
+             f"# with: raftlog node --config {path}"]
+    lines += [f"{k}={v}" for k, v in props.items()]
+    write_private(path, "\n".join(lines) + "\n")
+
+
+def password(data_dir: str) -> str:
+    """The local cluster's Raft password: created once, readable by the owner only."""
+    path = os.path.join(data_dir, "raft.password")
+    if not os.path.exists(path):
+        import secrets
+
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(16))
+    with open(path) as f:
+        return f.read().strip()
+
+
+class NodeOutput:
+    """Echoes one node's log file to ``out`` from where it ended at spawn, keeping
+    the last TAIL_LINES_MAX lines for an error report."""
+
+    def __init__(self, path: str, out=None):
+        self.path, self.out = path, out if out is not None else sys.stderr
+        self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES_MAX)
+        self._pos = os.path.getsize(path) if os.path.exists(path) else 0
+        self._partial = b""
+
+    def pump(self) -> bool:
+        """Echo what was appended since the last call; True if anything was."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._pos)
+                data = f.read(1 << 20)
+        except OSError:
+            return False
+        if not data:
+            return False
+        self._pos += len(data)
+        data, self._partial = self._partial + data, b""
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        for raw in lines:
+            line = raw.decode("utf-8", "replace")
+            self.tail.append(line)
+            try:
+                self.out.write(line + "\n")
+            except (OSError, ValueError):  # (our terminal is gone: keep the tail only)
+                pass
+        try:
+            self.out.flush()
+        except (OSError, ValueError):
+            pass
+        return True
+
+    def error(self) -> str:
+        """The node's own start-up error line if it printed one, else its last lines."""
+        self.pump()
+        mine = [t for t in self.tail if t.startswith("raftlog node:")]
+        if mine:
+            return mine[-1]
+        last = [t for t in self.tail if t.strip()][-3:]
+        return " | ".join(last) if last else "(no output)"
+
+
+def _echo_loop(outputs: list[NodeOutput], stop: threading.Event) -> None:
+    while not stop.is_set():
+        if not any([o.pump() for o in outputs]):
+            stop.wait(ECHO_POLL_S)
+    for o in outputs:
+        o.pump()
+
+
+def node_ready(host: str, port: int, timeout_s: float, security=None) -> str | None:
+    """None when the node at ``host:port`` answers Metadata itself (it has registered,
+    i.e. replayed the metadata log), else why not."""
+    from raftlog.protocol import Api
+
+    from .conn import BrokerConnection
+
+    try:
+        conn = BrokerConnection(host, port, timeout_s=max(0.1, timeout_s), security=security)
+    except Exception as e:  # noqa: BLE001 -- starting: say what we saw
+        return f"cannot connect: {e}"
+    try:
+        conn.request(Api.METADATA, {"topics": []}, timeout_s=max(0.1, timeout_s))
+        return None
+    except Exception as e:  # noqa: BLE001
+        return str(e) or type(e).__name__
+    finally:
+        conn.close()
+
+
+def unready_brokers(expected: int, brokers) -> list[str]:
+    """Why a local cluster of node ids 1..expected is not ready yet, one phrase per node
+    (empty: every node is registered and unfenced). ``brokers``: describe_cluster()'s."""
+    seen = {b.id: b for b in brokers}
+    out = []
+    for i in range(1, expected + 1):
+        b = seen.get(i)
+        if b is None:
+            out.append(f"node {i} is not registered")
+        elif b.fenced:
+            out.append(f"node {i} is fenced")
+    return out
+
+
+class Starting:
+    """The start-up wait: every node listening, answering, registered and unfenced;
+    fails at once when a node exits."""
+
+    def __init__(self, args, procs, outputs, deadline: float, stopped, security=None):
+        self.args, self.procs, self.outputs = args, procs, outputs
+        self.deadline, self.stopped, self.security = deadline, stopped, security
+
+    def _exited(self) -> str | None:
+        for i, p in enumerate(self.procs, 1):
+            if p.poll() is not None:
+                return (f"node {i} exited with code {p.returncode} during start: "
+                        f"{self.outputs[i - 1].error()}")
+        return None
+
+    def wait(self) -> tuple[str | None, bool]:
+        """(None, _) when up; else (why, fatal): fatal when a node exited."""
+        a = self.args
+        servers = ",".join(f"{a.host}:{a.port + i}" for i in range(a.nodes))
+        why = "no node answered yet"
+        while True:
+            dead = self._exited()
+            if dead is not None:
+                return dead, True
+            why = self._why_not_ready(servers)
+            if why is None:
+                return None, False
+            if time.monotonic() >= self.deadline or self.stopped():
+                return why, False
+            time.sleep(0.1)
+
+    def _why_not_ready(self, servers: str) -> str | None:
+        a = self.args
+        left = max(0.2, min(2.0, self.deadline - time.monotonic()))
+        for i in range(1, a.nodes + 1):
+            problem = node_ready(a.host, a.port + i - 1, left, self.security)
+            if problem is not None:
+                return f"node {i} ({a.host}:{a.port + i - 1}) does not serve yet: {problem}"
+        from .admin import Admin
+
+        try:
+            extra = {"security": self.security} if self.security is not None else {}
+            with Admin(servers, request_timeout_ms=2000, **extra) as admin:
+                why = unready_brokers(a.nodes, admin.describe_cluster().brokers)
+        except Exception as e:  # noqa: BLE001 -- still starting: say what the last try saw
+            return f"DescribeCluster failed: {e}"
+        return "; ".join(why) if why else None
+
+
+def cmd_up(args) -> int:
+    """Run a local cluster of ``--nodes`` nodes on loopback until Ctrl-C / SIGTERM.
+
+    Node i serves clients on PORT+i-1; with more than one node, nodes 1..C (C =
+    ``--controllers``, default every node) are also metadata-quorum voters on Raft port
+    PORT+100+i-1 (process.roles=controller,broker) and the others are broker-only nodes
+    that follow the metadata log without voting; a random Raft password is kept in
+    DATA_DIR/raft.password.
+    """
+    problem = validate(args)
+    if problem is not None:
+        print(f"raftlog up: {problem}", file=sys.stderr)
+        return 2
+    data_dir = os.path.abspath(args.data_dir)
+    try:
+        lock = DirLock.acquire(data_dir, "raftlog up")
+    except DataDirInUse as e:
+        print(f"raftlog up: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"raftlog up: cannot use {data_dir}: {e}", file=sys.stderr)
+        return 1
+    with lock:
+        return _run(args, data_dir)
+
+
+def _spawn_nodes(args, data_dir: str) -> tuple[list, list[NodeOutput]]:
+    controllers = args.nodes if args.controllers is None else args.controllers
+    secret = password(data_dir) if args.nodes > 1 else None
+    procs, outputs = [], []
+    for i in range(1, args.nodes + 1):
+        node_dir = os.path.join(data_dir, f"node-{i}")
+        os.makedirs(node_dir, mode=0o700, exist_ok=True)
+        config = os.path.join(node_dir, "server.properties")
+        write_properties(config, node_properties(args, i, node_dir, controllers, secret))
+        log_path = os.path.join(node_dir, "node.log")
+        out = NodeOutput(log_path)
+        proc = localnode.spawn(localnode.node_command(config=config), log_path,
+                               banner=f"raftlog up: node {i} starting", new_session=True)
+        procs.append(proc)
+        outputs.append(out)
+    return procs, outputs
+
+
+def _run(args, data_dir: str) -> int:
+    procs, outputs = _spawn_nodes(args, data_dir)
+    stop_echo = threading.Event()
+    echo = threading.Thread(target=_echo_loop, args=(outputs, stop_echo), daemon=True,
+                            name="raftlog-up-echo")
+    echo.start()
+    stopping = []
+
+    def forward(signum, _frame):
+        stopping.append(signum)
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    try:
+        deadline = time.monotonic() + args.wait_timeout
+        why, fatal = Starting(args, procs, outputs, deadline, lambda: bool(stopping)).wait()
+        if why is not None and not stopping:
+            print(f"raftlog up: {why}" if fatal else
+                  f"raftlog up: not up after {args.wait_timeout:g} s: {why}",
+                  file=sys.stderr, flush=True)
+            print("raftlog up: stopping the nodes (their logs: "
+                  f"{os.path.join(data_dir, 'node-*', 'node.log')})", file=sys.stderr, flush=True)
+            forward(signal.SIGTERM, None)
+            for p in procs:
+                p.wait()
+            return 1
+        if not stopping:  # (Ctrl-C during the start-up wait: just stop)
+            print(_banner(args, data_dir), flush=True)
+        rcs = [p.wait() for p in procs]
+    finally:
+        stop_echo.set()
+        echo.join(2.0)
+    bad = [rc for rc in rcs if rc not in (0, -signal.SIGTERM, -signal.SIGINT)]
+    return bad[0] if bad else 0
+
+
+def _banner(args, data_dir: str) -> str:
+    servers = ",".join(f"{args.host}:{args.port + i}" for i in range(args.nodes))
+    return (
+        f"raftlog is up: bootstrap servers {servers}, data in {data_dir}\n"
+        f"  raftlog topics create demo --bootstrap-server {args.host}:{args.port}\n"
+        f'  Producer(bootstrap_servers="{servers}")\n'
+        + (f"  metrics: http://{args.host}:{args.metrics_port}/metrics"
+           f"{f' .. port {args.metrics_port + args.nodes - 1}' if args.nodes > 1 else ''}\n"
+           if args.metrics_port is not None else "")
+        + ("Kafka clients: bootstrap.servers="
+           + ",".join(f"{args.host}:{args.kafka_port + i}" for i in range(args.nodes)) + "\n"
+           if args.kafka_port is not None else "")
+        + f"  restart one node: raftlog node --config {data_dir}/node-I/server.properties\n"
+        + "Ctrl-C stops it."
+    )
