@@ -340,10 +340,18 @@ class _MetadataLog(SyncObj):
         self._applied: collections.OrderedDict[str, Result] = collections.OrderedDict()
         super().__init__(self_addr, partners, conf,
                          transportClass=TCPTransport if listen else _UnboundTransport)
-        self._snapshot_bytes = self._state_from = _SnapshotOnDump(self._state)
+        # pysyncobj's tick thread is running already: it may have loaded a dump into
+        # `_snapshot_bytes` (or applied entries) before we get here, and an assignment
+        # would throw that state away (a restart after log compaction came back with
+        # only the entries after the dump). So set it only where nothing did.
+        snap = _SnapshotOnDump(self._state)
+        if self.__dict__.setdefault("_snapshot_bytes", snap) is snap:
+            self._state_from = snap
 
     def current_state(self) -> MetadataState:
-        snap = self._snapshot_bytes
+        snap = self.__dict__.get("_snapshot_bytes")
+        if snap is None:  # (the tick thread, before __init__ ends and before any dump)
+            return self._state
         if self._state_from is not snap:  # restored from a pysyncobj dump: CBOR bytes
             self._state = restore(snap)
             self._state_from = snap
