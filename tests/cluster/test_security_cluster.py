@@ -147,6 +147,7 @@ def test_rolling_move_from_plaintext_to_sasl_ssl_keeps_the_cluster_available(tmp
         n.security = {**security, "ssl.keystore.location": store}
     client = {"security_protocol": "SASL_SSL", "ssl_cafile": certs.cafile,
               "sasl_plain_username": BROKER[0], "sasl_plain_password": BROKER[1]}
+    t = threading.Thread()  # (the producer, started after the first roll)
     plain_boot = ",".join(f"127.0.0.1:{p}" for p in plain)
     secure_boot = ",".join(f"127.0.0.1:{p}" for p in secure)
 
@@ -154,14 +155,19 @@ def test_rolling_move_from_plaintext_to_sasl_ssl_keeps_the_cluster_available(tmp
         with Admin(bootstrap, **kw) as a:
             until(lambda: set(a.describe_topic("mig").partitions[0].isr) == {1, 2, 3}, 60)
 
+    acked, errors, stop = [], [], threading.Event()
+
     def roll(step, bootstrap, **kw):
         for i, n in enumerate(nodes, 1):
+            before = len(acked)
             n.stop()
             n.extra = {**base, **n.security, **step(i)}
             if "PLAINTEXT://" not in n.extra["listeners"]:
                 n.port = secure[i - 1]
             n.start()
             in_sync(bootstrap, **kw)
+            if t.is_alive():  # available at every step: the producer gets acks again
+                until(lambda before=before: len(acked) > before + 1 or errors, 60)
 
     try:
         for n in nodes:
@@ -173,8 +179,6 @@ def test_rolling_move_from_plaintext_to_sasl_ssl_keeps_the_cluster_available(tmp
         roll(lambda i: {"listeners": f"PLAINTEXT://127.0.0.1:{plain[i - 1]},"
                                      f"SASL_SSL://127.0.0.1:{secure[i - 1]}",
                         "inter.broker.listener.name": "PLAINTEXT"}, plain_boot)
-        acked, errors, stop = [], [], threading.Event()
-
         def produce():
             with Producer(secure_boot, acks="all", linger_ms=1, **client) as p:
                 i = 0

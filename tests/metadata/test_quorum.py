@@ -192,7 +192,7 @@ def test_a_restart_after_compaction_keeps_the_dump_whoever_loads_it_first(tmp_pa
             for _ in range(5):
                 assert q.propose(R.AllocateProducerIds(1, 7)).ok
             q._obj.forceLogCompaction()
-            assert _wait(lambda: os.path.exists(os.path.join(d, "metadata.snapshot")))
+            assert _wait(lambda d=d: os.path.exists(os.path.join(d, "metadata.snapshot")))
             assert q.propose(R.AllocateProducerIds(1, 7)).ok
         finally:
             q.close()
