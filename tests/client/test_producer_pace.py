@@ -4,6 +4,7 @@ queueing as one-record batches (issue #16), so the backlog stays bounded."""
 
 from __future__ import annotations
 
+import statistics
 import time
 
 import pytest
@@ -13,12 +14,12 @@ from raftlog.client import Admin, Producer
 SECONDS = 3.0
 
 
-def _paced(p: Producer, topic: str, rate: int) -> tuple[int, list]:
-    """Send at ``rate`` records/s for SECONDS (in 1 ms ticks); the largest number of
-    records sent and not yet acknowledged, seen at any tick, and the futures."""
+def _paced(p: Producer, topic: str, rate: int) -> tuple[list, list]:
+    """Send at ``rate`` records/s for SECONDS (in 1 ms ticks); the number of records
+    sent and not yet acknowledged at every tick, and the futures."""
     futures: list = []
     acked = 0  # futures[:acked] are all done
-    worst = 0
+    backlog: list[int] = []
     start = time.perf_counter()
     total = int(rate * SECONDS)
     while len(futures) < total:
@@ -28,9 +29,9 @@ def _paced(p: Producer, topic: str, rate: int) -> tuple[int, list]:
             futures.append(p.send(topic, b"%08d" % len(futures) + b"x" * 92, partition=0))
         while acked < len(futures) and futures[acked].done():
             acked += 1
-        worst = max(worst, len(futures) - acked)
+        backlog.append(len(futures) - acked)
         time.sleep(max(0.0, start + len(futures) / rate - time.perf_counter()))
-    return worst, futures
+    return backlog, futures
 
 
 @pytest.mark.parametrize("linger", [{}, {"linger_ms": 5}], ids=["defaults", "linger-5"])
@@ -40,15 +41,19 @@ def test_the_default_producer_keeps_up_with_a_steady_rate(node, rate, linger):
     Admin(node.bootstrap).create_topic(topic)
     with Producer(node.bootstrap, **linger) as p:  # acks=all and idempotence: the defaults
         assert p.enable_idempotence
-        worst, futures = _paced(p, topic, rate)
+        backlog, futures = _paced(p, topic, rate)
         end = time.monotonic()
         for f in futures:
             f.result(30)
         drain_s = time.monotonic() - end
     offsets = [f.result().offset for f in futures]
     assert offsets == list(range(len(futures)))
-    # Bounded: never more than 0.2 s of records waiting (the old accumulator
-    # fell behind without bound at 5000/s: ~9 s of backlog after 10 s), and the last
-    # records are acknowledged promptly after the sending stops.
-    assert worst <= rate // 5, f"{worst} records waited for acknowledgement at {rate}/s"
-    assert drain_s < 2.0, f"{drain_s:.1f} s to acknowledge the backlog at {rate}/s"
+    # Bounded, not growing: the old accumulator fell behind without bound at 5000/s
+    # (~9 s of backlog after 10 s, so a median over the run of seconds). The median
+    # tick sees at most 20 ms of records waiting, and no tick a whole second: a
+    # scheduler stall of a loaded machine (a few hundred ms) moves neither; latency
+    # targets are bench/throughput.py's (--rate).
+    median = statistics.median(backlog)
+    assert median <= rate // 50, f"median backlog {median} records at {rate}/s"
+    assert max(backlog) <= rate, f"{max(backlog)} records waited for acknowledgement at {rate}/s"
+    assert drain_s < 10.0, f"{drain_s:.1f} s to acknowledge the backlog at {rate}/s"
