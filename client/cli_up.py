@@ -33,6 +33,8 @@ from raftlog.dirlock import DataDirInUse, DirLock
 TAIL_LINES_MAX = 40
 #: Pause of the thread that echoes node logs when nothing new arrived.
 ECHO_POLL_S = 0.05
+#: ... and at most this long when the nodes have been quiet.
+ECHO_IDLE_S = 0.5
 #: The largest port number.
 PORT_MAX = 65535
 
@@ -119,18 +121,24 @@ class NodeOutput:
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES_MAX)
         self._pos = os.path.getsize(path) if os.path.exists(path) else 0
         self._partial = b""
+        self._file = None
+        self._lock = threading.Lock()  # (the echo thread and an error report pump)
 
     def pump(self) -> bool:
         """Echo what was appended since the last call; True if anything was."""
+        with self._lock:
+            return self._pump()
+
+    def _pump(self) -> bool:
         try:
-            with open(self.path, "rb") as f:
-                f.seek(self._pos)
-                data = f.read(1 << 20)
+            if self._file is None:
+                self._file = open(self.path, "rb")  # noqa: SIM115 -- kept open: polled
+                self._file.seek(self._pos)
+            data = self._file.read(1 << 20)
         except OSError:
             return False
         if not data:
             return False
-        self._pos += len(data)
         data, self._partial = self._partial + data, b""
         lines = data.split(b"\n")
         self._partial = lines.pop()
@@ -147,6 +155,15 @@ class NodeOutput:
             pass
         return True
 
+    def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
     def error(self) -> str:
         """The node's own start-up error line if it printed one, else its last lines."""
         self.pump()
@@ -158,11 +175,18 @@ class NodeOutput:
 
 
 def _echo_loop(outputs: list[NodeOutput], stop: threading.Event) -> None:
+    """Echo the nodes' output: every ECHO_POLL_S while lines arrive, backing off to
+    ECHO_IDLE_S when the nodes are quiet (``up`` must cost nothing beside a busy node)."""
+    pause = ECHO_POLL_S
     while not stop.is_set():
-        if not any([o.pump() for o in outputs]):
-            stop.wait(ECHO_POLL_S)
+        if any([o.pump() for o in outputs]):
+            pause = ECHO_POLL_S
+        else:
+            pause = min(ECHO_IDLE_S, pause * 2)
+        stop.wait(pause)
     for o in outputs:
         o.pump()
+        o.close()
 
 
 def node_ready(host: str, port: int, timeout_s: float, security=None) -> str | None:
