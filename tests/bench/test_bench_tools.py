@@ -144,3 +144,27 @@ def test_copy_floor_copies_the_bytes_and_refuses_bad_input(tmp_path):
         copy_floor.run(str(tmp_path / "src"), str(tmp_path / "d2"), 10**9, 1e6)
     with pytest.raises(SystemExit, match="must be positive"):
         copy_floor.run(str(tmp_path / "src"), str(tmp_path / "d2"), 0, 1e6)
+
+
+def test_ab_collects_every_numeric_figure_and_flags_only_differences_beyond_the_spread():
+    import ab
+
+    doc = {"rate": 1000, "ok": True, "name": "x",
+           "results": [{"peer": "raftlog-r1", "p50": 0.4}, {"p50": 0.9}]}
+    assert ab.figures(doc) == {"rate": 1000.0, "results.raftlog-r1.p50": 0.4,
+                               "results.1.p50": 0.9}
+    a = [{"p50": 1.0, "rps": 100.0}, {"p50": 1.2, "rps": 110.0}, {"p50": 1.1, "rps": 90.0}]
+    b = [{"p50": 1.1, "rps": 200.0}, {"p50": 1.3, "rps": 210.0}, {"p50": 1.0, "rps": 190.0}]
+    rows = {r["figure"]: r for r in ab.summarize(a, b)}
+    assert rows["p50"]["a_median"] == 1.1 and rows["p50"]["b_median"] == 1.1
+    assert not rows["p50"]["beyond_spread"]  # within the noise of either side
+    assert rows["rps"]["ratio"] == 2.0 and rows["rps"]["beyond_spread"]
+    assert "rps" in ab.render(ab.summarize(a, b), "A", "B", 3)
+
+
+def test_ab_refuses_fewer_than_three_pairs(capsys):
+    import ab
+
+    with pytest.raises(SystemExit):
+        ab.main(["HEAD", "HEAD", "--pairs", "2"])
+    assert "--pairs must be 3 or more" in capsys.readouterr().err
