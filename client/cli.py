@@ -13,7 +13,7 @@ import signal
 import sys
 import time
 
-from raftlog import localnode
+from raftlog import filemodes, localnode
 from raftlog.errors import ErrorCode, RaftlogError
 
 from .security import security_kwargs
@@ -50,7 +50,8 @@ def cmd_up(args) -> int:
               file=sys.stderr)
         return 2
     data_dir = os.path.abspath(args.data_dir)
-    os.makedirs(data_dir, exist_ok=True)
+    filemodes.restrict_umask()  # node.pid, raft.password, logs: this user's only
+    filemodes.make_private(data_dir)
     overrides: dict = {}
     if args.nodes > 1:
         voters = ",".join(

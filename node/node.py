@@ -76,6 +76,7 @@ class Node:
         from .quorum_store import QuorumTopicStore
 
         self._token = trio.lowlevel.current_trio_token()
+        self._make_data_dir_private()
         # every node runs the metadata quorum; without controller.quorum.voters it is
         # the only voter of its own (NodeConfig.metadata_voters)
         self.store = QuorumTopicStore(self.config, self._on_commit)
@@ -126,6 +127,16 @@ class Node:
             self.replicas.close()
             self.store.close()
             self.events.info("stopped")
+
+    def _make_data_dir_private(self) -> None:
+        """The data dir 0700, and what an older version left readable (0755 dirs,
+        0644 files: records, the metadata snapshot's SCRAM keys) tightened."""
+        from raftlog.filemodes import make_private
+
+        changed = make_private(self.config.data_dir)
+        if changed:
+            self.events.warning("data_dir_tightened", path=self.config.data_dir,
+                                entries=changed, reason="group/other permission bits removed")
 
     def _start_replication(self, nursery, beats) -> None:
         """Follower fetchers, the ISR duty, heartbeats, the controller's duty and (in a
