@@ -305,6 +305,7 @@ def test_cli_users_and_acls_with_command_config(env, tmp_path, capsys, monkeypat
     cfg.write_text(f"security.protocol=SASL_SSL\nssl.truststore.location={certs.cafile}\n"
                    f"sasl.mechanism=SCRAM-SHA-512\nsasl.username=admin\n"
                    f"sasl.password={ADMIN['sasl_plain_password']}\n")
+    cfg.chmod(0o600)  # (a world-readable one is refused: test_security_options.py)
     base = ["--bootstrap-server", node.bootstrap, "--command-config", str(cfg)]
     monkeypatch.setattr("sys.stdin", io.StringIO("carol-password\n"))
     assert main(["users", "create", "carol", "--mechanism", "SCRAM-SHA-256", *base]) == 0
