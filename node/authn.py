@@ -44,7 +44,8 @@ def _failed(message: str) -> ApiError:
 class SaslSession:
     """The SASL state of one connection (see the module docstring)."""
 
-    def __init__(self, mechanisms: tuple, lookup: Lookup, *, fake_secret: bytes = b""):
+    def __init__(self, mechanisms: tuple, lookup: Lookup, *,
+                 fake_secret: Callable[[], bytes] | None = None):
         self.mechanisms = tuple(mechanisms)
         self._lookup = lookup
         self._fake_secret = fake_secret
@@ -70,11 +71,17 @@ class SaslSession:
             raise ApiError(ErrorCode.UNSUPPORTED_SASL_MECHANISM,
                            f"SASL mechanism {mechanism!r} is not enabled here (enabled: "
                            f"{', '.join(self.mechanisms)})")
-        self.mechanism = mechanism
         if mechanism in scram.SCRAM_MECHANISMS:
+            fake_secret = b""
+            if self._fake_secret is not None:
+                # never a per-process random salt: it would tell which users exist
+                fake_secret = self._fake_secret()
+                if not fake_secret:
+                    raise ApiError(ErrorCode.BROKER_NOT_AVAILABLE,
+                                   "this node does not know the cluster secret yet: retry")
             self._scram = scram.ScramServer(
-                mechanism, lambda user: self._lookup(user, mechanism),
-                fake_secret=self._fake_secret)
+                mechanism, lambda user: self._lookup(user, mechanism), fake_secret=fake_secret)
+        self.mechanism = mechanism
         return {"mechanisms": list(self.mechanisms)}
 
     def authenticate(self, data: bytes) -> dict:

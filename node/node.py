@@ -260,16 +260,26 @@ class Node:
             self._reconcile()
 
     async def _ensure_inter_broker_user(self) -> None:
-        """Write the inter-broker user's SCRAM credential (peers authenticate with it);
-        retried while the quorum is unavailable."""
-        if not self.config.inter_broker_sasl_username:
+        """Write the inter-broker user's SCRAM credential (peers authenticate with it)
+        and, on a node with a SASL listener, the cluster secret (fake SCRAM salts,
+        node/security.py); retried while the quorum is unavailable."""
+        c = self.config
+        sasl = c.kafka_protocol.sasl if c.kafka_port is not None else False
+        sasl = sasl or any(x.protocol.sasl for x in c.listener_config.listeners)
+        if not c.inter_broker_sasl_username and not sasl:
             return
         from raftlog.errors import ApiError
 
+        security = self.broker.security
+
+        def ensure() -> None:
+            if sasl:
+                security.ensure_cluster_secret()
+            security.ensure_inter_broker_user()
+
         for attempt in range(60):
             try:
-                await trio.to_thread.run_sync(self.broker.security.ensure_inter_broker_user,
-                                              abandon_on_cancel=True)
+                await trio.to_thread.run_sync(ensure, abandon_on_cancel=True)
                 return
             except ApiError as e:
                 self.events.warning("inter_broker_user_failed", error=e, attempt=attempt)

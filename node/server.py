@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import secrets
 import socket as _stdsocket
 from time import perf_counter
 
@@ -283,7 +282,6 @@ class Server:
         self.failures = FailureLimiter(config.connection_failed_authentication_max,
                                        block_s=config.connection_failed_authentication_block_ms
                                        / 1000)
-        self._fake_secret = secrets.token_bytes(16)
         #: {listener name: bound (host, port)}
         self.bound: dict[str, tuple] = {}
 
@@ -396,7 +394,7 @@ class Server:
         if listener.protocol.sasl:
             security = self.broker.security
             sasl = SaslSession(self.config.sasl_enabled_mechanisms, security.credential,
-                               fake_secret=self._fake_secret)
+                               fake_secret=security.fake_scram_secret)
             principal = None
         return sock, Guard(listener, sasl, principal, peer.rpartition(":")[0])
 
