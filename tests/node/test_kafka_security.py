@@ -5,6 +5,7 @@ limiter and ACLs serve it (node/server.py, node/authn.py, node/authz.py)."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import time
 
@@ -189,9 +190,11 @@ def _call(s: socket.socket, key: int, version: int, cid: int, body: dict):
 
 def test_sasl_before_authentication_and_failure_limit(tmp_path, certs):
     """Before authentication only ApiVersions and SASL are served; failures answer
-    SASL_AUTHENTICATION_FAILED (58), close, and count per address."""
+    SASL_AUTHENTICATION_FAILED (58), close, and count per address (and per user: see
+    test_security_node.py); a blocked client is told so at its SASL step."""
     node = start(tmp_path, certs, "SASL_PLAINTEXT", native="SASL_SSL",
-                 extra={"connection.failed.authentication.max": "3"})
+                 extra={"connection.failed.authentication.max": "3",
+                        "connection.failed.authentication.max.per.address": "3"})
     try:
         with _connect(node) as s:
             _, body = _call(s, 18, 3, 1, {"client_software_name": "t",
@@ -211,6 +214,12 @@ def test_sasl_before_authentication_and_failure_limit(tmp_path, certs):
             assert body["error_code"] == 58 and "authentication failed" in body["error_message"]
             assert s.recv(10) == b""
         with _connect(node) as s:  # blocked: three failures from this address
+            assert _call(s, 17, 1, 1, {"mechanism": "SCRAM-SHA-256"})[1]["error_code"] == 0
+            client = scram.ScramClient("SCRAM-SHA-256", "admin", ADMIN_PW)
+            _, body = _call(s, 36, 2, 2, {"auth_bytes": client.first()})
+            assert body["error_code"] == 58
+            assert re.fullmatch(r"too many failed logins from 127\.0\.0\.1: blocked for "
+                                r"\d+ s", body["error_message"]), body
             assert s.recv(10) == b""
         assert "address_blocked" in node.log_text()
     finally:
