@@ -77,6 +77,11 @@ class Node:
 
         self._token = trio.lowlevel.current_trio_token()
         self._make_data_dir_private()
+        metrics_tls = basic_auth = None
+        if self.config.metrics_port is not None:  # bad files: stop before serving anything
+            from .metrics_http import metrics_security
+
+            metrics_tls, basic_auth = metrics_security(self.config)
         # every node runs the metadata quorum; without controller.quorum.voters it is
         # the only voter of its own (NodeConfig.metadata_voters)
         self.store = QuorumTopicStore(self.config, self._on_commit)
@@ -104,8 +109,10 @@ class Node:
                 if self.config.metrics_port is not None:
                     from .metrics_http import MetricsServer
 
-                    metrics = MetricsServer(self, self.config.metrics_host,
-                                            self.config.metrics_port, self.events)
+                    metrics = MetricsServer(
+                        self, self.config.metrics_host, self.config.metrics_port, self.events,
+                        tls=metrics_tls, basic_auth=basic_auth, failure_delay_s=self.config
+                        .connection_failed_authentication_delay_ms / 1000)
                     self.metrics_address = await nursery.start(metrics.serve)
                 if self.config.kafka_port is not None:  # kafka.listener
                     from .kafka_server import KafkaServer
