@@ -170,10 +170,12 @@ class MetricsServer:
         self.events.info("metrics_listening", host=addr[0], port=addr[1],
                          scheme="https" if self.tls is not None else "http",
                          auth="basic" if self.basic_auth is not None else "none")
-        if self.basic_auth is None and not is_loopback(self.host):
+        mtls = self.tls is not None and self.tls.verify_mode == ssl.CERT_REQUIRED
+        if self.basic_auth is None and not mtls and not is_loopback(self.host):
             self.events.warning("metrics_exposed", host=addr[0], port=addr[1],
                                 reason="metrics name every topic and group and need no "
-                                "credentials: bind 127.0.0.1 or set metrics.basic.auth.*")
+                                "credentials: bind 127.0.0.1, or set metrics.basic.auth.* or "
+                                "metrics.ssl.client.auth=required")
         task_status.started(addr)
         await trio.serve_listeners(self._handle, listeners)
 

@@ -119,6 +119,37 @@ def test_ssl_kafka_listener_produce_consume(tmp_path, certs):
     assert "kafka_handler_failed" not in node.log_text()
 
 
+def _scram_login(node, user: str, password: str) -> dict:
+    """A SCRAM-SHA-256 login over raw Kafka frames: the last SaslAuthenticate answer."""
+    with _connect(node) as s:
+        assert _call(s, 17, 1, 1, {"mechanism": "SCRAM-SHA-256"})[1]["error_code"] == 0
+        client = scram.ScramClient("SCRAM-SHA-256", user, password)
+        _, body = _call(s, 36, 2, 2, {"auth_bytes": client.first()})
+        if body["error_code"] == 0:
+            _, body = _call(s, 36, 2, 3, {"auth_bytes": client.final(body["auth_bytes"])})
+        return body
+
+
+def test_failed_logins_block_one_user_of_an_address_on_the_kafka_listener(tmp_path, certs):
+    """Issue 35/32: per (address, user): after two wrong passwords for admin, admin is
+    refused from this address and told for how long; another user is not collateral."""
+    node = start(tmp_path, certs, "SASL_PLAINTEXT", native="SASL_SSL",
+                 extra={"connection.failed.authentication.max": "2"})
+    try:
+        for _ in range(2):
+            body = _scram_login(node, "admin", "wrong")
+            assert body["error_code"] == 58 and "authentication failed" in body["error_message"]
+        body = _scram_login(node, "admin", ADMIN_PW)  # the right password, but blocked
+        assert body["error_code"] == 58
+        assert re.fullmatch(r"too many failed logins for user admin from 127\.0\.0\.1: "
+                            r"blocked for \d+ s", body["error_message"]), body
+        body = _scram_login(node, "carol", "any")  # another user: checked as usual
+        assert body["error_code"] == 58 and "authentication failed" in body["error_message"]
+        assert "address_blocked" in node.log_text() and "user=admin" in node.log_text()
+    finally:
+        node.stop()
+
+
 def sasl_conf(node, certs, protocol: str, mechanism: str, user: str, password: str,
               **kw) -> dict:
     return client_conf(node, certs, protocol, **{
