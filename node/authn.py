@@ -220,9 +220,9 @@ class FailureLimiter:
 
     def record_failure(self, addr: str, now: float, user: str | None = None) -> bool:
         """Count a failed login (``user``: None when the client never named one);
-        True when ``user`` (or the address) is blocked from ``addr`` from now on."""
+        True when this failure starts a block of ``user`` (or of the address)."""
         if self.blocked_for(addr, user or "", now) > 0:
-            return True  # refused because blocked: not a new guess, not counted
+            return False  # refused because blocked: not a new guess, not counted
         blocked = self._addresses.add(addr, now)
         if user is not None:
             blocked = self._users.add((addr, user), now) or blocked

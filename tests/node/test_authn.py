@@ -98,7 +98,7 @@ def test_limiter_blocks_a_user_from_an_address_not_the_others():
     lim.check_login("a", "admin", 2.5)  # not collateral
     # refused while blocked: not counted again (towards the address either)
     for t in range(10):
-        assert lim.record_failure("a", 3 + t * 0.1, "alice")
+        assert not lim.record_failure("a", 3 + t * 0.1, "alice")  # (no new block)
     assert not lim.blocked("a", 4)
     lim.check_login("a", "alice", 31.5)  # the block is over
     # the address's own bound: many users (or none named) from one address
