@@ -51,7 +51,7 @@ def cmd_up(args) -> int:
         return 2
     data_dir = os.path.abspath(args.data_dir)
     filemodes.restrict_umask()  # node.pid, raft.password, logs: this user's only
-    filemodes.make_private(data_dir)
+    filemodes.make_private_dir(data_dir)  # (each node tightens its own node-I dir)
     overrides: dict = {}
     if args.nodes > 1:
         voters = ",".join(

@@ -5,6 +5,7 @@ A node (and ``raftlog up``) calls :func:`restrict_umask` first thing, so every f
 it creates is 0600 and every directory 0700 whatever the umask of the shell that
 started it; :func:`make_private` then tightens what an older version left behind
 (0755 dirs, 0644 files) when the data dir is opened. No other module sets modes.
+A node's data dir is its own: everything under it is tightened.
 """
 
 from __future__ import annotations
@@ -26,6 +27,15 @@ def restrict_umask() -> int:
     """Set the process umask to :data:`PRIVATE_UMASK`; returns the previous one.
     Process-wide: call it at process start, not from a library or a test."""
     return os.umask(PRIVATE_UMASK)
+
+
+def make_private_dir(path: str) -> bool:
+    """Create the directory ``path`` if missing, and make it 0700 (what is inside is
+    left as it is, but no other user can reach it). Returns True if the mode changed.
+    For a directory a tool was pointed at (``raftlog up --data-dir``), which may hold
+    files that are not its own; a node's data dir gets :func:`make_private`."""
+    os.makedirs(path, mode=PRIVATE_DIR_MODE, exist_ok=True)
+    return bool(_tighten(path))
 
 
 def make_private(path: str) -> int:

@@ -10,7 +10,7 @@ import stat
 import pytest
 
 from raftlog.client import Admin, Producer
-from raftlog.filemodes import make_private, open_entries
+from raftlog.filemodes import make_private, make_private_dir, open_entries
 from tests.conftest import NodeProcess, free_port
 
 
@@ -58,3 +58,15 @@ def test_a_node_under_umask_022_keeps_every_file_private(tmp_path, umask_022):
     assert any(p.startswith("secret-0") for p in created), created
     assert open_entries(str(data)) == []
     assert "data_dir_tightened" in node.log_text()
+
+
+def test_make_private_dir_closes_the_dir_only(tmp_path, umask_022):
+    d = tmp_path / "up"
+    d.mkdir()
+    (d / "notes.txt").write_text("the user's own file")
+    assert make_private_dir(str(d))
+    assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(d / "notes.txt").st_mode) == 0o644  # not ours: left
+    assert not make_private_dir(str(d))
+    assert make_private_dir(str(tmp_path / "new" / "dir")) is False  # created 0700
+    assert stat.S_IMODE(os.stat(tmp_path / "new" / "dir").st_mode) == 0o700
