@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 
-from raftlog import localnode
+from raftlog import filemodes, localnode
 from raftlog.dirlock import DataDirInUse, DirLock
 
 #: Lines of each node's output kept to report why it failed to start.
@@ -286,7 +286,9 @@ def cmd_up(args) -> int:
         print(f"raftlog up: {problem}", file=sys.stderr)
         return 2
     data_dir = os.path.abspath(args.data_dir)
+    filemodes.restrict_umask()  # server.properties, raft.password, logs: this user's only
     try:
+        filemodes.make_private_dir(data_dir)  # (each node tightens its own node-I dir)
         lock = DirLock.acquire(data_dir, "raftlog up")
     except DataDirInUse as e:
         print(f"raftlog up: {e}", file=sys.stderr)

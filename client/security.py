@@ -14,8 +14,10 @@ crosses the wire) or PLAIN (only over SSL: the password itself is sent).
 
 from __future__ import annotations
 
+import os
 import socket
 import ssl
+import stat
 from dataclasses import dataclass
 
 from raftlog import scram
@@ -196,7 +198,8 @@ def load_command_config(path: str) -> dict:
     kafka-python's names; returns the options as keyword arguments.
 
     Raises:
-        SecurityConfigError: an unknown key, or an unreadable file.
+        SecurityConfigError: an unknown key, an unreadable file, or a password in a
+            file every user can read (the message says ``chmod 600 FILE``).
     """
     try:
         with open(path, encoding="utf-8") as f:
@@ -215,4 +218,24 @@ def load_command_config(path: str) -> dict:
             raise SecurityConfigError(
                 f"{path}:{no}: unknown client setting {key.strip()!r} (known: {known})")
         out[item[0]] = item[1]
+    _check_private(path, [k for k in SECRET_OPTIONS if out.get(k)])
     return out
+
+
+#: Options holding secrets: a file giving one must not be readable by every user.
+SECRET_OPTIONS = {"sasl_plain_password": "sasl.password", "ssl_password": "ssl.key.password"}
+
+
+def _check_private(path: str, secrets: list[str]) -> None:
+    """Refuse a world-readable file with a password in it, as the node refuses its
+    own config (node/config.py check_secret_file)."""
+    if not secrets:
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        raise SecurityConfigError(f"cannot stat {path}: {e.strerror}") from None
+    if mode & stat.S_IROTH:
+        names = ", ".join(SECRET_OPTIONS[k] for k in secrets)
+        raise SecurityConfigError(f"{path} holds a password ({names}) but every user can read "
+                                  f"it: chmod 600 {path}")

@@ -171,6 +171,15 @@ class DeleteAcls:
 
 
 @dataclass(frozen=True, slots=True)
+class SetClusterSecret:
+    """The cluster's secret (random bytes, written once: a second one is ignored).
+    Keys what every node must derive alike, such as the fake SCRAM salts of unknown
+    users (node/security.py). Kept in the metadata log and snapshot, 0600 files."""
+
+    secret: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class NoOp:
     """Committed before a linearizable read."""
 
@@ -196,6 +205,7 @@ RECORD_TYPES = {
         DeleteScramCredential,
         CreateAcls,
         DeleteAcls,
+        SetClusterSecret,
         NoOp,
     )
 }

@@ -90,6 +90,8 @@ class MetadataState:
     scram: dict = field(default_factory=dict)
     #: ACL bindings (raftlog.acl.AclBinding), sorted by their tuple form, no duplicates
     acls: tuple = ()
+    #: the cluster's secret (R.SetClusterSecret); b"" until one is written
+    cluster_secret: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -492,6 +494,19 @@ def _delete_acls(s: MetadataState, r: R.DeleteAcls, term: int):
     return replace(s, acls=kept), Result(True, value=len(s.acls) - len(kept))
 
 
+#: Length of the cluster secret, bytes.
+CLUSTER_SECRET_BYTES_MIN, CLUSTER_SECRET_BYTES_MAX = 16, 64
+
+
+def _set_cluster_secret(s: MetadataState, r: R.SetClusterSecret, term: int):
+    if not CLUSTER_SECRET_BYTES_MIN <= len(r.secret) <= CLUSTER_SECRET_BYTES_MAX:
+        return s, _fail(f"cluster secret must have {CLUSTER_SECRET_BYTES_MIN}.."
+                        f"{CLUSTER_SECRET_BYTES_MAX} bytes")
+    if s.cluster_secret:  # written once: the first one proposed wins on every node
+        return s, OK
+    return replace(s, cluster_secret=r.secret), OK
+
+
 def _noop(s: MetadataState, r: R.NoOp, term: int):
     return s, OK
 
@@ -513,6 +528,7 @@ _HANDLERS = {
     R.DeleteScramCredential: _delete_scram,
     R.CreateAcls: _create_acls,
     R.DeleteAcls: _delete_acls,
+    R.SetClusterSecret: _set_cluster_secret,
     R.NoOp: _noop,
 }
 
@@ -578,6 +594,8 @@ def snapshot(s: MetadataState) -> bytes:
                          for (user, mech), c in sorted(s.scram.items())]
     if s.acls:
         body["acls"] = [list(b.as_tuple()) for b in s.acls]
+    if s.cluster_secret:
+        body["cluster_secret"] = s.cluster_secret
     return cbor2.dumps(body, canonical=True)
 
 
@@ -604,6 +622,9 @@ def restore(data: bytes) -> MetadataState:
     scram = {(u, m): S.ScramCredential(m, salt, i, sk, srv)
              for u, m, salt, i, sk, srv in d.get("scram", ())}
     acls = tuple(sorted({A.from_tuple(b) for b in d.get("acls", ())}, key=A.AclBinding.as_tuple))
-    s = MetadataState(brokers, topics, d["next_producer_id"], d["last_term"], scram, acls)
+    secret = d.get("cluster_secret", b"")
+    assert type(secret) is bytes, "cluster_secret in a snapshot must be bytes"
+    s = MetadataState(brokers, topics, d["next_producer_id"], d["last_term"], scram, acls,
+                      secret)
     check_invariants(s)
     return s

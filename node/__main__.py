@@ -84,7 +84,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import trio
 
+    from raftlog.filemodes import restrict_umask
+
     from .node import serve_until_signalled
+
+    restrict_umask()  # records and credentials: this user's only (raftlog/filemodes.py)
 
     _tune_gc()
     # A file-size limit (RLIMIT_FSIZE) must give a write error the node reports

@@ -165,13 +165,29 @@ class NodeConfig:
     super_users: frozenset = frozenset()
     allow_everyone_if_no_acl_found: bool = False
     connection_failed_authentication_delay_ms: int = 100
-    #: Failed authentications from one address within a minute before new connections
-    #: from it are refused for connection.failed.authentication.block.ms.
+    #: Failed logins as one user from one address within a minute before that user's
+    #: logins from that address are refused for connection.failed.authentication.block.ms
+    #: (node/authn.py FailureLimiter); ...max.per.address: failed logins from one
+    #: address, whatever the users, before the whole address is refused.
     connection_failed_authentication_max: int = 5
+    connection_failed_authentication_max_per_address: int | None = None  # None: 4 x max
     connection_failed_authentication_block_ms: int = 30_000
     #: Prometheus metrics over HTTP (``metrics.listener``); None: no metrics listener.
+    #: Operator-only (names of every topic and group): loopback unless given a host.
     metrics_host: str | None = None
     metrics_port: int | None = None
+    #: HTTPS for the metrics listener: on when metrics.ssl.keystore.location is set
+    #: (the same PEM files and meanings as the ssl.* keys of the node's listeners).
+    metrics_ssl_keystore_location: str | None = None
+    metrics_ssl_key_location: str | None = None
+    metrics_ssl_key_password: str | None = None
+    metrics_ssl_truststore_location: str | None = None
+    metrics_ssl_client_auth: str = "none"
+    #: HTTP basic authentication of scrapes: a user and its password (given, or the
+    #: first line of a file readable by the node's user only).
+    metrics_basic_auth_username: str | None = None
+    metrics_basic_auth_password: str | None = None
+    metrics_basic_auth_password_file: str | None = None
     #: Kafka wire-protocol listener (node/kafka_server.py): None = off. Other brokers'
     #: Kafka addresses: ``kafka_brokers`` where given, else their client address with
     #: this node's Kafka port offset (what ``raftlog up --kafka-port`` sets up).
@@ -206,6 +222,13 @@ class NodeConfig:
             x.protocol is not L.SecurityProtocol.PLAINTEXT for x in self.listener_config.listeners
         ) or (self.kafka_port is not None
               and self.kafka_protocol is not L.SecurityProtocol.PLAINTEXT)
+
+    @property
+    def failed_logins_per_address_max(self) -> int:
+        """connection.failed.authentication.max.per.address, by default 4 x the per-user
+        bound: one client's wrong password must not block the other users of its host."""
+        return (self.connection_failed_authentication_max_per_address
+                or FAILED_LOGINS_ADDRESS_FACTOR * self.connection_failed_authentication_max)
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -298,7 +321,41 @@ class NodeConfig:
                 and self.metrics_host == self.host):
             raise ConfigError(f"metrics.listener {self.metrics_host}:{self.metrics_port} is "
                               "the client listener's address; give it its own port")
+        self._validate_metrics_security()
         self._validate_security()
+
+    def _validate_metrics_security(self) -> None:
+        user = self.metrics_basic_auth_username
+        given = [k for k, v in (("metrics.basic.auth.password", self.metrics_basic_auth_password),
+                                ("metrics.basic.auth.password.file",
+                                 self.metrics_basic_auth_password_file)) if v]
+        if user and len(given) != 1:
+            raise ConfigError("metrics.basic.auth.username needs exactly one of "
+                              "metrics.basic.auth.password, metrics.basic.auth.password.file")
+        if given and not user:
+            raise ConfigError(f"{given[0]} needs metrics.basic.auth.username")
+        if user and ":" in user:
+            raise ConfigError("metrics.basic.auth.username: must not contain ':' (HTTP basic "
+                              "authentication separates user and password with it)")
+        if self.metrics_ssl_client_auth not in ("none", "requested", "required"):
+            raise ConfigError(f"metrics.ssl.client.auth: {self.metrics_ssl_client_auth!r} is not "
+                              "one of none, requested, required")
+        if self.metrics_ssl_client_auth != "none" and not self.metrics_ssl_truststore_location:
+            raise ConfigError(f"metrics.ssl.client.auth={self.metrics_ssl_client_auth} needs "
+                              "metrics.ssl.truststore.location")
+        tls_keys = [k for k, v in (("metrics.ssl.key.location", self.metrics_ssl_key_location),
+                                   ("metrics.ssl.truststore.location",
+                                    self.metrics_ssl_truststore_location)) if v]
+        if tls_keys and not self.metrics_ssl_keystore_location:
+            raise ConfigError(f"{tls_keys[0]} needs metrics.ssl.keystore.location (the PEM "
+                              "certificate the metrics listener presents)")
+        if (user and not self.metrics_ssl_keystore_location and self.metrics_port is not None
+                and not L.is_loopback(self.metrics_host or "")
+                and not self.allow_plaintext_listeners):
+            raise ConfigError(
+                f"metrics.listener {self.metrics_host}:{self.metrics_port} would take the "
+                "metrics.basic.auth password in the clear off loopback: set "
+                "metrics.ssl.keystore.location, or allow.plaintext.listeners=true")
 
     def _validate_security(self) -> None:
         lc = self.listener_config  # raises ConfigError for bad listener keys
@@ -341,10 +398,16 @@ class NodeConfig:
 #: The Raft address naming a node without controller.quorum.voters in its own quorum
 #: of one (never bound: nobody connects to a lone voter).
 SINGLE_VOTER_ADDRESS = ("127.0.0.1", 0)
+#: connection.failed.authentication.max.per.address, by default, in units of
+#: connection.failed.authentication.max.
+FAILED_LOGINS_ADDRESS_FACTOR = 4
 #: Shortest raft.password accepted when the quorum has more than one member.
 RAFT_PASSWORD_MIN_BYTES = 16
 #: Keys holding secrets: a config file with one of them must not be world-readable.
-SECRET_KEYS = ("raft.password", "inter.broker.sasl.password", "ssl.key.password")
+SECRET_KEYS = ("raft.password", "inter.broker.sasl.password", "ssl.key.password",
+               "metrics.basic.auth.password", "metrics.ssl.key.password")
+#: Where the metrics listener binds when metrics.listener gives a port only.
+METRICS_DEFAULT_HOST = "127.0.0.1"
 
 
 def _bracket(host: str) -> str:
@@ -403,6 +466,9 @@ def _set_metrics_listener(kw: dict, key: str, value: str) -> None:
     if not str(value).strip():  # an empty value leaves metrics off
         kw["metrics_host"] = kw["metrics_port"] = None
         return
+    value = str(value).strip()
+    if value.lstrip(":").isdigit():  # a port only: loopback (operator-only data)
+        value = f"{METRICS_DEFAULT_HOST}:{value.lstrip(':')}"
     kw["metrics_host"], kw["metrics_port"] = parse_address(key, value)
 def _set_kafka_listener(kw: dict, key: str, value: str) -> None:
     """``HOST:PORT`` (PLAINTEXT) or ``PROTOCOL://HOST:PORT``."""
@@ -496,6 +562,15 @@ _NODE_KEYS = {
     ),
     "offsets.retention.minutes": _set("offsets_retention_minutes", lambda k, v: _int(k, v, 1)),
     "metrics.listener": _set_metrics_listener,
+    "metrics.ssl.keystore.location": _set("metrics_ssl_keystore_location", _path),
+    "metrics.ssl.key.location": _set("metrics_ssl_key_location", _path),
+    "metrics.ssl.key.password": _set("metrics_ssl_key_password", _nonempty),
+    "metrics.ssl.truststore.location": _set("metrics_ssl_truststore_location", _path),
+    "metrics.ssl.client.auth": _set("metrics_ssl_client_auth",
+                                    lambda k, v: str(v).strip().lower()),
+    "metrics.basic.auth.username": _set("metrics_basic_auth_username", _nonempty),
+    "metrics.basic.auth.password": _set("metrics_basic_auth_password", _nonempty),
+    "metrics.basic.auth.password.file": _set("metrics_basic_auth_password_file", _path),
     "kafka.listener": _set_kafka_listener,
     "kafka.advertised.listener": _set_kafka_advertised,
     "kafka.brokers": _set("kafka_brokers", parse_voters),
@@ -520,6 +595,9 @@ _NODE_KEYS = {
     "allow.everyone.if.no.acl.found": _set("allow_everyone_if_no_acl_found", _bool),
     "connection.failed.authentication.max": _set(
         "connection_failed_authentication_max", lambda k, v: _int(k, v, 1, 1_000_000)),
+    "connection.failed.authentication.max.per.address": _set(
+        "connection_failed_authentication_max_per_address",
+        lambda k, v: _int(k, v, 1, 1_000_000)),
     "connection.failed.authentication.block.ms": _set(
         "connection_failed_authentication_block_ms", lambda k, v: _int(k, v, 0, 86_400_000)),
     "connection.failed.authentication.delay.ms": _set(

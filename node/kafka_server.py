@@ -197,10 +197,6 @@ class KafkaServer:
                 self.events.warning("connection_refused", peer=host,
                                     reason="too many connections", listener="kafka")
                 return
-            if self.failures.blocked(host, trio.current_time()):
-                self.events.warning("connection_refused", peer=host, listener="kafka",
-                                    reason="too many failed authentications from this address")
-                return
             self.connections += 1
             try:
                 guard = None
@@ -217,9 +213,8 @@ class KafkaServer:
             except AuthenticationFailed as e:
                 log = self.events.warning if e.counted else self.events.info
                 log("authentication_failed", peer=host, reason=str(e), listener="kafka")
-                if e.counted and self.failures.record_failure(host, trio.current_time()):
-                    self.events.warning("address_blocked", peer=host, listener="kafka",
-                                        reason="too many failed authentications")
+                if e.counted and self.native is not None:
+                    self.native.record_failed_login(host, guard, "kafka")
             except KafkaDecodeError as e:
                 self.events.warning("connection_closed", peer=host, reason=str(e),
                                     listener="kafka")

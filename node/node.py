@@ -87,6 +87,12 @@ class Node:
         from .peer import peer_security
         from .quorum_store import QuorumTopicStore
 
+        self._make_data_dir_private()
+        metrics_tls = basic_auth = None
+        if self.config.metrics_port is not None:  # bad files: stop before serving anything
+            from .metrics_http import metrics_security
+
+            metrics_tls, basic_auth = metrics_security(self.config)
         # every node runs the metadata quorum; without controller.quorum.voters it is
         # the only voter of its own (NodeConfig.metadata_voters)
         self.store = QuorumTopicStore(self.config, self._on_commit)
@@ -114,8 +120,10 @@ class Node:
                 if self.config.metrics_port is not None:
                     from .metrics_http import MetricsServer
 
-                    metrics = MetricsServer(self, self.config.metrics_host,
-                                            self.config.metrics_port, self.events)
+                    metrics = MetricsServer(
+                        self, self.config.metrics_host, self.config.metrics_port, self.events,
+                        tls=metrics_tls, basic_auth=basic_auth, failure_delay_s=self.config
+                        .connection_failed_authentication_delay_ms / 1000)
                     self.metrics_address = await nursery.start(metrics.serve)
                 if self.config.kafka_port is not None:  # kafka.listener
                     from .kafka_server import KafkaServer
@@ -137,6 +145,16 @@ class Node:
             self.replicas.close()
             self.store.close()
             self.events.info("stopped")
+
+    def _make_data_dir_private(self) -> None:
+        """The data dir 0700, and what an older version left readable (0755 dirs,
+        0644 files: records, the metadata snapshot's SCRAM keys) tightened."""
+        from raftlog.filemodes import make_private
+
+        changed = make_private(self.config.data_dir)
+        if changed:
+            self.events.warning("data_dir_tightened", path=self.config.data_dir,
+                                entries=changed, reason="group/other permission bits removed")
 
     def _start_replication(self, nursery, beats) -> None:
         """Follower fetchers, the ISR duty, heartbeats, the controller's duty and (in a
@@ -260,16 +278,26 @@ class Node:
             self._reconcile()
 
     async def _ensure_inter_broker_user(self) -> None:
-        """Write the inter-broker user's SCRAM credential (peers authenticate with it);
-        retried while the quorum is unavailable."""
-        if not self.config.inter_broker_sasl_username:
+        """Write the inter-broker user's SCRAM credential (peers authenticate with it)
+        and, on a node with a SASL listener, the cluster secret (fake SCRAM salts,
+        node/security.py); retried while the quorum is unavailable."""
+        c = self.config
+        sasl = c.kafka_protocol.sasl if c.kafka_port is not None else False
+        sasl = sasl or any(x.protocol.sasl for x in c.listener_config.listeners)
+        if not c.inter_broker_sasl_username and not sasl:
             return
         from raftlog.errors import ApiError
 
+        security = self.broker.security
+
+        def ensure() -> None:
+            if sasl:
+                security.ensure_cluster_secret()
+            security.ensure_inter_broker_user()
+
         for attempt in range(60):
             try:
-                await trio.to_thread.run_sync(self.broker.security.ensure_inter_broker_user,
-                                              abandon_on_cancel=True)
+                await trio.to_thread.run_sync(ensure, abandon_on_cancel=True)
                 return
             except ApiError as e:
                 self.events.warning("inter_broker_user_failed", error=e, attempt=attempt)

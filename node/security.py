@@ -9,6 +9,10 @@ node/local_metadata.py). Every write is durable when its method returns.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import secrets
+
 from raftlog import acl as A
 from raftlog import scram as S
 from raftlog.errors import ApiError, ErrorCode
@@ -17,6 +21,11 @@ from raftlog.metadata.state import MetadataState
 from raftlog.protocol import NamedResult
 
 from .config import NodeConfig
+
+#: Bytes of a new cluster secret (metadata/records.py SetClusterSecret).
+CLUSTER_SECRET_BYTES = 32
+#: What the fake-salt key is derived for (the cluster secret may key other things).
+FAKE_SALT_LABEL = b"raftlog: fake SCRAM salts of unknown users"
 
 
 class Security:
@@ -66,6 +75,22 @@ class Security:
             c = S.derive_credential(mech, password)
             self.propose(R.UpsertScramCredential(user, mech, c.salt, c.iterations,
                                                  c.stored_key, c.server_key))
+
+    def ensure_cluster_secret(self) -> None:
+        """Write the cluster's secret unless one is stored (blocking: a quorum write;
+        when two nodes race, the first committed wins on every node). Raises ApiError."""
+        if not self.state.cluster_secret:
+            self.propose(R.SetClusterSecret(secrets.token_bytes(CLUSTER_SECRET_BYTES)))
+
+    def fake_scram_secret(self) -> bytes:
+        """The key of unknown users' fake SCRAM salts (raftlog/scram.py ScramServer):
+        derived from the replicated cluster secret, so every node of the cluster, before
+        and after a restart, answers an unknown user alike and nobody can tell which
+        users exist by comparing answers. b"" until the cluster secret is known."""
+        secret = self.state.cluster_secret
+        if not secret:
+            return b""
+        return hmac.new(secret, FAKE_SALT_LABEL, hashlib.sha256).digest()
 
     # ------------------------------------------------------------------ admin handlers
 

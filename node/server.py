@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import secrets
 from time import perf_counter
 
 import trio
@@ -279,10 +278,10 @@ class Server:
         #: security (issue 19): credentials and ACLs, TLS, failed-auth limits
         self.security = getattr(broker, "security", None)
         self._ssl_context = None
-        self.failures = FailureLimiter(config.connection_failed_authentication_max,
-                                       block_s=config.connection_failed_authentication_block_ms
-                                       / 1000)
-        self._fake_secret = secrets.token_bytes(16)
+        self.failures = FailureLimiter(
+            config.connection_failed_authentication_max,
+            block_s=config.connection_failed_authentication_block_ms / 1000,
+            max_failures_per_address=config.failed_logins_per_address_max)
         #: {listener name: bound (host, port)}
         self.bound: dict[str, tuple] = {}
 
@@ -337,11 +336,8 @@ class Server:
             sock.close()
             return
         peer_ip = peer.rpartition(":")[0]
-        if self.failures.blocked(peer_ip, trio.current_time()):
-            self.events.warning("connection_refused", peer=peer,
-                                reason="too many failed authentications from this address")
-            sock.close()
-            return
+        # (an address or user blocked after failed logins is refused at its SASL step,
+        # told for how long: authn.FailureLimiter.check_login)
         self.connections += 1
         try:
             guard = None
@@ -355,9 +351,8 @@ class Server:
         except AuthenticationFailed as e:
             log = self.events.warning if e.counted else self.events.info
             log("authentication_failed", peer=peer, reason=str(e))
-            if e.counted and self.failures.record_failure(peer_ip, trio.current_time()):
-                self.events.warning("address_blocked", peer=peer_ip,
-                                    reason="too many failed authentications")
+            if e.counted:
+                self.record_failed_login(peer_ip, guard)
         except RemoteProtocolError as e:
             self.events.warning("connection_closed", peer=peer, reason=str(e))
         except (ConnectionError, BrokenPipeError, trio.ClosedResourceError):
@@ -369,6 +364,18 @@ class Server:
             if sock.fileno() != -1:
                 trio.lowlevel.notify_closing(sock)
                 sock.close()
+
+    def record_failed_login(self, peer_ip: str, guard: Guard | None,
+                            listener: str | None = None) -> None:
+        """Count a failed login from ``peer_ip`` as the user the client named, if any
+        (authn.FailureLimiter); log when it blocks."""
+        user = guard.sasl.user if guard is not None and guard.sasl is not None else None
+        if self.failures.record_failure(peer_ip, trio.current_time(), user):
+            extra = {"user": user} if user is not None else {}
+            if listener is not None:
+                extra["listener"] = listener
+            self.events.warning("address_blocked", peer=peer_ip, **extra,
+                                reason="too many failed logins")
 
     async def _secure(self, sock, peer: str, listener: Listener):
         """(socket, Guard): TLS-wrapped and handshaken on SSL listeners. (None, None)
@@ -393,8 +400,11 @@ class Server:
         sasl = None
         if listener.protocol.sasl:
             security = self.broker.security
+            clock, peer_ip = trio.lowlevel.current_clock(), peer.rpartition(":")[0]
             sasl = SaslSession(self.config.sasl_enabled_mechanisms, security.credential,
-                               fake_secret=self._fake_secret)
+                               fake_secret=security.fake_scram_secret,
+                               admit=lambda user: self.failures.check_login(
+                                   peer_ip, user, clock.current_time()))
             principal = None
         return sock, Guard(listener, sasl, principal, peer.rpartition(":")[0])
 

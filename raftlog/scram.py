@@ -285,8 +285,11 @@ class ScramServer:
     authenticated. Any failure raises ScramError and the exchange is over.
 
     An unknown user gets a server-first built from a fake credential (a salt derived
-    from the user name and a per-server secret) and fails at the proof like a wrong
-    password, so the exchange does not tell which users exist.
+    from the user name and ``fake_secret``) and fails at the proof like a wrong
+    password, so the exchange does not tell which users exist. Give every server of a
+    cluster the same ``fake_secret`` (the node derives it from the cluster secret in
+    its metadata): a random one per server would let anyone comparing two servers'
+    salts for a name tell a fake from a real one.
     """
 
     def __init__(self, mechanism: str, lookup: CredentialLookup, *,

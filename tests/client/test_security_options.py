@@ -45,6 +45,7 @@ def test_command_config(tmp_path):
     p.write_text("# comment\nsecurity.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
                  "sasl.username=alice\nsasl.password=a=b\n"
                  "ssl.endpoint.identification.algorithm=\n")
+    p.chmod(0o600)
     assert load_command_config(str(p)) == {
         "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512",
         "sasl_plain_username": "alice", "sasl_plain_password": "a=b",
@@ -54,3 +55,31 @@ def test_command_config(tmp_path):
         load_command_config(str(p))
     with pytest.raises(SecurityConfigError, match="cannot read"):
         load_command_config(str(tmp_path / "missing"))
+
+
+def test_a_world_readable_command_config_with_a_password_is_refused(tmp_path):
+    p = tmp_path / "c.properties"
+    p.write_text("security.protocol=SASL_SSL\nsasl.username=alice\nsasl.password=secret\n")
+    p.chmod(0o644)
+    with pytest.raises(SecurityConfigError, match=rf"holds a password \(sasl.password\) but "
+                       rf"every user can read it: chmod 600 {p}"):
+        load_command_config(str(p))
+    p.write_text("ssl.key.password=k\n")
+    with pytest.raises(SecurityConfigError, match=r"\(ssl.key.password\).*chmod 600"):
+        load_command_config(str(p))
+    p.chmod(0o640)  # group-readable: the node's rule (only "every user" is refused)
+    assert load_command_config(str(p)) == {"ssl_password": "k"}
+    p.write_text("security.protocol=SSL\n")  # no secret: any mode
+    p.chmod(0o644)
+    assert load_command_config(str(p)) == {"security_protocol": "SSL"}
+
+
+def test_the_cli_refuses_a_world_readable_command_config(tmp_path, capsys):
+    from raftlog.client.cli import main
+
+    p = tmp_path / "client.properties"
+    p.write_text("security.protocol=SASL_PLAINTEXT\nsasl.username=a\nsasl.password=b\n")
+    p.chmod(0o604)
+    assert main(["topics", "list", "--bootstrap-server", "127.0.0.1:1",
+                 "--command-config", str(p)]) != 0
+    assert f"chmod 600 {p}" in capsys.readouterr().err

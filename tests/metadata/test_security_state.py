@@ -69,3 +69,16 @@ def test_invalid_acl_is_rejected_whole():
 
 def test_snapshot_without_security_is_unchanged():
     assert b"scram" not in snapshot(MetadataState()) and b"acls" not in snapshot(MetadataState())
+
+
+def test_the_cluster_secret_is_written_once_and_kept_in_snapshots():
+    s = MetadataState()
+    assert b"cluster_secret" not in snapshot(s)
+    s1, res = apply(s, R.SetClusterSecret(b"a" * 32), term=1)
+    assert res.ok and s1.cluster_secret == b"a" * 32
+    s2, res = apply(s1, R.SetClusterSecret(b"b" * 32), term=1)  # a racing second node
+    assert res.ok and s2.cluster_secret == b"a" * 32
+    _, res = apply(s, R.SetClusterSecret(b"short"), term=1)
+    assert not res.ok and "16..64 bytes" in res.error
+    assert restore(snapshot(s2)) == s2
+    assert R.decode(R.encode(R.SetClusterSecret(b"x" * 16))) == R.SetClusterSecret(b"x" * 16)

@@ -60,7 +60,8 @@ def test_unknown_mechanism_and_garbage():
 
 
 def test_limiter_blocks_after_repeated_failures_and_forgets():
-    lim = FailureLimiter(max_failures=3, window_s=60, block_s=30, max_addresses=2)
+    lim = FailureLimiter(max_failures=3, window_s=60, block_s=30, max_addresses=2,
+                         max_failures_per_address=3)
     assert not lim.record_failure("a", 0) and not lim.record_failure("a", 1)
     assert lim.record_failure("a", 2) and lim.blocked("a", 3) and not lim.blocked("b", 3)
     assert not lim.blocked("a", 33)  # block over
@@ -81,3 +82,60 @@ def test_peer_address_prefers_our_inter_broker_listener_name():
     assert peer_address(both, "SASL_SSL") == ("10.0.0.1", 9094)
     assert peer_address(both, "PLAINTEXT") == ("10.0.0.1", 9092)
     assert peer_address((("h", 1),), "SASL_SSL") == ("h", 1)  # registered before names
+
+
+def test_limiter_blocks_a_user_from_an_address_not_the_others():
+    lim = FailureLimiter(max_failures=2, window_s=60, block_s=30, max_failures_per_address=5)
+    assert not lim.record_failure("a", 0, "alice")
+    assert lim.record_failure("a", 1, "alice")  # alice blocked from a
+    assert lim.blocked_for("a", "alice", 2) == 29
+    assert lim.blocked_for("a", "admin", 2) == 0 and lim.blocked_for("b", "alice", 2) == 0
+    assert not lim.blocked("a", 2)
+    with pytest.raises(ApiError) as e:
+        lim.check_login("a", "alice", 2.5)
+    assert e.value.code == ErrorCode.SASL_AUTHENTICATION_FAILED
+    assert e.value.message == "too many failed logins for user alice from a: blocked for 29 s"
+    lim.check_login("a", "admin", 2.5)  # not collateral
+    # refused while blocked: not counted again (towards the address either)
+    for t in range(10):
+        assert not lim.record_failure("a", 3 + t * 0.1, "alice")  # (no new block)
+    assert not lim.blocked("a", 4)
+    lim.check_login("a", "alice", 31.5)  # the block is over
+    # the address's own bound: many users (or none named) from one address
+    assert not lim.record_failure("a", 40, "u1") and not lim.record_failure("a", 41)
+    assert lim.record_failure("a", 42, "u3")  # 5 within the window (alice's 2 too)
+    assert lim.blocked("a", 43)
+    with pytest.raises(ApiError, match=r"too many failed logins from a: blocked for 29 s$"):
+        lim.check_login("a", "admin", 43)
+
+
+def test_a_blocked_user_is_refused_before_the_password_is_checked():
+    lim = FailureLimiter(max_failures=1, window_s=60, block_s=30)
+    lim.record_failure("10.0.0.1", 0, "alice")
+    s = SaslSession(MECHS, lambda u, m: CREDS.get((u, m)),
+                    admit=lambda user: lim.check_login("10.0.0.1", user, 1))
+    s.handshake(scram.SCRAM_SHA_256)
+    c = scram.ScramClient(scram.SCRAM_SHA_256, "alice", "right")
+    with pytest.raises(ApiError, match="too many failed logins for user alice from 10.0.0.1"):
+        s.authenticate(c.first())
+    assert s.user == "alice" and not s.authenticated
+    p = SaslSession(MECHS, lambda u, m: CREDS.get((u, m)),
+                    admit=lambda user: lim.check_login("10.0.0.1", user, 1))
+    p.handshake(scram.PLAIN)
+    with pytest.raises(ApiError, match="blocked for 29 s"):
+        p.authenticate(scram.encode_plain("alice", "right"))
+
+
+def test_fake_salts_need_the_cluster_secret():
+    s = SaslSession(MECHS, lambda u, m: None, fake_secret=lambda: b"")
+    with pytest.raises(ApiError) as e:
+        s.handshake(scram.SCRAM_SHA_256)
+    assert e.value.code == ErrorCode.BROKER_NOT_AVAILABLE
+
+    def salt(secret: bytes) -> str:
+        t = SaslSession(MECHS, lambda u, m: None, fake_secret=lambda: secret)
+        t.handshake(scram.SCRAM_SHA_256)
+        first = t.authenticate(scram.ScramClient(scram.SCRAM_SHA_256, "nobody", "x").first())
+        return dict(x.split("=", 1) for x in first["auth"].decode().split(","))["s"]
+
+    assert salt(b"k" * 32) == salt(b"k" * 32) != salt(b"j" * 32)

@@ -5,6 +5,7 @@ limiter and ACLs serve it (node/server.py, node/authn.py, node/authz.py)."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import time
 
@@ -118,6 +119,37 @@ def test_ssl_kafka_listener_produce_consume(tmp_path, certs):
     assert "kafka_handler_failed" not in node.log_text()
 
 
+def _scram_login(node, user: str, password: str) -> dict:
+    """A SCRAM-SHA-256 login over raw Kafka frames: the last SaslAuthenticate answer."""
+    with _connect(node) as s:
+        assert _call(s, 17, 1, 1, {"mechanism": "SCRAM-SHA-256"})[1]["error_code"] == 0
+        client = scram.ScramClient("SCRAM-SHA-256", user, password)
+        _, body = _call(s, 36, 2, 2, {"auth_bytes": client.first()})
+        if body["error_code"] == 0:
+            _, body = _call(s, 36, 2, 3, {"auth_bytes": client.final(body["auth_bytes"])})
+        return body
+
+
+def test_failed_logins_block_one_user_of_an_address_on_the_kafka_listener(tmp_path, certs):
+    """Issue 35/32: per (address, user): after two wrong passwords for admin, admin is
+    refused from this address and told for how long; another user is not collateral."""
+    node = start(tmp_path, certs, "SASL_PLAINTEXT", native="SASL_SSL",
+                 extra={"connection.failed.authentication.max": "2"})
+    try:
+        for _ in range(2):
+            body = _scram_login(node, "admin", "wrong")
+            assert body["error_code"] == 58 and "authentication failed" in body["error_message"]
+        body = _scram_login(node, "admin", ADMIN_PW)  # the right password, but blocked
+        assert body["error_code"] == 58
+        assert re.fullmatch(r"too many failed logins for user admin from 127\.0\.0\.1: "
+                            r"blocked for \d+ s", body["error_message"]), body
+        body = _scram_login(node, "carol", "any")  # another user: checked as usual
+        assert body["error_code"] == 58 and "authentication failed" in body["error_message"]
+        assert "address_blocked" in node.log_text() and "user=admin" in node.log_text()
+    finally:
+        node.stop()
+
+
 def sasl_conf(node, certs, protocol: str, mechanism: str, user: str, password: str,
               **kw) -> dict:
     return client_conf(node, certs, protocol, **{
@@ -189,9 +221,11 @@ def _call(s: socket.socket, key: int, version: int, cid: int, body: dict):
 
 def test_sasl_before_authentication_and_failure_limit(tmp_path, certs):
     """Before authentication only ApiVersions and SASL are served; failures answer
-    SASL_AUTHENTICATION_FAILED (58), close, and count per address."""
+    SASL_AUTHENTICATION_FAILED (58), close, and count per address (and per user: see
+    test_security_node.py); a blocked client is told so at its SASL step."""
     node = start(tmp_path, certs, "SASL_PLAINTEXT", native="SASL_SSL",
-                 extra={"connection.failed.authentication.max": "3"})
+                 extra={"connection.failed.authentication.max": "3",
+                        "connection.failed.authentication.max.per.address": "3"})
     try:
         with _connect(node) as s:
             _, body = _call(s, 18, 3, 1, {"client_software_name": "t",
@@ -211,6 +245,12 @@ def test_sasl_before_authentication_and_failure_limit(tmp_path, certs):
             assert body["error_code"] == 58 and "authentication failed" in body["error_message"]
             assert s.recv(10) == b""
         with _connect(node) as s:  # blocked: three failures from this address
+            assert _call(s, 17, 1, 1, {"mechanism": "SCRAM-SHA-256"})[1]["error_code"] == 0
+            client = scram.ScramClient("SCRAM-SHA-256", "admin", ADMIN_PW)
+            _, body = _call(s, 36, 2, 2, {"auth_bytes": client.first()})
+            assert body["error_code"] == 58
+            assert re.fullmatch(r"too many failed logins from 127\.0\.0\.1: blocked for "
+                                r"\d+ s", body["error_message"]), body
             assert s.recv(10) == b""
         assert "address_blocked" in node.log_text()
     finally:
