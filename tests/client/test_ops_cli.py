@@ -134,13 +134,46 @@ def test_status_counts_nodes_partitions_and_lag():
     assert nodes[1]["leaders"] == 1 and nodes[1]["replicas"] == 2 and nodes[1]["size_bytes"] == 1500
     assert nodes[2]["controller"] and nodes[2]["roles"] == ["broker", "controller"]
     assert nodes[3]["error"] and nodes[3]["size_bytes"] is None
-    assert s["lag"] == [{"topic": "t", "partition": 0, "leader": 1, "follower": 2, "lag": 10},
-                        {"topic": "t", "partition": 0, "leader": 1, "follower": 3, "lag": -1}]
+    assert s["lag"] == [{"topic": "t", "partition": 0, "leader": 1, "follower": 2, "lag": 10,
+                         "in_isr": True},
+                        {"topic": "t", "partition": 0, "leader": 1, "follower": 3, "lag": -1,
+                         "in_isr": False}]
     text = format_status(s)
     assert "controller 2" in text and "2*" in text
     assert "OFFLINE" in text and "UNDER-REPLICATED" in text and "not fetching" in text
     assert "unreachable" in text and "fenced" in text
     json.dumps(s)  # the --json form
+
+
+def test_status_lag_section_agrees_with_the_under_replicated_count():
+    """One definition: a partition is under-replicated when its ISR lacks a replica, and
+    exactly those missing replicas are the lag section's out-of-ISR rows -- a follower
+    out of the ISR that has caught up (lag 0) included, an in-sync follower a few
+    records behind (every acks=all write makes one) not counted as under-replicated."""
+    cluster = ClusterDescription("c1", 1, (BrokerDescription(1, "h", 1),
+                                           BrokerDescription(2, "h", 2),
+                                           BrokerDescription(3, "h", 3)), 7)
+    topics = [TopicDescription("t", {}, (
+        PartitionDescription(0, 1, (1, 2), (1, 2), 1),   # in sync, follower 5 behind
+        PartitionDescription(1, 1, (1, 3), (1,), 1),     # 3 out of the ISR, caught up
+        PartitionDescription(2, 2, (2, 3), (2,), 1),     # 3 out; leader 2 did not answer
+    ))]
+    dirs = [
+        LogDirDescription(1, "h", 1, ("broker",), "/d1", 100, 50, (
+            LogDirPartition("t", 0, 100, 1, 0, 50, 45, 1, 1, [[2, 45]]),
+            LogDirPartition("t", 1, 100, 1, 0, 50, 50, 1, 1, [[3, 50]]))),
+        LogDirDescription(2, "h", 2, error="cannot connect to h:2"),
+    ]
+    s = build_status(cluster, topics, dirs)
+    assert s["under_replicated"] == 2
+    out_of_isr = {(x["topic"], x["partition"]) for x in s["lag"] if not x["in_isr"]}
+    assert out_of_isr == {(p["topic"], p["partition"]) for p in s["partitions"]
+                          if p["under_replicated"]} == {("t", 1), ("t", 2)}
+    rows = {(x["partition"], x["follower"]): (x["lag"], x["in_isr"]) for x in s["lag"]}
+    assert rows == {(0, 2): (5, True), (1, 3): (0, False), (2, 3): (-1, False)}
+    text = format_status(s)
+    assert "2 out of the ISR, in the 2 under-replicated partition(s)" in text
+    assert "under-replicated 2" in text and "not fetching" in text
 
 
 def test_log_dirs_json_is_kafka_shaped_with_offset_lag():
@@ -157,7 +190,7 @@ def test_log_dirs_json_is_kafka_shaped_with_offset_lag():
 
 
 def test_replica_lags_and_human_bytes():
-    assert replica_lags([]) == []
+    assert replica_lags([], []) == []
     assert human_bytes(0) == "0 B" and human_bytes(1536) == "1.5 KiB" and human_bytes(-1) == "-"
 
 
