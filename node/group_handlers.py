@@ -198,7 +198,7 @@ class GroupService:
                 protocols=fields["protocols"], session_timeout_ms=fields["session_timeout_ms"],
                 rebalance_timeout_ms=fields["rebalance_timeout_ms"],
                 group_instance_id=fields["group_instance_id"],
-                # (the Kafka listener passes these; the native schema does not carry them)
+                # (the native JOIN_GROUP carries client_id; the server adds client_host)
                 protocol_type=fields.get("protocol_type", "consumer"),
                 client_id=fields.get("client_id", ""), client_host=fields.get("client_host", ""),
             )
