@@ -107,6 +107,28 @@ def test_dump_log_of_indexes_and_of_bad_paths(tmp_path, capsys):
     assert rc == 1 and "not a segment file" in _run.err
 
 
+def test_dump_log_explains_the_index_files_of_the_active_segment(tmp_path, capsys):
+    """The README's account: a running log's active segment has a .log and no index
+    files (even after a flush); dump-log says why and what to dump instead. Once the
+    segment rolls or the log closes, both index files exist and are listed."""
+    path, log = _segment(tmp_path)  # flushed, still open: the segment is active
+    base = path[: -len(".log")]
+    assert os.path.exists(path)
+    for suffix in (".index", ".timeindex"):
+        assert not os.path.exists(base + suffix)
+        rc, _ = _run(capsys, "dump-log", base + suffix)
+        assert rc == 1
+        assert "active segment" in _run.err and f"dump {path} instead" in _run.err
+    rc, out = _run(capsys, "dump-log", path)  # the .log of the active segment reads fine
+    assert rc == 0 and "baseOffset: 0" in out
+    log.close()
+    for suffix, line in ((".index", "offset: 0 position: 0"), (".timeindex", "timestamp: 1000")):
+        rc, out = _run(capsys, "dump-log", base + suffix)
+        assert rc == 0 and line in out
+    rc, _ = _run(capsys, "dump-log", str(tmp_path / "t-0" / "00000000000000000099.index"))
+    assert rc == 1 and "No such file" in _run.err  # no segment there at all
+
+
 def _fixture():
     cluster = ClusterDescription("c1", 2, (BrokerDescription(1, "h", 1), BrokerDescription(2, "h", 2),
                                            BrokerDescription(3, "h", 3, fenced=True)), 7)
