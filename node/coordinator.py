@@ -53,7 +53,8 @@ class GroupHost:
         self.topic_partitions = topic_partitions
         self.topic_replication_factor = topic_replication_factor
         self.coordinator = GroupCoordinator(config)
-        self.service = GroupService(self.coordinator, persist=self._persist, locate=self._locate)
+        self.service = GroupService(self.coordinator, persist=self._persist, locate=self._locate,
+                                    deleted_topic=self._deleted_topic)
         #: partition -> leader epoch it was loaded (or is loading) in
         self._loaded: dict[int, int] = {}
         self._creating = False
@@ -61,6 +62,8 @@ class GroupHost:
         #: partition that was loading while a topic went applies those after its replay
         self._deletions = 0
         self._recent_deletions: deque = deque(maxlen=MAX_RECENT_DELETIONS)
+        #: name -> number of its latest deletion among the remembered ones
+        self._deleted_names: dict[str, int] = {}
 
     async def run(self) -> None:
         async with trio.open_nursery() as n:
@@ -165,9 +168,19 @@ class GroupHost:
         """Offsets of deleted topics go from the loaded groups now; a partition loading
         meanwhile applies them when its replay is done (see :meth:`_load`)."""
         for name in names:
+            if len(self._recent_deletions) == MAX_RECENT_DELETIONS:
+                seq, old = self._recent_deletions[0]  # about to be evicted
+                if self._deleted_names.get(old) == seq:
+                    del self._deleted_names[old]
             self._deletions += 1
             self._recent_deletions.append((self._deletions, name))
+            self._deleted_names[name] = self._deletions
+        assert len(self._deleted_names) <= len(self._recent_deletions)
         self._drop_offsets(names, None)
+
+    def _deleted_topic(self, name: str) -> bool:
+        """A topic this node saw deleted that does not exist now (commits are refused)."""
+        return name in self._deleted_names and name not in self.store.topics
 
     def _drop_offsets(self, names, partition: int | None) -> None:
         effects = self.coordinator.delete_topic_offsets(names, self.service.now_ms(),
