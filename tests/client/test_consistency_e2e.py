@@ -143,3 +143,24 @@ def test_an_unknown_topic_config_names_the_nearest_key_in_the_sdk_and_the_cli(no
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 1
     assert "did you mean 'retention.ms'?" in out.stderr
+
+
+def test_a_kafka_client_gets_the_nearest_topic_config_in_invalid_config(node_factory):
+    """The suggestion is made by the node, so a stock Kafka client sees it too."""
+    kafka = pytest.importorskip("kafka")
+    from kafka.admin import NewTopic
+
+    from ..conftest import free_port
+
+    kport = free_port()
+    node_factory(**{"kafka.listener": f"127.0.0.1:{kport}"})
+    admin = kafka.KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{kport}",
+                                   request_timeout_ms=10_000)
+    try:
+        res = admin.create_topics([NewTopic("k", 1, 1, topic_configs={"retention.hours": "1"})],
+                                  raise_errors=False)
+        (topic,) = res["topics"]
+        assert topic["error_code"] == 40  # INVALID_CONFIG
+        assert "did you mean 'retention.ms'?" in topic["error_message"]
+    finally:
+        admin.close()
