@@ -13,6 +13,7 @@ import pytest
 from raftlog.client import (
     Admin,
     ApiError,
+    BrokerNotAvailableError,
     Consumer,
     ErrorCode,
     Producer,
@@ -80,6 +81,8 @@ def test_deleting_a_topic_deletes_the_groups_committed_offsets(node_factory):
 def _offsets_or_none(admin: Admin, group: str):
     try:
         return admin.list_group_offsets(group)
+    except BrokerNotAvailableError:  # the node is registering after the restart
+        return None
     except ApiError as e:  # the coordinator is loading after the restart
         if e.retriable:
             return None
