@@ -21,6 +21,7 @@ from .assignors import assignment_from_wire
 from .conn import BrokerConnection, Cluster
 from .errors import BrokerNotAvailableError, GroupNotEmptyError, api_error
 from .offsets import list_offsets, list_offsets_strict
+from .options import check_options
 from .security import ClientSecurity
 from .types import TopicPartition
 
@@ -303,6 +304,7 @@ class Admin:
     ):
         """``security_options``: kafka-python's names (see client/security.py)."""
         self.timeout_s = request_timeout_ms / 1000
+        check_options(Admin, security_options)  # a misspelt option: named, with the nearest
         self.security = ClientSecurity.from_options(**security_options)
         self._cluster = Cluster(bootstrap_servers, self.timeout_s, security=self.security)
         #: group id -> (node_id, host, port) of its coordinator, as last found

@@ -34,6 +34,7 @@ from .errors import (
     api_error,
 )
 from .offsets import list_offsets_strict, requests_by_leader
+from .options import check_options
 from .security import ClientSecurity
 from .types import ConsumerGroupMetadata, OffsetAndTimestamp, TopicPartition
 
@@ -72,6 +73,8 @@ class Consumer:
         fetch_min_bytes, fetch_max_wait_ms: long-poll bounds of each fetch.
         max_partition_fetch_bytes: bytes per partition per fetch.
         fetch_max_bytes: bytes per fetch response.
+        max_poll_records: records one ``poll()`` returns at most (Kafka's name; a
+            ``poll(max_records=N)`` overrides it for that call).
     """
 
     def __init__(
@@ -93,12 +96,16 @@ class Consumer:
         group_instance_id: str | None = None,
         client_id: str = "raftlog-consumer",
         heartbeat_interval_ms: int | None = None,
+        max_poll_records: int = 500,
         **security_options,
     ):
+        check_options(Consumer, security_options)  # a misspelt option: named, with the nearest
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise ValueError(
                 f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}"
             )
+        if type(max_poll_records) is not int or max_poll_records < 1:
+            raise ValueError(f"max_poll_records must be a positive integer, not {max_poll_records!r}")
         if group_id is not None and not group_id:
             raise ValueError("group_id must not be empty")
         if session_timeout_ms <= 0 or max_poll_interval_ms <= 0 or auto_commit_interval_ms <= 0:
@@ -116,6 +123,7 @@ class Consumer:
         self.partition_assignment_strategy = partition_assignment_strategy
         self.group_instance_id = group_instance_id
         self.client_id = client_id
+        self.max_poll_records = max_poll_records
         self._member = None
         self._last_poll = time.monotonic()
         self._next_auto_commit = time.monotonic() + self.auto_commit_interval_s
@@ -386,11 +394,16 @@ class Consumer:
 
     # ------------------------------------------------------------------ poll
 
-    def poll(self, timeout_ms: int = 0, max_records: int = 500) -> list[Record]:
-        """Records after the current positions (at most ``max_records``), waiting up
-        to ``timeout_ms`` for some to arrive. Advances the positions."""
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> list[Record]:
+        """Records after the current positions (at most ``max_records``, default the
+        consumer's ``max_poll_records``), waiting up to ``timeout_ms`` for some to
+        arrive. Advances the positions."""
         if self._closed:
             raise RuntimeError("poll() on a closed consumer")
+        if max_records is None:
+            max_records = self.max_poll_records
+        if type(max_records) is not int or max_records < 1:
+            raise ValueError(f"max_records must be a positive integer, not {max_records!r}")
         now = time.monotonic()
         deadline = now + timeout_ms / 1000
         self._last_poll = now

@@ -7,7 +7,10 @@ A ``.log`` segment is scanned from position 0: each batch header is parsed
 does not match is reported and the scan goes on (its length is still known); a
 header that does not parse, or a batch running past the end of the file, ends the
 scan there (nothing after it can be located) and is reported with the bytes left.
-``.index`` and ``.timeindex`` files are listed entry by entry.
+``.index`` and ``.timeindex`` files are listed entry by entry. A segment's index files
+exist once it is closed (rolled) or its node stopped cleanly: the active segment's live in
+memory (raftlog/log.py flush writes only closed segments' indexes), which a missing index
+file next to its ``.log`` is reported as.
 """
 
 from __future__ import annotations
@@ -128,12 +131,34 @@ def describe_records(b: BatchInfo) -> list[dict]:
     return out
 
 
+class IndexNotWrittenError(ValueError):
+    """An index file that does not exist (yet) next to its segment's ``.log``."""
+
+
 def read_index(path: str) -> tuple[list[tuple[int, int]], int]:
     """(entries, trailing bytes) of an ``.index`` (absolute offset, position) or
-    ``.timeindex`` (timestamp, position) file. Raises OSError."""
+    ``.timeindex`` (timestamp, position) file.
+
+    Raises:
+        IndexNotWrittenError: the file is missing but its ``.log`` is there: the
+            active segment's indexes live in memory until it rolls or the node stops
+            cleanly (the message says so, and to dump the ``.log``).
+        OSError: the file cannot be read.
+    """
     entry = _TIMEINDEX_ENTRY if path.endswith(TIMEINDEX_SUFFIX) else _INDEX_ENTRY
-    with open(path, "rb") as f:
-        data = f.read()
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        suffix = TIMEINDEX_SUFFIX if entry is _TIMEINDEX_ENTRY else INDEX_SUFFIX
+        log = path[: -len(suffix)] + LOG_SUFFIX
+        if not os.path.exists(log):
+            raise
+        raise IndexNotWrittenError(
+            "no such file yet: the index files of the active segment, "
+            f"{os.path.basename(log)}, are kept in memory and written when it rolls or "
+            "the node stops cleanly (a missing index is rebuilt from the log on open); "
+            f"dump {log} instead") from None
     whole = len(data) - len(data) % entry.size
     rows = list(entry.iter_unpack(data[:whole]))
     if entry is _INDEX_ENTRY:

@@ -437,6 +437,7 @@ class GroupMember:
         join_fields = {
             "group": self.group_id,
             "member_id": self.member_id,
+            "client_id": self.client_id,
             "group_instance_id": self.instance_id,
             "session_timeout_ms": self.session_timeout_ms,
             "rebalance_timeout_ms": self.max_poll_interval_ms,

@@ -37,6 +37,7 @@ from .errors import (
     api_error,
 )
 from .future import RecordFuture
+from .options import check_options
 from .partitioner import StickyPartitioner, partition_for_key
 from .security import ClientSecurity
 
@@ -127,6 +128,7 @@ class Producer:
         """``security_options``: kafka-python's security_protocol, ssl_cafile,
         ssl_certfile, ssl_keyfile, ssl_password, ssl_check_hostname, sasl_mechanism,
         sasl_plain_username, sasl_plain_password (see client/security.py)."""
+        check_options(Producer, security_options)  # a misspelt option: named, with the nearest
         self.security = ClientSecurity.from_options(**security_options)
         self.acks = _acks(acks)
         if enable_idempotence is None:

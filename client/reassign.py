@@ -70,7 +70,10 @@ def generate(current: dict, brokers: list) -> dict:
     Replicas on allowed brokers stay; replicas on other brokers go to the least
     loaded allowed brokers; then, while one broker holds two replicas more than
     another, one of its replicas (a follower where it can) moves to that other
-    broker. Returns only the partitions whose replicas change."""
+    broker. Last, preferred leaders (the first replica of each list) are spread
+    within one of even by reordering replica lists (no data moves for that: see
+    :func:`balance_leaders`). Returns only the partitions whose replicas change
+    (in set or in order)."""
     brokers = sorted(set(brokers))
     if not brokers:
         raise PlanError("no brokers to assign to")
@@ -88,20 +91,108 @@ def generate(current: dict, brokers: list) -> dict:
                 new = min((x for x in brokers if x not in reps), key=lambda x: (load[x], x))
                 reps.insert(min(i, len(reps)), new)
                 load[new] += 1
+    keys = sorted(after)
     for _ in range(sum(load.values())):  # each round moves one replica: bounded
         hi = max(brokers, key=lambda b: (load[b], -b))
         lo = min(brokers, key=lambda b: (load[b], b))
         if load[hi] - load[lo] <= 1:
             break
-        movable = [k for k in sorted(after) if hi in after[k] and lo not in after[k]]
-        if not movable:
+        key = _movable(after, keys, hi, lo)
+        if key is None:
             break
-        key = min(movable, key=lambda k: after[k].index(hi) == 0)  # a follower first
         reps = after[key]
         reps[reps.index(hi)] = lo
         load[hi] -= 1
         load[lo] += 1
+    balance_leaders(after, brokers)
     return {k: tuple(reps) for k, reps in after.items() if tuple(reps) != tuple(current[k])}
+
+
+def _movable(after: dict, keys: list, hi: int, lo: int):
+    """The first partition (in ``keys`` order) with a replica on ``hi`` and none on
+    ``lo`` where ``hi`` is a follower; else the first where it leads; None if none."""
+    led = None
+    for k in keys:
+        reps = after[k]
+        if hi in reps and lo not in reps:
+            if reps[0] != hi:
+                return k
+            if led is None:
+                led = k
+    return led
+
+
+def balance_leaders(assignment: dict, brokers: list) -> None:
+    """Reorder the replica lists of ``assignment`` ({key: list of broker ids}, changed
+    in place) so preferred leaders spread as evenly as their replica sets allow.
+
+    A broker leading two more partitions than another hands one leadership down a
+    chain: it makes a partition it leads prefer a replica on broker b, b gives one of
+    its own to c, ... until a broker with at least two fewer gets one (the brokers in
+    between keep their count). When no such chain is left, no reordering of these
+    replica sets is better balanced (an optimal semi-matching); when the replicas
+    are within one of even (as :func:`generate` leaves them), so are the leaders.
+    Only preferred leaders that must move do: a balanced assignment is unchanged."""
+    count: Counter = Counter({b: 0 for b in brokers})
+    count.update(reps[0] for reps in assignment.values())
+    _hand_down_directly(assignment, count)  # the one-step chains, in one cheap pass
+    # each chain lowers the sum of squared counts by at least 2: bounded
+    for _ in range(sum(c * c for c in count.values()) // 2 + 1):
+        chain = _leader_chain(assignment, count)
+        if chain is None:
+            return
+        for key, b, _old in chain:
+            reps = assignment[key]
+            i = reps.index(b)
+            reps[0], reps[i] = reps[i], reps[0]
+        count[chain[-1][1]] += 1
+        count[chain[0][2]] -= 1
+    raise AssertionError("leader balancing did not converge")
+
+
+def _hand_down_directly(assignment: dict, count: Counter) -> None:
+    """Each partition whose preferred leader leads two more than another of its
+    replicas prefers that one instead (the chains of one step, without a search)."""
+    for key in sorted(assignment):
+        reps = assignment[key]
+        i = min(range(len(reps)), key=lambda j: (count[reps[j]], j))
+        if count[reps[0]] - count[reps[i]] >= 2:
+            count[reps[0]] -= 1
+            count[reps[i]] += 1
+            reps[0], reps[i] = reps[i], reps[0]
+
+
+def _leader_chain(assignment: dict, count: Counter) -> list | None:
+    """[(key, new preferred leader, old one), ...]: a chain of leaderships from a
+    broker to one leading at least two fewer (breadth first: the shortest); None
+    when there is none."""
+    led: dict = {}
+    for key in sorted(assignment):
+        led.setdefault(assignment[key][0], []).append(key)
+    low = min(count.values(), default=0)
+    for src in sorted(count, key=lambda b: (-count[b], b)):
+        if count[src] - low < 2:
+            return None
+        parent: dict = {src: None}
+        frontier = [src]
+        while frontier:
+            following = []
+            for u in frontier:
+                for key in led.get(u, ()):
+                    for v in assignment[key][1:]:
+                        if v in parent:
+                            continue
+                        parent[v] = (u, key)
+                        if count[v] <= count[src] - 2:
+                            chain = []
+                            while parent[v] is not None:
+                                u, key = parent[v]
+                                chain.append((key, v, u))
+                                v = u
+                            return chain[::-1]
+                        following.append(v)
+            frontier = following
+    return None
 
 
 def decommission(current: dict, node: int, brokers: list) -> dict:

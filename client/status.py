@@ -40,20 +40,40 @@ def _partition_json(t, p) -> dict:
             "under_replicated": p.under_replicated, "offline": p.offline}
 
 
-def replica_lags(log_dirs) -> list[dict]:
-    """Followers behind their leader, from the leaders' DescribeLogDirs rows: one
-    ``{topic, partition, leader, follower, lag}`` per follower (lag -1: the follower
-    has not fetched since this leader took over), largest lag first."""
-    out = []
+def replica_lags(log_dirs, topics) -> list[dict]:
+    """Follower replicas behind their leader or out of the ISR: one ``{topic, partition,
+    leader, follower, lag, in_isr}`` per follower, largest lag first.
+
+    ``lag`` is from the leaders' DescribeLogDirs rows: the leader's log end offset minus
+    the follower's as last fetched; -1: the follower has not fetched since this leader
+    took over, or no leader reported it (an offline partition, or its leader did not
+    answer DescribeLogDirs). ``in_isr`` is from the Metadata (``topics``: Admin.describe_topics()).
+
+    One definition with the summary's ``under_replicated`` (ISR smaller than the
+    replicas, as Kafka's): every replica missing from an ISR has a row (even when it
+    has caught up since, lag 0), so the partitions with an ``in_isr`` False row are
+    exactly the under-replicated ones; an in-sync follower has a row only while it lags."""
+    described = {(t.name, p.partition): p for t in topics for p in t.partitions}
+    rows: dict = {}
     for d in log_dirs:
         for r in d.partitions:
-            if r.leader != d.node_id:
+            part = described.get((r.topic, r.partition))
+            if r.leader != d.node_id or part is None:
                 continue
             for follower, leo in r.followers:
                 lag = -1 if leo < 0 else max(0, r.log_end_offset - leo)
-                if lag:
-                    out.append({"topic": r.topic, "partition": r.partition, "leader": d.node_id,
-                                "follower": follower, "lag": lag})
+                in_isr = follower in part.isr
+                if lag or not in_isr:
+                    rows[(r.topic, r.partition, follower)] = {
+                        "topic": r.topic, "partition": r.partition, "leader": d.node_id,
+                        "follower": follower, "lag": lag, "in_isr": in_isr}
+    for (topic, partition), part in described.items():
+        for b in part.replicas:
+            if b not in part.isr and (topic, partition, b) not in rows:
+                rows[(topic, partition, b)] = {
+                    "topic": topic, "partition": partition, "leader": part.leader,
+                    "follower": b, "lag": -1, "in_isr": False}
+    out = list(rows.values())
     out.sort(key=lambda x: (x["lag"] >= 0, x["lag"]), reverse=True)
     return out
 
@@ -93,7 +113,7 @@ def build_status(cluster, topics, log_dirs) -> dict:
         "under_replicated": sum(p.under_replicated for _t, p in parts),
         "offline": sum(p.offline for _t, p in parts),
         "nodes": nodes,
-        "lag": replica_lags(log_dirs),
+        "lag": replica_lags(log_dirs, topics),
     }
 
 
@@ -136,10 +156,15 @@ def format_status(s: dict) -> str:
     lines.append("")
     lag = s["lag"]
     if lag:
-        lines.append(f"{len(lag)} follower replica(s) behind their leader:")
-        lines.append(table(["PARTITION", "LEADER", "FOLLOWER", "LAG (records)"],
-                           [[f"{x['topic']}-{x['partition']}", x["leader"], x["follower"],
-                             x["lag"] if x["lag"] >= 0 else "not fetching"]
+        out_of_isr = sum(not x["in_isr"] for x in lag)
+        lines.append(f"{len(lag)} follower replica(s) behind their leader or out of the ISR "
+                     f"({out_of_isr} out of the ISR, in the {s['under_replicated']} "
+                     "under-replicated partition(s)):")
+        lines.append(table(["PARTITION", "LEADER", "FOLLOWER", "LAG (records)", "IN ISR"],
+                           [[f"{x['topic']}-{x['partition']}",
+                             x["leader"] if x["leader"] >= 0 else "none", x["follower"],
+                             x["lag"] if x["lag"] >= 0 else "not fetching",
+                             "yes" if x["in_isr"] else "no"]
                             for x in lag[:MAX_TEXT_ROWS]]))
         if len(lag) > MAX_TEXT_ROWS:
             lines.append(f"... and {len(lag) - MAX_TEXT_ROWS} more (--json lists all)")

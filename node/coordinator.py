@@ -20,6 +20,7 @@ module gives them what they need from the node:
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import replace
 
 import trio
@@ -32,6 +33,8 @@ from .groups import OFFSETS_TOPIC, CorruptGroupRecordError, GroupConfig, GroupCo
 
 #: Bytes read from the log per step while loading a partition.
 LOAD_READ_BYTES = 4 * 1024 * 1024
+#: Topic deletions remembered for partitions that were loading meanwhile.
+MAX_RECENT_DELETIONS = 10_000
 #: How often offsets of long-empty groups are expired (offsets.retention.minutes).
 OFFSETS_EXPIRY_CHECK_S = 60.0
 
@@ -50,10 +53,17 @@ class GroupHost:
         self.topic_partitions = topic_partitions
         self.topic_replication_factor = topic_replication_factor
         self.coordinator = GroupCoordinator(config)
-        self.service = GroupService(self.coordinator, persist=self._persist, locate=self._locate)
+        self.service = GroupService(self.coordinator, persist=self._persist, locate=self._locate,
+                                    deleted_topic=self._deleted_topic)
         #: partition -> leader epoch it was loaded (or is loading) in
         self._loaded: dict[int, int] = {}
         self._creating = False
+        #: topics deleted so far, and the latest MAX_RECENT_DELETIONS (number, name): a
+        #: partition that was loading while a topic went applies those after its replay
+        self._deletions = 0
+        self._recent_deletions: deque = deque(maxlen=MAX_RECENT_DELETIONS)
+        #: name -> number of its latest deletion among the remembered ones
+        self._deleted_names: dict[str, int] = {}
 
     async def run(self) -> None:
         async with trio.open_nursery() as n:
@@ -125,9 +135,15 @@ class GroupHost:
 
     # ------------------------------------------------------------------ load / unload
 
-    def on_reconcile(self) -> None:
-        """After a metadata change: load partitions this node now leads, unload the
-        others. Never raises (called from ReplicaManager.reconcile)."""
+    def on_reconcile(self, deleted_topics=()) -> None:
+        """After a metadata change: drop the committed offsets of ``deleted_topics``
+        (tombstones appended), load partitions this node now leads, unload the others.
+        Never raises (called from ReplicaManager.reconcile)."""
+        if deleted_topics:
+            try:
+                self._topics_deleted(deleted_topics)
+            except Exception as e:  # a bug of ours: keep loading and unloading
+                self.events.error("offsets_of_deleted_topics_failed", error=repr(e))
         info = self._topic()
         if info is not None and self.coordinator.config.offsets_partitions != len(info.partitions):
             # The topic's real partition count decides where groups live.
@@ -148,6 +164,46 @@ class GroupHost:
                 self._loaded[p] = epoch
                 self.nursery.start_soon(self._load, p, epoch)
 
+    def _topics_deleted(self, names) -> None:
+        """Offsets of deleted topics go from the loaded groups now; a partition loading
+        meanwhile applies them when its replay is done (see :meth:`_load`)."""
+        for name in names:
+            if len(self._recent_deletions) == MAX_RECENT_DELETIONS:
+                seq, old = self._recent_deletions[0]  # about to be evicted
+                if self._deleted_names.get(old) == seq:
+                    del self._deleted_names[old]
+            self._deletions += 1
+            self._recent_deletions.append((self._deletions, name))
+            self._deleted_names[name] = self._deletions
+        assert len(self._deleted_names) <= len(self._recent_deletions)
+        self._drop_offsets(names, None)
+
+    def _deleted_topic(self, name: str) -> bool:
+        """A topic this node saw deleted that does not exist now (commits are refused)."""
+        return name in self._deleted_names and name not in self.store.topics
+
+    def _drop_offsets(self, names, partition: int | None) -> None:
+        effects = self.coordinator.delete_topic_offsets(names, self.service.now_ms(),
+                                                        partition=partition)
+        if effects:
+            self.nursery.start_soon(self._run_deletions, effects, tuple(names))
+
+    async def _run_deletions(self, effects, names) -> None:
+        failure = await self.service.run_effects(effects)
+        if failure is not None:  # (gone from memory: a reload of the partition brings them back)
+            self.events.warning("offsets_of_deleted_topics_not_persisted", topics=list(names),
+                                error=failure.message)
+        else:
+            self.events.info("offsets_of_deleted_topics_deleted", topics=list(names),
+                             records=sum(len(e.records) for e in effects))
+
+    def _deleted_since(self, mark: int) -> list | None:
+        """Topics deleted after deletion number ``mark``; None when older ones than the
+        remembered window are needed."""
+        if self._deletions - mark > len(self._recent_deletions):
+            return None
+        return [name for seq, name in self._recent_deletions if seq > mark]
+
     def _unload(self, partition: int) -> None:
         self._loaded.pop(partition, None)
         effects = self.coordinator.unload(partition)
@@ -163,6 +219,7 @@ class GroupHost:
         if effects:
             self.nursery.start_soon(self.service.run_effects, effects)
         started = time.monotonic()
+        mark = self._deletions
         end = part.log.log_end_offset
         try:
             recs = await trio.to_thread.run_sync(_read_all, part.log, end)
@@ -182,6 +239,12 @@ class GroupHost:
                 bad += 1
                 self.events.error("group_record_corrupt", partition=partition, error=str(e))
         self.coordinator.finish_loading(partition, self.service.now_ms())
+        deleted = self._deleted_since(mark)
+        if deleted is None:
+            self.events.warning("group_load_missed_topic_deletions", partition=partition,
+                                window=MAX_RECENT_DELETIONS)
+        elif deleted:
+            self._drop_offsets(deleted, partition)
         self.service.poke()
         self.events.info("group_partition_loaded", partition=partition, records=len(recs),
                          corrupt=bad, ms=round((time.monotonic() - started) * 1000, 1))

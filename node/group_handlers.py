@@ -46,7 +46,7 @@ import trio
 
 from raftlog import records as batch_format
 from raftlog.errors import ApiError, ErrorCode
-from raftlog.protocol import Api, NamedResult
+from raftlog.protocol import Api, NamedResult, PartitionResult
 
 from .clock import SteadyWallClock
 from .groups import GroupCoordinator, Outcome, Persist, Reply
@@ -90,10 +90,15 @@ class GroupService:
     """Runs the coordinator for the node: answers group APIs, persists, ticks."""
 
     def __init__(self, coordinator: GroupCoordinator, *, persist: Persister, locate: Locator,
-                 clock_ms: Callable[[], int] | None = None):
+                 clock_ms: Callable[[], int] | None = None,
+                 deleted_topic: Callable[[str], bool] | None = None):
         """``clock_ms``: the coordinator's clock (default a SteadyWallClock: sessions
-        and rebalance deadlines unmoved by steps of the wall clock, see node/clock.py)."""
+        and rebalance deadlines unmoved by steps of the wall clock, see node/clock.py).
+        ``deleted_topic(name)``: True for a topic deleted (and not re-created): offset
+        commits for it are refused with UNKNOWN_TOPIC_OR_PARTITION, as Kafka's, so a
+        consumer still running does not bring back the offsets its deletion removed."""
         self.coordinator = coordinator
+        self._deleted_topic = deleted_topic
         self._persist = persist
         self._locate = locate
         self._clock_ms = clock_ms if clock_ms is not None else SteadyWallClock()
@@ -198,7 +203,7 @@ class GroupService:
                 protocols=fields["protocols"], session_timeout_ms=fields["session_timeout_ms"],
                 rebalance_timeout_ms=fields["rebalance_timeout_ms"],
                 group_instance_id=fields["group_instance_id"],
-                # (the Kafka listener passes these; the native schema does not carry them)
+                # (the native JOIN_GROUP carries client_id; the server adds client_host)
                 protocol_type=fields.get("protocol_type", "consumer"),
                 client_id=fields.get("client_id", ""), client_host=fields.get("client_host", ""),
             )
@@ -234,16 +239,25 @@ class GroupService:
         return out.response
 
     async def offset_commit(self, fields: dict) -> dict:
+        offsets, refused = fields["offsets"], []
+        if self._deleted_topic is not None:
+            refused = [o for o in offsets if self._deleted_topic(o[0])]
+            if refused:
+                offsets = [o for o in offsets if not self._deleted_topic(o[0])]
         out = self.coordinator.commit_offsets(
-            fields["group"], fields["member_id"], fields["generation"], fields["offsets"],
+            fields["group"], fields["member_id"], fields["generation"], offsets,
             now_ms=self._clock_ms(),
         )
         failure = await self.run_effects(out.effects)
-        if failure is None:
-            return out.response
-        # nothing was committed: every partition that passed validation gets the error
-        return {"parts": [r if r.error else r._replace(error=int(failure.code), message=failure.message)
-                          for r in out.response["parts"]]}
+        parts = out.response["parts"]
+        if failure is not None:
+            # nothing was committed: every partition that passed validation gets the error
+            parts = [r if r.error else r._replace(error=int(failure.code), message=failure.message)
+                     for r in parts]
+        return {"parts": parts + [
+            PartitionResult(o[0], o[1], int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                            f"topic {o[0]!r} was deleted: its offsets were deleted with it")
+            for o in refused]}
 
     async def offset_fetch(self, fields: dict) -> dict:
         return {"parts": self.coordinator.fetch_offsets(fields["group"], fields["parts"])}

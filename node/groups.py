@@ -765,6 +765,31 @@ class GroupCoordinator:
                        else CommittedOffsetRow(t, p, -1, None))
         return out
 
+    def delete_topic_offsets(self, topics: Iterable[str], now_ms: int, *,
+                             partition: int | None = None) -> list:
+        """Deleted topics: their committed offsets leave every loaded group (of
+        ``partition`` only, when given) at once, as Kafka's ``onPartitionsDeleted``; an
+        Empty group left without offsets is deleted with them. Returns Persist effects
+        with the tombstones, one per ``__consumer_offsets`` partition."""
+        gone = set(topics)
+        by_partition: dict[int, list] = {}
+        for gid, g in list(self.groups.items()):
+            p = self.partition_for(gid)
+            if partition is not None and p != partition:
+                continue
+            if not self.partitions.get(p) or g.state is GroupState.DEAD:
+                continue  # not ours, or not loaded yet (the loader applies deletions after)
+            keys = sorted(k for k in g.offsets if k[0] in gone)
+            if not keys:
+                continue
+            for k in keys:
+                del g.offsets[k]
+            records = [(offset_key(gid, t, n), None) for t, n in keys]
+            if g.state is GroupState.EMPTY and not g.offsets:
+                records += self._delete(g, now_ms).records
+            by_partition.setdefault(p, []).extend(records)
+        return [Persist(n, tuple(recs)) for n, recs in sorted(by_partition.items())]
+
     def expire_offsets(self, now_ms: int) -> list:
         """Offsets of groups Empty for ``offsets_retention_ms`` expire with the group
         (Kafka's rule for groups without members). Returns Persist effects."""

@@ -104,8 +104,10 @@ class ReplicaManager:
         #: Pokes the ISR duty (node/isr.py) with the partition keys whose follower
         #: progress or metadata changed (None: all of them).
         self.isr_changed = None
-        #: Called after a reconcile that changed something (the group coordinator
-        #: loads and unloads its ``__consumer_offsets`` partitions).
+        #: Called after a reconcile that changed something, with the names of the
+        #: topics deleted (or re-created under a new id) since the last one (the group
+        #: coordinator loads and unloads its ``__consumer_offsets`` partitions, and
+        #: drops the committed offsets of deleted topics).
         self.on_reconciled = None
         #: Called with (partition, offset, error) when a read finds corrupt data on disk.
         self.on_corrupt_log = None
@@ -169,12 +171,14 @@ class ReplicaManager:
             return
         touched: set = set()  # followed-or-hosted keys of the topics looked at
         follow: dict = {}
+        deleted = list(gone)
         for name in gone:
             touched.update(self._drop_topic(name, seen.pop(name)))
         for name in changed:
             info = topics[name]
             old = seen.get(name)
             if old is not None and old.topic_id != info.topic_id:  # deleted and re-created
+                deleted.append(name)
                 touched.update(self._drop_topic(name, old))
             touched.update(self._reconcile_topic(info, follow))
             seen[name] = info
@@ -183,7 +187,7 @@ class ReplicaManager:
         if self.isr_changed is not None:
             self.isr_changed(None if full else touched)
         if self.on_reconciled is not None:
-            self.on_reconciled()
+            self.on_reconciled(deleted)
 
     def _remove_partition(self, key) -> None:
         self.led.pop(key, None)

@@ -205,6 +205,16 @@ class ParkedSessionFetch(_Parked):
         super().finish()
 
 
+def _peer_host(conn: Conn) -> str:
+    """The client's address of a connection ("" when the socket no longer knows it)."""
+    if conn.guard is not None:
+        return conn.guard.peer_ip
+    try:
+        return str(conn.sock.getpeername()[0])
+    except OSError:
+        return ""
+
+
 def _close_session(conn: Conn) -> None:
     if conn.session is not None:
         conn.session.close()
@@ -524,7 +534,7 @@ class Server:
             elif mode is Mode.AWAITS:
                 if out.pieces:  # it may wait: send earlier answers first
                     await out.flush(conn.sock)
-                header, pieces = await handler(req)
+                header, pieces = await handler(req, conn)
             else:  # QUORUM: a Raft commit, off the event loop
                 header, pieces = await trio.to_thread.run_sync(handler, req)
                 # what committed is served from the next request on (the commit
@@ -652,13 +662,16 @@ class Server:
         answer = self.broker.produce(req)
         return None if req.fields["acks"] == 0 else answer
 
-    async def init_producer_id(self, req):
+    async def init_producer_id(self, req, conn: Conn):
         return await self.broker.producer_ids.init_producer_id(req.fields), []
 
-    async def group_api(self, req):
+    async def group_api(self, req, conn: Conn):
         if self.broker.groups is None:
             raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the node is starting")
-        return await self.broker.groups.service.handle(req.api, req.fields), []
+        fields = req.fields
+        if req.api is Api.JOIN_GROUP:  # DescribeGroups shows the member's host, as Kafka
+            fields = {**fields, "client_host": _peer_host(conn)}
+        return await self.broker.groups.service.handle(req.api, fields), []
 
     def fetch(self, req, conn: Conn):
         """(header, pieces) answered now, or None: parked in the purgatory."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from raftlog.errors import ConfigError
+from raftlog.errors import ConfigError, did_you_mean
 
 _DAY_MS = 24 * 3600 * 1000
 _POLICIES = ("delete", "compact", "compact,delete")
@@ -71,7 +71,8 @@ class LogConfig:
             name = key.replace(".", "_")
             kind = _TYPES.get(name)
             if kind is None:
-                raise ConfigError(f"unknown topic config {key!r}; known: {', '.join(KEYS)}")
+                raise ConfigError(f"unknown topic config {key!r}{did_you_mean(key, KEYS)}; "
+                                  f"known: {', '.join(KEYS)}")
             kw[name] = _convert(key, value, kind)
         return cls(**kw)
 

@@ -13,6 +13,7 @@ messages.
 
 from __future__ import annotations
 
+import difflib
 import enum
 
 
@@ -66,6 +67,13 @@ class CorruptSnapshotError(RaftlogError):
 
 class ConfigError(RaftlogError):
     """A configuration key is unknown or its value is invalid."""
+
+
+def did_you_mean(word: str, choices) -> str:
+    """`` (did you mean 'x'?)`` naming the valid choice nearest to a misspelt ``word``
+    (difflib's ratio at least 0.6), or "" when none is near."""
+    near = difflib.get_close_matches(word, sorted(choices), n=1)
+    return f" (did you mean {near[0]!r}?)" if near else ""
 
 
 class ProtocolError(RaftlogError):

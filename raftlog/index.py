@@ -1,6 +1,7 @@
 """Sparse offset and time indexes of one segment.
 
-Kept in memory as arrays and written to disk on flush, roll and close. They are
+Kept in memory as arrays and written to disk on roll and close (a log's flush writes
+those of its closed segments; the active segment's stay in memory). They are
 disposable: loading validates them against the segment and a bad one is rebuilt
 from the log (segment.py), never trusted.
 
@@ -18,7 +19,7 @@ one is added when the segment stops being active. So every batch before a
 time-index entry's position has a max timestamp <= its key.
 
 In memory the indexes are two ``array`` columns (bisect on the keys); files are
-written whole on roll, flush and close (no mmap: a 1 GiB segment at 4 KiB interval
+written whole on roll and close (no mmap: a 1 GiB segment at 4 KiB interval
 has 262,144 entries, 2 MiB).
 """
 

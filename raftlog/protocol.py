@@ -309,6 +309,18 @@ def _apply_fields(table: dict, given: dict, prefix: str) -> dict:
 
 
 _TOPIC = _str
+#: A client id longer than this is refused (it is part of member ids, kept per member).
+CLIENT_ID_MAX_CHARS = 1024
+
+
+def _client_id(v):
+    if type(v) is not str:
+        raise ValueError("must be a string")
+    if len(v) > CLIENT_ID_MAX_CHARS:
+        raise ValueError(f"is longer than {CLIENT_ID_MAX_CHARS} characters")
+    return v
+
+
 _SASL_BYTES_MAX = 64 * 1024
 # An ACL binding: [principal, resource type, name, pattern type, operation, permission]
 _ACL = _tuple(_str, _str, _str, _str, _str, _str)
@@ -407,6 +419,8 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     Api.JOIN_GROUP: {
         "group": (_str, REQUIRED),
         "member_id": (_str, ""),
+        # shown by DescribeGroups (the node adds the member's host from the connection)
+        "client_id": (_client_id, ""),
         "group_instance_id": (_opt(_str), None),
         "session_timeout_ms": (_nonneg, 10_000),
         "rebalance_timeout_ms": (_nonneg, 300_000),

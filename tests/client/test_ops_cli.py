@@ -107,6 +107,28 @@ def test_dump_log_of_indexes_and_of_bad_paths(tmp_path, capsys):
     assert rc == 1 and "not a segment file" in _run.err
 
 
+def test_dump_log_explains_the_index_files_of_the_active_segment(tmp_path, capsys):
+    """The README's account: a running log's active segment has a .log and no index
+    files (even after a flush); dump-log says why and what to dump instead. Once the
+    segment rolls or the log closes, both index files exist and are listed."""
+    path, log = _segment(tmp_path)  # flushed, still open: the segment is active
+    base = path[: -len(".log")]
+    assert os.path.exists(path)
+    for suffix in (".index", ".timeindex"):
+        assert not os.path.exists(base + suffix)
+        rc, _ = _run(capsys, "dump-log", base + suffix)
+        assert rc == 1
+        assert "active segment" in _run.err and f"dump {path} instead" in _run.err
+    rc, out = _run(capsys, "dump-log", path)  # the .log of the active segment reads fine
+    assert rc == 0 and "baseOffset: 0" in out
+    log.close()
+    for suffix, line in ((".index", "offset: 0 position: 0"), (".timeindex", "timestamp: 1000")):
+        rc, out = _run(capsys, "dump-log", base + suffix)
+        assert rc == 0 and line in out
+    rc, _ = _run(capsys, "dump-log", str(tmp_path / "t-0" / "00000000000000000099.index"))
+    assert rc == 1 and "No such file" in _run.err  # no segment there at all
+
+
 def _fixture():
     cluster = ClusterDescription("c1", 2, (BrokerDescription(1, "h", 1), BrokerDescription(2, "h", 2),
                                            BrokerDescription(3, "h", 3, fenced=True)), 7)
@@ -134,13 +156,46 @@ def test_status_counts_nodes_partitions_and_lag():
     assert nodes[1]["leaders"] == 1 and nodes[1]["replicas"] == 2 and nodes[1]["size_bytes"] == 1500
     assert nodes[2]["controller"] and nodes[2]["roles"] == ["broker", "controller"]
     assert nodes[3]["error"] and nodes[3]["size_bytes"] is None
-    assert s["lag"] == [{"topic": "t", "partition": 0, "leader": 1, "follower": 2, "lag": 10},
-                        {"topic": "t", "partition": 0, "leader": 1, "follower": 3, "lag": -1}]
+    assert s["lag"] == [{"topic": "t", "partition": 0, "leader": 1, "follower": 2, "lag": 10,
+                         "in_isr": True},
+                        {"topic": "t", "partition": 0, "leader": 1, "follower": 3, "lag": -1,
+                         "in_isr": False}]
     text = format_status(s)
     assert "controller 2" in text and "2*" in text
     assert "OFFLINE" in text and "UNDER-REPLICATED" in text and "not fetching" in text
     assert "unreachable" in text and "fenced" in text
     json.dumps(s)  # the --json form
+
+
+def test_status_lag_section_agrees_with_the_under_replicated_count():
+    """One definition: a partition is under-replicated when its ISR lacks a replica, and
+    exactly those missing replicas are the lag section's out-of-ISR rows -- a follower
+    out of the ISR that has caught up (lag 0) included, an in-sync follower a few
+    records behind (every acks=all write makes one) not counted as under-replicated."""
+    cluster = ClusterDescription("c1", 1, (BrokerDescription(1, "h", 1),
+                                           BrokerDescription(2, "h", 2),
+                                           BrokerDescription(3, "h", 3)), 7)
+    topics = [TopicDescription("t", {}, (
+        PartitionDescription(0, 1, (1, 2), (1, 2), 1),   # in sync, follower 5 behind
+        PartitionDescription(1, 1, (1, 3), (1,), 1),     # 3 out of the ISR, caught up
+        PartitionDescription(2, 2, (2, 3), (2,), 1),     # 3 out; leader 2 did not answer
+    ))]
+    dirs = [
+        LogDirDescription(1, "h", 1, ("broker",), "/d1", 100, 50, (
+            LogDirPartition("t", 0, 100, 1, 0, 50, 45, 1, 1, [[2, 45]]),
+            LogDirPartition("t", 1, 100, 1, 0, 50, 50, 1, 1, [[3, 50]]))),
+        LogDirDescription(2, "h", 2, error="cannot connect to h:2"),
+    ]
+    s = build_status(cluster, topics, dirs)
+    assert s["under_replicated"] == 2
+    out_of_isr = {(x["topic"], x["partition"]) for x in s["lag"] if not x["in_isr"]}
+    assert out_of_isr == {(p["topic"], p["partition"]) for p in s["partitions"]
+                          if p["under_replicated"]} == {("t", 1), ("t", 2)}
+    rows = {(x["partition"], x["follower"]): (x["lag"], x["in_isr"]) for x in s["lag"]}
+    assert rows == {(0, 2): (5, True), (1, 3): (0, False), (2, 3): (-1, False)}
+    text = format_status(s)
+    assert "2 out of the ISR, in the 2 under-replicated partition(s)" in text
+    assert "under-replicated 2" in text and "not fetching" in text
 
 
 def test_log_dirs_json_is_kafka_shaped_with_offset_lag():
@@ -157,7 +212,7 @@ def test_log_dirs_json_is_kafka_shaped_with_offset_lag():
 
 
 def test_replica_lags_and_human_bytes():
-    assert replica_lags([]) == []
+    assert replica_lags([], []) == []
     assert human_bytes(0) == "0 B" and human_bytes(1536) == "1.5 KiB" and human_bytes(-1) == "-"
 
 

@@ -110,3 +110,46 @@ def test_byte_rate_reservations_share_one_allowance_and_settle_what_came():
     assert r.allowance(1000, 0.0) == 0 and r.allowance(1000, 0.3) == 0
     assert r.allowance(1000, 0.5) == 200
 
+
+
+def _leaders(assignment) -> Counter:
+    return Counter(reps[0] for reps in assignment.values())
+
+
+def test_generate_balances_preferred_leaders_without_moving_replicas():
+    current = {("t", p): (1, 2, 3) for p in range(6)}  # replicas even, every leader on 1
+    plan = generate(current, [1, 2, 3])
+    after = {**current, **plan}
+    assert _leaders(after) == {1: 2, 2: 2, 3: 2}
+    assert all(set(reps) == {1, 2, 3} for reps in after.values())  # reordered only
+    assert len(plan) == 4  # two stay led by 1: only the leaderships that must move
+    assert generate(after, [1, 2, 3]) == {}
+    # a new broker gets its share of leaders as well as of replicas
+    after = {**_cluster(12), **generate(_cluster(12), [1, 2, 3, 4])}
+    assert _leaders(after) == {1: 3, 2: 3, 3: 3, 4: 3}
+
+
+@st.composite
+def _assignments(draw):
+    pool = list(range(1, 8))
+    rf = draw(st.integers(1, 3))
+    parts = draw(st.integers(1, 30))
+    current = {("t", p): tuple(draw(st.permutations(pool))[:rf]) for p in range(parts)}
+    brokers = draw(st.lists(st.sampled_from(pool), min_size=rf, max_size=7, unique=True))
+    return current, brokers
+
+
+@given(_assignments())
+def test_generate_spreads_leaders_and_replicas_within_one_of_even(case):
+    current, brokers = case
+    after = {**current, **generate(current, brokers)}
+    n, parts = len(brokers), len(after)
+    leaders = _leaders(after)
+    assert set(leaders) <= set(brokers)
+    assert all(parts // n <= leaders[b] <= -(-parts // n) for b in brokers), leaders
+    replicas = Counter(b for reps in after.values() for b in reps)
+    total = sum(replicas.values())
+    assert all(total // n <= replicas[b] <= -(-total // n) for b in brokers), replicas
+    for k, reps in after.items():
+        assert len(reps) == len(current[k]) == len(set(reps)) and set(reps) <= set(brokers)
+    assert generate(after, brokers) == {}  # balanced: nothing more to do

@@ -34,7 +34,8 @@ def test_bad_options_are_clear_errors(kw, match):
 def test_clients_reject_bad_or_unknown_options_at_construction():
     with pytest.raises(SecurityConfigError):
         Admin("127.0.0.1:1", security_protocol="SSL", ssl_cafile="/no/such.pem")
-    with pytest.raises(TypeError, match="unknown security options"):
+    with pytest.raises(TypeError, match=r"unknown option 'sasl_username' "
+                                         r"\(did you mean 'sasl_plain_username'\?\)"):
         Producer("127.0.0.1:1", sasl_username="u")
     with pytest.raises(SecurityConfigError):
         Consumer("127.0.0.1:1", security_protocol="SASL_SSL")

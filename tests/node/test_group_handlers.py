@@ -42,7 +42,7 @@ class FakeOffsetsTopic:
                 self.log.append((partition, r.key, r.value))
 
 
-def make_service():
+def make_service(deleted_topic=None):
     c = GroupCoordinator(CFG)
     for p in range(CFG.offsets_partitions):
         c.begin_loading(p)
@@ -53,7 +53,8 @@ def make_service():
         return (partition % 2, "127.0.0.1", 9092 + partition % 2)
 
     svc = GroupService(c, persist=topic.persist, locate=locate,
-                       clock_ms=lambda: int(trio.current_time() * 1000))
+                       clock_ms=lambda: int(trio.current_time() * 1000),
+                       deleted_topic=deleted_topic)
     return svc, topic
 
 
@@ -174,6 +175,18 @@ async def test_failed_append_fails_the_commit_and_hides_the_offsets(autojump_clo
     res = await svc.handle(Api.DELETE_GROUPS, parsed(Api.DELETE_GROUPS, groups=["solo", "none"]))
     assert res["results"] == [("solo", 0, ""), ("none", int(ErrorCode.GROUP_ID_NOT_FOUND),
                                                 "no group 'none'")]
+
+
+async def test_commits_for_a_deleted_topic_are_refused_and_the_others_kept(autojump_clock):
+    svc, topic = make_service(deleted_topic=lambda name: name == "gone")
+    resp = await svc.handle(Api.OFFSET_COMMIT, parsed(
+        Api.OFFSET_COMMIT, group="solo", offsets=[["gone", 0, 5, None], ["t", 0, 6, None]]))
+    assert resp["parts"] == [("t", 0, 0, ""), ("gone", 0, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                                               "topic 'gone' was deleted: its offsets were "
+                                               "deleted with it")]
+    fetched = await svc.handle(Api.OFFSET_FETCH, parsed(Api.OFFSET_FETCH, group="solo"))
+    assert fetched["parts"] == [("t", 0, 6, None)]
+    assert {k for _, k, _ in topic.log} and all(b"gone" not in k for _, k, _ in topic.log)
 
 
 async def test_find_coordinator_and_errors(autojump_clock):

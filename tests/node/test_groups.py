@@ -355,6 +355,43 @@ def test_offsets_of_empty_groups_expire():
     assert any(k == offset_key("old", "t", 0) and v is None for _, k, v in d.log)
 
 
+def test_deleting_a_topic_deletes_its_committed_offsets_in_every_group():
+    d = Driver()
+    (a,), gen = form_group(d, 1)
+    d.do(d.c.commit_offsets("g", a, gen, [("t", 0, 4, None), ("u", 0, 7, None)], now_ms=0))
+    d.do(d.c.commit_offsets("only-t", "", -1, [("t", 0, 2, None), ("t", 1, 3, None)], now_ms=0))
+    d.do(d.c.commit_offsets("only-u", "", -1, [("u", 0, 1, None)], now_ms=0))
+    mark = len(d.log)
+    d.run(d.c.delete_topic_offsets(["t"], now_ms=5))
+    # the live group keeps its other topic's offsets and its members
+    assert d.c.fetch_offsets("g") == [("u", 0, 7, None)]
+    assert d.c.groups["g"].state is GroupState.STABLE
+    # an Empty group left without offsets is gone, as Kafka's
+    assert "only-t" not in d.c.groups and d.c.describe("only-t")["state"] == "Dead"
+    assert d.c.fetch_offsets("only-u") == [("u", 0, 1, None)]
+    tombstones = {(k, v) for _, k, v in d.log[mark:]}
+    assert tombstones == {(offset_key("g", "t", 0), None), (offset_key("only-t", "t", 0), None),
+                          (offset_key("only-t", "t", 1), None), (group_key("only-t"), None)}
+    # a new coordinator loading the log does not bring them back
+    c2 = failover(d, 10, compact=False)
+    assert c2.fetch_offsets("g") == [("u", 0, 7, None)] and "only-t" not in c2.groups
+    assert d.c.delete_topic_offsets(["t"], now_ms=6) == []  # nothing left: no records
+
+
+def test_topic_offsets_deletion_skips_partitions_not_loaded_and_can_be_narrowed():
+    d = Driver()
+    d.do(d.c.commit_offsets("g1", "", -1, [("t", 0, 1, None)], now_ms=0))
+    d.do(d.c.commit_offsets("g2", "", -1, [("t", 0, 1, None)], now_ms=0))
+    p1, p2 = d.c.partition_for("g1"), d.c.partition_for("g2")
+    assert p1 != p2
+    effects = d.c.delete_topic_offsets(["t"], now_ms=1, partition=p1)
+    assert [e.partition for e in effects] == [p1]
+    d.run(effects)
+    assert "g1" not in d.c.groups and d.c.fetch_offsets("g2") == [("t", 0, 1, None)]
+    d.c.begin_loading(p2)  # loading: its groups are not touched (the loader applies it)
+    assert d.c.delete_topic_offsets(["t"], now_ms=2) == []
+
+
 def test_next_deadline():
     d = Driver()
     assert d.c.next_deadline_ms() is None

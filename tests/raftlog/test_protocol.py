@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from raftlog.errors import ErrorCode, LocalProtocolError, RemoteProtocolError
 from raftlog.protocol import (
+    CLIENT_ID_MAX_CHARS,
     Api,
     BadRequest,
     ClientConnection,
@@ -99,6 +100,21 @@ def test_field_errors_name_the_field():
     (frame,), _ = _frames(encode_frame({"id": 3, "api": int(Api.FETCH), "parts": [], "min_bytes": -5}))
     with pytest.raises(BadRequest, match="min_bytes"):
         parse_request(frame)
+
+
+def test_join_group_carries_a_bounded_client_id():
+    def join(**extra):
+        header = {"id": 4, "api": int(Api.JOIN_GROUP), "group": "g",
+                  "protocols": [["range", {}]], **extra}
+        (frame,), _ = _frames(encode_frame(header))
+        return parse_request(frame).fields
+
+    assert join()["client_id"] == ""  # an older client sends none
+    assert join(client_id="billing-7")["client_id"] == "billing-7"
+    for bad, why in ((7, "must be a string"), ("x" * (CLIENT_ID_MAX_CHARS + 1), "longer than")):
+        with pytest.raises(BadRequest, match=f"client_id.*{why}") as ei:
+            join(client_id=bad)
+        assert ei.value.code == ErrorCode.INVALID_REQUEST
 
 
 def test_fetch_session_fields_are_checked():

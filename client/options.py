@@ -1,0 +1,36 @@
+"""The keyword options of Producer, Consumer and Admin: a misspelt one is an error that
+names it and the nearest valid option (``Producer(lingr_ms=5)`` -> ``unknown option
+'lingr_ms' (did you mean 'linger_ms'?)``), raised at construction, before any I/O."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+
+from raftlog.errors import did_you_mean
+
+from .errors import ClientError
+from .security import OPTION_NAMES
+
+
+class UnknownOptionError(ClientError, TypeError):
+    """A keyword option the class does not have (a TypeError, as Python's own for an
+    unexpected keyword argument)."""
+
+
+def option_names(cls: type) -> frozenset:
+    """Every keyword option ``cls`` takes: its named parameters and the security options."""
+    params = inspect.signature(cls.__init__).parameters.values()
+    named = {p.name for p in params
+             if p.name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return frozenset(named | set(OPTION_NAMES))
+
+
+def check_options(cls: type, given: Mapping) -> None:
+    """Raise UnknownOptionError naming every option of ``given`` that ``cls`` does not
+    take, each with the nearest valid name when one is near."""
+    valid = option_names(cls)
+    unknown = sorted(set(given) - valid)
+    if unknown:
+        what = "; ".join(f"unknown option {name!r}{did_you_mean(name, valid)}" for name in unknown)
+        raise UnknownOptionError(f"{cls.__name__}: {what}")
