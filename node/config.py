@@ -16,7 +16,7 @@ import stat
 from dataclasses import dataclass, field, fields
 
 from raftlog import listeners as L
-from raftlog.errors import ConfigError
+from raftlog.errors import ConfigError, did_you_mean
 
 
 def _int(key: str, v: str, lo: int | None = None, hi: int | None = None) -> int:
@@ -258,7 +258,7 @@ class NodeConfig:
                 continue
             setter = _NODE_KEYS.get(key)
             if setter is None:
-                raise ConfigError(f"unknown config key {key!r}")
+                raise ConfigError(f"unknown config key {key!r}{did_you_mean(key, _NODE_KEYS)}")
             setter(kw, key, value)
         if log_defaults:
             from raftlog.config import LogConfig
