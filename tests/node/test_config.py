@@ -38,7 +38,7 @@ auto.create.topics.enable=true
     "text, message",
     [
         ("nodeid=1", "unknown config key 'nodeid'"),
-        ("listner=127.0.0.1:9092", "unknown config key 'listner' (did you mean 'listeners'?)"),
+        ("listner=127.0.0.1:9092", r"unknown config key 'listner' \(did you mean 'listeners'\?\)"),
         ("node.id=x", "node.id: 'x' is not an integer"),
         ("listeners=localhost", "is not host:port"),
         ("listeners=999.1.1.1:9092", "not a valid IP address"),
