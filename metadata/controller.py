@@ -63,25 +63,67 @@ class BrokerLiveness:
     A new controller starts every registered broker's clock at its own start time,
     so no broker is fenced merely because the controller changed (a grace period
     of one session timeout).
+
+    Two ways to be fenced (issue #38):
+
+    - **session expiry**: no heartbeat for ``session_timeout_ms`` -- the only way for
+      a broker that hangs (SIGSTOP) or is cut off by a partition;
+    - **a crash, seen at once**: its heartbeat connection closed (:meth:`disconnected`),
+      no heartbeat arrived for ``disconnect_grace_ms`` since, and a connection to its
+      listener was then *refused* (:meth:`probe_refused`): nothing listens there, the
+      process is gone. A hang still accepts connections (the kernel completes the
+      handshake), a partition drops them (the probe times out): neither is refused, so
+      neither is fenced before its session expires. Any heartbeat clears both marks.
     """
 
     session_timeout_ms: int
     last_heartbeat_ms: dict = field(default_factory=dict)
+    #: how long after a lost heartbeat connection a broker is probed (0: never)
+    disconnect_grace_ms: int = 0
+    #: {broker: node ms its heartbeat connection closed}, until its next heartbeat
+    disconnected_ms: dict = field(default_factory=dict)
+    #: brokers whose probe was refused after their disconnection (until a heartbeat)
+    refused: set = field(default_factory=set)
 
     @classmethod
-    def on_become_controller(cls, state: MetadataState, now_ms: int, session_timeout_ms: int):
-        return cls(session_timeout_ms, {b: now_ms for b in state.brokers})
+    def on_become_controller(cls, state: MetadataState, now_ms: int, session_timeout_ms: int,
+                             disconnect_grace_ms: int = 0):
+        return cls(session_timeout_ms, {b: now_ms for b in state.brokers},
+                   disconnect_grace_ms)
 
     def heartbeat(self, broker_id: int, now_ms: int) -> None:
         self.last_heartbeat_ms[broker_id] = now_ms
+        self.disconnected_ms.pop(broker_id, None)
+        self.refused.discard(broker_id)
+
+    def disconnected(self, broker_id: int, now_ms: int) -> None:
+        """The connection that carried ``broker_id``'s heartbeats closed."""
+        if self.disconnect_grace_ms > 0:
+            self.disconnected_ms.setdefault(broker_id, now_ms)
+
+    def to_probe(self, now_ms: int) -> list[int]:
+        """Brokers disconnected for the grace period with no heartbeat since, whose
+        listener should now be tried (a refusal means the process is gone)."""
+        return sorted(b for b, t in self.disconnected_ms.items()
+                      if now_ms - t >= self.disconnect_grace_ms and b not in self.refused)
+
+    def probe_refused(self, broker_id: int) -> None:
+        """A connection to ``broker_id``'s listener was refused after its disconnection."""
+        if broker_id in self.disconnected_ms:
+            self.refused.add(broker_id)
+
+    def probe_answered(self, broker_id: int) -> None:
+        """Its listener accepted the probe: alive (or hung): only the session decides."""
+        self.disconnected_ms.pop(broker_id, None)
 
     def expired(self, now_ms: int) -> list[int]:
-        return sorted(
-            b for b, t in self.last_heartbeat_ms.items() if now_ms - t > self.session_timeout_ms
-        )
+        gone = {b for b, t in self.last_heartbeat_ms.items()
+                if now_ms - t > self.session_timeout_ms}
+        return sorted(gone | self.refused)
 
     def fence_decisions(self, state: MetadataState, now_ms: int) -> list:
-        """FenceBroker records for unfenced brokers whose session expired."""
+        """FenceBroker records for unfenced brokers whose session expired or whose
+        crash was seen (see the class docstring)."""
         out = []
         for b in self.expired(now_ms):
             broker = state.brokers.get(b)
