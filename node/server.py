@@ -40,7 +40,15 @@ from raftlog.protocol import (
     parse_request,
 )
 from raftlog.tls import describe_handshake_error, principal_from_cert, server_context
+from raftlog.wire_sniff import KAFKA, SNIFF_BYTES, sniff
 
+from .admission import (
+    PRE_AUTH_MAX_FRAME_BYTES,
+    ConnectionQuota,
+    LogLimiter,
+    WrongProtocol,
+    kafka_on_native_hint,
+)
 from .authn import ANONYMOUS, FailureLimiter, SaslSession
 from .authz import AclCheck
 from .broker import Broker
@@ -61,7 +69,8 @@ from .sockio import tls_recv_into as _tls_recv
 RECV_BYTES = 256 * 1024
 #: Coalesced response bytes after which we send even if more requests are buffered.
 MAX_PENDING_SEND_BYTES = 4 * 1024 * 1024
-#: Connections served at once; further ones are accepted and closed at once.
+#: Connections served at once per listener; further ones are accepted and closed at
+#: once (and so are those over max.connections.per.ip: node/admission.py).
 MAX_CONNECTIONS = 4096
 #: Requests handled from one connection before yielding to others (fairness).
 MAX_REQUESTS_PER_TURN = 256
@@ -74,6 +83,26 @@ SENDFILE_MIN_BYTES = 64 * 1024
 #: A TLS handshake or a SASL exchange must finish within this long.
 HANDSHAKE_TIMEOUT_S = 10.0
 AUTH_TIMEOUT_S = 30.0
+
+
+def _limit_frames_before_auth(decoder) -> None:
+    decoder.max_frame_bytes = PRE_AUTH_MAX_FRAME_BYTES
+    decoder.limit_name = "the limit before SASL authentication"
+
+
+def _next_frame(decoder, pre_auth: bool):
+    """The decoder's next frame; before authentication a bad or oversized frame is a
+    failed authentication (closed and counted), after it a protocol error."""
+    try:
+        return decoder.next_frame()
+    except RemoteProtocolError as e:
+        if pre_auth:
+            raise AuthenticationFailed(f"before SASL authentication: {e}") from None
+        raise
+
+
+def _bracket(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 class AuthenticationFailed(Exception):
@@ -101,14 +130,21 @@ class Conn:
     """One client connection as the purgatory sees it: where a parked request's answer
     goes, and the requests parked for it (dropped when it closes)."""
 
-    __slots__ = ("sock", "out", "nursery", "parked", "guard", "session")
+    __slots__ = ("sock", "out", "nursery", "parked", "guard", "session", "listener",
+                 "last_active", "in_request")
 
-    def __init__(self, sock, out: Outbox, nursery, guard: Guard | None = None) -> None:
+    def __init__(self, sock, out: Outbox, nursery, guard: Guard | None = None,
+                 listener: Listener | None = None) -> None:
         self.sock = sock
         self.out = out
         self.nursery = nursery
         self.parked: set[Delayed] = set()
         self.guard = guard
+        self.listener = listener
+        #: (idle timeout, node/connection.py) trio time of the last bytes received,
+        #: and whether a request is being handled
+        self.last_active = 0.0
+        self.in_request = False
         #: a follower's fetch session on this connection (node/fetch_session.py)
         self.session: FetchSession | None = None
 
@@ -284,6 +320,13 @@ class Server:
                                        block_s=config.connection_failed_authentication_block_ms
                                        / 1000)
         self._fake_secret = secrets.token_bytes(16)
+        #: open connections per client address, all listeners (Kafka's too) together
+        self.quota = ConnectionQuota(config.max_connections_per_ip,
+                                     config.max_connections_per_ip_overrides)
+        #: one line per address and minute about refused connections and wrong ports
+        self.log_limiter = LogLimiter()
+        #: where Kafka clients go (set by the Kafka listener once bound; hints only)
+        self.kafka_address: str | None = None
         #: {listener name: bound (host, port)}
         self.bound: dict[str, tuple] = {}
 
@@ -332,16 +375,52 @@ class Server:
     async def _accepted(self, listener: Listener, sock, peer) -> None:
         await self._handle(sock, f"{peer[0]}:{peer[1]}", listener)
 
+    def admit(self, ip: str, open_on_listener: int, listener: str) -> bool:
+        """May a connection just accepted from ``ip`` be served (its TLS handshake not
+        begun)? True: counted in the per-address quota (``quota.release(ip)`` when it
+        closes). False: refused (logged at most once per address and minute)."""
+        now = trio.current_time()
+        if open_on_listener >= MAX_CONNECTIONS:
+            key, reason = ("all", listener), (
+                f"{MAX_CONNECTIONS} connections are open on this listener")
+        elif self.failures.blocked(ip, now):
+            key, reason = ("blocked", ip), "too many failed authentications from this address"
+        elif not self.quota.try_acquire(ip):
+            key, reason = ("ip", ip), (
+                f"{self.quota.limit(ip)} connections from this address are open "
+                "(max.connections.per.ip, max.connections.per.ip.overrides)")
+        else:
+            return True
+        self.log_limited(key, "connection_refused", peer=ip, listener=listener, reason=reason)
+        return False
+
+    def log_limited(self, key, event: str, **fields) -> None:
+        """A warning logged at most once per ``key`` and minute; the next one tells how
+        many were left out."""
+        limiter = self.log_limiter
+        if limiter.allow(key, trio.current_time()):
+            left_out = limiter.take_suppressed(key)
+            if left_out:
+                fields["not_logged_since_last"] = left_out
+            self.events.warning(event, **fields)
+
+    def native_address(self, listener: Listener | None) -> str:
+        name = listener.name if listener is not None else next(iter(self.bound), None)
+        host, port = self.bound.get(name, self.config.advertised)
+        return f"{_bracket(host)}:{port}"
+
+    def _kafka_hint(self, listener: Listener | None) -> str:
+        c = self.config
+        kafka = self.kafka_address
+        if kafka is None and c.kafka_port is not None:
+            host, port = c.kafka_advertised or (c.kafka_host or "", c.kafka_port)
+            kafka = f"{_bracket(host)}:{port}"
+        return kafka_on_native_hint(self.native_address(listener), kafka)
+
     async def _handle(self, sock, peer: str, listener: Listener | None = None) -> None:
         sock.setblocking(False)
-        if self.connections >= MAX_CONNECTIONS:
-            self.events.warning("connection_refused", peer=peer, reason="too many connections")
-            sock.close()
-            return
         peer_ip = peer.rpartition(":")[0]
-        if self.failures.blocked(peer_ip, trio.current_time()):
-            self.events.warning("connection_refused", peer=peer,
-                                reason="too many failed authentications from this address")
+        if not self.admit(peer_ip, self.connections, listener.name if listener else ""):
             sock.close()
             return
         self.connections += 1
@@ -353,7 +432,10 @@ class Server:
                 if secured is None:
                     return
                 sock = secured  # (wrapping detached the plain socket)
-            await self._serve_connection(sock, peer, guard)
+            await self._serve_connection(sock, peer, guard, listener)
+        except WrongProtocol as e:
+            self.log_limited(("wrong_protocol", peer_ip), "wrong_protocol", peer=peer,
+                             hint=e.hint)
         except AuthenticationFailed as e:
             log = self.events.warning if e.counted else self.events.info
             log("authentication_failed", peer=peer, reason=str(e))
@@ -368,6 +450,7 @@ class Server:
             self.events.warning("connection_error", peer=peer, error=e)
         finally:
             self.connections -= 1
+            self.quota.release(peer_ip)
             if sock.fileno() != -1:
                 trio.lowlevel.notify_closing(sock)
                 sock.close()
@@ -400,30 +483,44 @@ class Server:
             principal = None
         return sock, Guard(listener, sasl, principal, peer.rpartition(":")[0])
 
-    async def _serve_connection(self, sock, peer: str, guard: Guard | None = None) -> None:
+    async def _serve_connection(self, sock, peer: str, guard: Guard | None = None,
+                                listener: Listener | None = None) -> None:
         """The connection's reader, plus a task per answer that could not be sent at
         once (a full socket), owned by one nursery (node/connection.py). Requests
-        parked in the purgatory are dropped when the connection ends."""
+        parked in the purgatory are dropped when the connection ends; an idle one is
+        closed after connections.max.idle.ms."""
         sasl = guard is not None and guard.sasl is not None
         await run_connection(
-            sock, lambda nursery: Conn(sock, Outbox(), nursery, guard), self._read_loop,
+            sock, lambda nursery: Conn(sock, Outbox(), nursery, guard, listener),
+            self._read_loop,
             watchdog=(lambda conn: self._auth_watchdog(conn, peer)) if sasl else None,
-            on_close=_close_session)
+            on_close=_close_session, idle_s=self.config.connections_max_idle_ms / 1000,
+            on_idle=lambda conn: self.events.debug("connection_idle_closed", peer=peer))
 
     async def _read_loop(self, conn: Conn) -> None:
         sock, out = conn.sock, conn.out
+        sasl = conn.guard.sasl if conn.guard is not None else None
+        pre_auth = sasl is not None and not sasl.authenticated
         decoder = FrameDecoder(self.config.max_frame_bytes)
+        if pre_auth:  # SASL handshake frames only until authenticated
+            _limit_frames_before_auth(decoder)
         recv = _tls_recv if conn.guard is not None and conn.guard.listener.protocol.tls else _recv
         buf = bytearray(RECV_BYTES)
         run_ready = self.purgatory.run_ready
+        sniffing = True
         while True:
             data, waited = await recv(sock, buf)
             if not data:
                 return
+            conn.last_active = trio.current_time()
             decoder.receive_data(data)
+            if sniffing and decoder.buffered >= SNIFF_BYTES:
+                sniffing = False
+                if sniff(decoder.head(SNIFF_BYTES)) == KAFKA:
+                    raise WrongProtocol(self._kafka_hint(conn.listener))
             handled = 0
             while True:
-                frame = decoder.next_frame()
+                frame = _next_frame(decoder, pre_auth)
                 if frame is None:
                     break
                 while out.deferred and (out.deferred >= MAX_DEFERRED_PER_CONNECTION
@@ -431,7 +528,13 @@ class Server:
                     await out.room.wait()  # bounded: a client pipelining past the limit waits
                 if conn.parked:
                     self._answer_parked_follower_fetches(conn)
+                conn.in_request = True
                 await self._dispatch(frame, conn)
+                conn.in_request = False
+                if pre_auth and sasl.authenticated:
+                    pre_auth = False
+                    decoder.max_frame_bytes = self.config.max_frame_bytes
+                    decoder.limit_name = "max.frame.bytes"
                 handled += 1
                 if out.size >= MAX_PENDING_SEND_BYTES or handled >= MAX_REQUESTS_PER_TURN:
                     run_ready()
@@ -477,12 +580,16 @@ class Server:
 
     async def _dispatch(self, frame, conn: Conn) -> None:
         out = conn.out
+        guard = conn.guard
         try:
             req = parse_request(frame, SERVED_APIS)
         except BadRequest as e:
+            if guard is not None and guard.sasl is not None and not guard.sasl.authenticated:
+                # nothing but a well-formed SASL step before login: closed and counted
+                raise AuthenticationFailed(f"malformed request before SASL authentication: "
+                                           f"{e.message}") from None
             out.add(encode_frame(error_response(e.request_id, e.code, e.message)))
             return
-        guard = conn.guard
         hidden = ()
         if guard is not None:
             try:
