@@ -3,8 +3,8 @@ its reader and the tasks of its answers in one nursery; whatever fails ends the
 nursery, and the requests it parked in the purgatory are dropped when it closes.
 
 A connection object has ``sock``, ``parked`` (its requests parked in the purgatory),
-``last_active`` (trio time of the last bytes received) and ``in_request`` (a request
-is being handled). :func:`idle_watchdog` closes it once it is idle for
+``last_active`` (trio time of the last bytes received, request answered or parked
+request answered) and ``in_request`` (a request is being handled). :func:`idle_watchdog` closes it once it is idle for
 ``connections.max.idle.ms``: nothing received for that long while no request of it is
 being handled or parked (a long-poll fetch waiting in the purgatory is not idleness).
 A frame that stopped half-sent is idleness too: the bytes stopped coming.

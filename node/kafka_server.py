@@ -95,8 +95,8 @@ class _Conn:
         self.sock, self.out, self.nursery = sock, out, nursery
         self.parked: set = set()
         self.guard = guard
-        #: (idle timeout, node/connection.py) trio time of the last bytes received,
-        #: and whether a request is being handled
+        #: (idle timeout, node/connection.py) trio time of the last bytes received or
+        #: answer made, and whether a request is being handled
         self.last_active = 0.0
         self.in_request = False
         #: after a SaslHandshake v0 the client sends bare SASL tokens (no Kafka header)
@@ -144,6 +144,7 @@ class _KafkaParked(Delayed):
         conn = self.conn
         conn.parked.discard(self)
         conn.out.fill(self.place, pieces)
+        conn.last_active = trio.current_time()  # (idle timeout: the wait is over)
         try:
             if conn.out.try_send_now(conn.sock):
                 return
@@ -258,7 +259,7 @@ class KafkaServer:
                     self.events.warning("address_blocked", peer=host, listener="kafka",
                                         reason="too many failed authentications")
             except WrongProtocol as e:
-                self._log_limited(("wrong_protocol", host), "wrong_protocol", peer=host,
+                self._log_limited(("wrong_protocol", "kafka", host), "wrong_protocol", peer=host,
                                   listener="kafka", hint=e.hint)
             except KafkaDecodeError as e:
                 self.events.warning("connection_closed", peer=host, reason=str(e),
@@ -315,6 +316,7 @@ class KafkaServer:
                 conn.in_request = True
                 await self._answer(payload, host, conn)
                 conn.in_request = False
+                conn.last_active = trio.current_time()
                 if pre_auth and sasl.authenticated:
                     pre_auth = False
                     decoder.max_frame_bytes = self.config.max_frame_bytes

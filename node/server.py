@@ -101,6 +101,13 @@ def _next_frame(decoder, pre_auth: bool):
         raise
 
 
+def _version_probe(e: Exception) -> bool:
+    """An API_VERSIONS of a version this node does not serve: answered (the client
+    learns the versions and retries), also before authentication."""
+    return (isinstance(e, BadRequest) and e.api == Api.API_VERSIONS
+            and e.code is ErrorCode.UNSUPPORTED_VERSION)
+
+
 def _bracket(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
@@ -141,8 +148,8 @@ class Conn:
         self.parked: set[Delayed] = set()
         self.guard = guard
         self.listener = listener
-        #: (idle timeout, node/connection.py) trio time of the last bytes received,
-        #: and whether a request is being handled
+        #: (idle timeout, node/connection.py) trio time of the last bytes received or
+        #: answer made, and whether a request is being handled
         self.last_active = 0.0
         self.in_request = False
         #: a follower's fetch session on this connection (node/fetch_session.py)
@@ -434,7 +441,7 @@ class Server:
                 sock = secured  # (wrapping detached the plain socket)
             await self._serve_connection(sock, peer, guard, listener)
         except WrongProtocol as e:
-            self.log_limited(("wrong_protocol", peer_ip), "wrong_protocol", peer=peer,
+            self.log_limited(("wrong_protocol", "native", peer_ip), "wrong_protocol", peer=peer,
                              hint=e.hint)
         except AuthenticationFailed as e:
             log = self.events.warning if e.counted else self.events.info
@@ -531,6 +538,7 @@ class Server:
                 conn.in_request = True
                 await self._dispatch(frame, conn)
                 conn.in_request = False
+                conn.last_active = trio.current_time()
                 if pre_auth and sasl.authenticated:
                     pre_auth = False
                     decoder.max_frame_bytes = self.config.max_frame_bytes
@@ -562,6 +570,7 @@ class Server:
         it; else a task of the connection sends it. Never blocks."""
         out = conn.out
         out.fill(place, pieces)
+        conn.last_active = trio.current_time()  # (idle timeout: the wait is over)
         try:
             if out.try_send_now(conn.sock):
                 return
@@ -581,13 +590,16 @@ class Server:
     async def _dispatch(self, frame, conn: Conn) -> None:
         out = conn.out
         guard = conn.guard
+        pre_auth = guard is not None and guard.sasl is not None and not guard.sasl.authenticated
         try:
             req = parse_request(frame, SERVED_APIS)
-        except BadRequest as e:
-            if guard is not None and guard.sasl is not None and not guard.sasl.authenticated:
+        except (BadRequest, RemoteProtocolError) as e:
+            if pre_auth and not _version_probe(e):
                 # nothing but a well-formed SASL step before login: closed and counted
                 raise AuthenticationFailed(f"malformed request before SASL authentication: "
-                                           f"{e.message}") from None
+                                           f"{getattr(e, 'message', e)}") from None
+            if not isinstance(e, BadRequest):
+                raise
             out.add(encode_frame(error_response(e.request_id, e.code, e.message)))
             return
         hidden = ()

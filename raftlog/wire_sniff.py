@@ -22,6 +22,9 @@ from .kafka_wire import API_NAMES
 SNIFF_BYTES = 9
 #: Kafka API versions above this are not seen in practice (sniffing only).
 _KAFKA_VERSION_MAX = 64
+#: A Kafka client's first request (ApiVersions, or Metadata from old clients) is small;
+#: larger sizes are something else (a TLS ClientHello starts 0x16 0x03 ...).
+_KAFKA_FIRST_SIZE_MAX = 1 << 24
 _CBOR_MAP_FIRST, _CBOR_MAP_LAST = 0xA0, 0xBF
 
 NATIVE, KAFKA = "native", "kafka"
@@ -39,7 +42,7 @@ def looks_kafka(head: bytes) -> bool:
     """The bytes start a Kafka request (and not a native frame)."""
     assert len(head) >= SNIFF_BYTES
     size, api_key, version = struct.unpack_from(">ihh", head, 0)
-    return (size >= 8 and api_key in API_NAMES and 0 <= version <= _KAFKA_VERSION_MAX
+    return (8 <= size < _KAFKA_FIRST_SIZE_MAX and api_key in API_NAMES and 0 <= version <= _KAFKA_VERSION_MAX
             and not looks_native(head))
 
 
