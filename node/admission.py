@@ -102,6 +102,24 @@ class LogLimiter:
         return self.suppressed.pop(key, 0)
 
 
+def limit_frames_before_auth(decoder) -> None:
+    """A connection's frame decoder (raftlog/framing.py) before SASL login."""
+    decoder.max_frame_bytes = PRE_AUTH_MAX_FRAME_BYTES
+    decoder.limit_name = "the limit before SASL authentication"
+
+
+def lift_frame_limit(decoder, max_frame_bytes: int) -> None:
+    """After login: ``max.frame.bytes``."""
+    assert max_frame_bytes > 0
+    decoder.max_frame_bytes = max_frame_bytes
+    decoder.limit_name = "max.frame.bytes"
+
+
+def bracket(host: str) -> str:
+    """``host`` as in ``host:port`` (an IPv6 address bracketed)."""
+    return f"[{host}]" if ":" in host else host
+
+
 def kafka_on_native_hint(native: str, kafka: str | None) -> str:
     """The hint for a Kafka client on the native listener ``native`` (host:port)."""
     if kafka is None:

@@ -26,7 +26,12 @@ What a client sends never takes the node down:
   answer (a full ApiVersions v0 response for ApiVersions, else the correlation id and
   the error code) and the connection stays open;
 * a frame that does not decode (lying lengths, garbage, over ``max.frame.bytes``)
-  closes that connection only, with a warning in the node's log;
+  closes that connection only, with a warning in the node's log; before SASL login
+  frames are at most 64 KiB, and a bad one is a failed authentication (counted);
+* a raftlog (native) client on this port is closed with one hint per address and
+  minute naming the native listener (raftlog/wire_sniff.py);
+* connections are counted per client address at accept, with the native listeners
+  (``max.connections.per.ip``), and closed after ``connections.max.idle.ms`` idle;
 * a handler bug answers nothing, closes that connection and logs ``kafka_handler_failed``.
 """
 
@@ -52,21 +57,22 @@ from raftlog.kafka_wire import (
 from raftlog.listeners import Listener, SecurityProtocol
 from raftlog.wire_sniff import NATIVE, SNIFF_BYTES, sniff
 
-from .admission import ConnectionQuota, LogLimiter, WrongProtocol, native_on_kafka_hint
+from .admission import (
+    ConnectionQuota,
+    LogLimiter,
+    WrongProtocol,
+    bracket,
+    lift_frame_limit,
+    limit_frames_before_auth,
+    native_on_kafka_hint,
+)
 from .authn import FailureLimiter
 from .authz import AclCheck
 from .connection import run_connection
 from .kafka_handlers import Context, KafkaApis, Wait
 from .outbox import Deferred, Outbox
 from .purgatory import Delayed
-from .server import (
-    AUTH_TIMEOUT_S,
-    AuthenticationFailed,
-    Guard,
-    _bracket,
-    _limit_frames_before_auth,
-    _next_frame,
-)
+from .server import AUTH_TIMEOUT_S, AuthenticationFailed, Guard, next_request_frame
 from .sockio import accept_loop, recv_into, tls_recv_into
 
 RECV_BYTES = 256 * 1024
@@ -207,7 +213,7 @@ class KafkaServer:
             self.address = (addr[0], addr[1])
             if self.native is not None:  # (the native listener's wrong-port hint)
                 host, port = self.config.kafka_advertised or self.address
-                self.native.kafka_address = f"{_bracket(host)}:{port}"
+                self.native.kafka_address = f"{bracket(host)}:{port}"
             self.events.info("kafka_listening", host=addr[0], port=addr[1])
             async with trio.open_nursery() as nursery:
                 task_status.started(self.address)
@@ -221,7 +227,9 @@ class KafkaServer:
         most once per address and minute): the native server's rules."""
         if self.native is not None:
             return self.native.admit(host, self.connections, "kafka")
-        return self.connections < MAX_CONNECTIONS and self._quota.try_acquire(host)
+        return (self.connections < MAX_CONNECTIONS
+                and not self.failures.blocked(host, trio.current_time())
+                and self._quota.try_acquire(host))
 
     @property
     def _quota(self) -> ConnectionQuota:
@@ -294,7 +302,7 @@ class KafkaServer:
         pre_auth = sasl is not None and not sasl.authenticated
         decoder = FrameDecoder(self.config.max_frame_bytes)
         if pre_auth:  # SASL handshake frames only until authenticated
-            _limit_frames_before_auth(decoder)
+            limit_frames_before_auth(decoder)
         buf = bytearray(RECV_BYTES)
         run_ready = self.purgatory.run_ready
         tls = conn.guard is not None and conn.guard.listener.protocol.tls
@@ -310,7 +318,7 @@ class KafkaServer:
                 sniffing = False
                 if sniff(decoder.head(SNIFF_BYTES)) == NATIVE:
                     raise WrongProtocol(self._native_hint())
-            while (payload := _next_frame(decoder, pre_auth)) is not None:
+            while (payload := next_request_frame(decoder, pre_auth)) is not None:
                 while out.deferred >= MAX_IN_FLIGHT:
                     await out.room.wait()  # bounded: a client pipelining past it waits
                 conn.in_request = True
@@ -319,8 +327,7 @@ class KafkaServer:
                 conn.last_active = trio.current_time()
                 if pre_auth and sasl.authenticated:
                     pre_auth = False
-                    decoder.max_frame_bytes = self.config.max_frame_bytes
-                    decoder.limit_name = "max.frame.bytes"
+                    lift_frame_limit(decoder, self.config.max_frame_bytes)
             # Requests this turn woke (a follower's fetch after an append) are answered
             # before this turn's own, as the native server does.
             run_ready()
@@ -459,7 +466,7 @@ class KafkaServer:
         native = (self.native.native_address(None) if self.native is not None
                   else "{}:{}".format(*self.config.advertised))
         host, port = self.config.kafka_advertised or self.address or ("", 0)
-        return native_on_kafka_hint(f"{_bracket(host)}:{port}", native)
+        return native_on_kafka_hint(f"{bracket(host)}:{port}", native)
 
     def _park(self, conn: _Conn, header, wait: Wait) -> None:
         op = _KafkaParked(self, conn, header, wait)

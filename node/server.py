@@ -43,11 +43,13 @@ from raftlog.tls import describe_handshake_error, principal_from_cert, server_co
 from raftlog.wire_sniff import KAFKA, SNIFF_BYTES, sniff
 
 from .admission import (
-    PRE_AUTH_MAX_FRAME_BYTES,
     ConnectionQuota,
     LogLimiter,
     WrongProtocol,
+    bracket,
     kafka_on_native_hint,
+    lift_frame_limit,
+    limit_frames_before_auth,
 )
 from .authn import ANONYMOUS, FailureLimiter, SaslSession
 from .authz import AclCheck
@@ -85,12 +87,7 @@ HANDSHAKE_TIMEOUT_S = 10.0
 AUTH_TIMEOUT_S = 30.0
 
 
-def _limit_frames_before_auth(decoder) -> None:
-    decoder.max_frame_bytes = PRE_AUTH_MAX_FRAME_BYTES
-    decoder.limit_name = "the limit before SASL authentication"
-
-
-def _next_frame(decoder, pre_auth: bool):
+def next_request_frame(decoder, pre_auth: bool):
     """The decoder's next frame; before authentication a bad or oversized frame is a
     failed authentication (closed and counted), after it a protocol error."""
     try:
@@ -106,10 +103,6 @@ def _version_probe(e: Exception) -> bool:
     learns the versions and retries), also before authentication."""
     return (isinstance(e, BadRequest) and e.api == Api.API_VERSIONS
             and e.code is ErrorCode.UNSUPPORTED_VERSION)
-
-
-def _bracket(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
 
 
 class AuthenticationFailed(Exception):
@@ -414,14 +407,14 @@ class Server:
     def native_address(self, listener: Listener | None) -> str:
         name = listener.name if listener is not None else next(iter(self.bound), None)
         host, port = self.bound.get(name, self.config.advertised)
-        return f"{_bracket(host)}:{port}"
+        return f"{bracket(host)}:{port}"
 
     def _kafka_hint(self, listener: Listener | None) -> str:
         c = self.config
         kafka = self.kafka_address
         if kafka is None and c.kafka_port is not None:
             host, port = c.kafka_advertised or (c.kafka_host or "", c.kafka_port)
-            kafka = f"{_bracket(host)}:{port}"
+            kafka = f"{bracket(host)}:{port}"
         return kafka_on_native_hint(self.native_address(listener), kafka)
 
     async def _handle(self, sock, peer: str, listener: Listener | None = None) -> None:
@@ -510,7 +503,7 @@ class Server:
         pre_auth = sasl is not None and not sasl.authenticated
         decoder = FrameDecoder(self.config.max_frame_bytes)
         if pre_auth:  # SASL handshake frames only until authenticated
-            _limit_frames_before_auth(decoder)
+            limit_frames_before_auth(decoder)
         recv = _tls_recv if conn.guard is not None and conn.guard.listener.protocol.tls else _recv
         buf = bytearray(RECV_BYTES)
         run_ready = self.purgatory.run_ready
@@ -527,7 +520,7 @@ class Server:
                     raise WrongProtocol(self._kafka_hint(conn.listener))
             handled = 0
             while True:
-                frame = _next_frame(decoder, pre_auth)
+                frame = next_request_frame(decoder, pre_auth)
                 if frame is None:
                     break
                 while out.deferred and (out.deferred >= MAX_DEFERRED_PER_CONNECTION
@@ -541,8 +534,7 @@ class Server:
                 conn.last_active = trio.current_time()
                 if pre_auth and sasl.authenticated:
                     pre_auth = False
-                    decoder.max_frame_bytes = self.config.max_frame_bytes
-                    decoder.limit_name = "max.frame.bytes"
+                    lift_frame_limit(decoder, self.config.max_frame_bytes)
                 handled += 1
                 if out.size >= MAX_PENDING_SEND_BYTES or handled >= MAX_REQUESTS_PER_TURN:
                     run_ready()
