@@ -39,17 +39,17 @@ def looks_native(head: bytes) -> bool:
 
 
 def looks_kafka(head: bytes) -> bool:
-    """The bytes start a Kafka request (and not a native frame)."""
+    """The bytes start a Kafka client's first request."""
     assert len(head) >= SNIFF_BYTES
     size, api_key, version = struct.unpack_from(">ihh", head, 0)
-    return (8 <= size < _KAFKA_FIRST_SIZE_MAX and api_key in API_NAMES and 0 <= version <= _KAFKA_VERSION_MAX
-            and not looks_native(head))
+    return (8 <= size < _KAFKA_FIRST_SIZE_MAX and api_key in API_NAMES
+            and 0 <= version <= _KAFKA_VERSION_MAX)
 
 
 def sniff(head: bytes) -> str | None:
-    """NATIVE, KAFKA, or None (neither: leave it to the listener's own decoder)."""
-    if looks_native(head):
-        return NATIVE
-    if looks_kafka(head):
-        return KAFKA
+    """NATIVE or KAFKA when the bytes can only be that; None when they could be
+    neither or both (leave it to the listener's own decoder)."""
+    native, kafka = looks_native(head), looks_kafka(head)
+    if native != kafka:
+        return NATIVE if native else KAFKA
     return None

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 
 from raftlog.errors import ConfigError
 from raftlog.kafka_wire import encode_request
@@ -62,6 +64,19 @@ def test_sniff_tells_native_frames_from_kafka_requests():
     assert sniff(b"GET / HTTP/1.1\r\n"[:SNIFF_BYTES]) is None
     assert sniff(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc") is None  # a TLS ClientHello
     assert sniff(b"\x00" * SNIFF_BYTES) is None
+
+
+@given(st.dictionaries(st.text(max_size=8), st.integers() | st.text() | st.binary(),
+                       max_size=20), st.binary(max_size=600))
+def test_sniff_never_calls_a_native_frame_kafka(header, body):
+    assert sniff(encode_frame(header, body)[:SNIFF_BYTES]) != KAFKA
+
+
+@given(st.integers(0, 3), st.integers(0, 2**31 - 1), st.text(max_size=300))
+def test_sniff_never_calls_a_kafka_request_native(version, correlation_id, name):
+    body = {"client_software_name": name, "client_software_version": "1"}
+    data = encode_request(18, version, correlation_id, body if version >= 3 else {})
+    assert sniff(data[:SNIFF_BYTES]) != NATIVE
 
 
 def test_hints_name_the_right_port():
