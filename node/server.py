@@ -15,6 +15,13 @@ cache); slices under SENDFILE_MIN_BYTES are read with ``pread`` and coalesced wi
 the response header instead, because one send beats two syscalls for small
 long-poll answers. The connection's reader and its acks=all answer tasks send
 through one Outbox, one flush at a time (see Outbox).
+
+Before trust (node/admission.py): a connection is counted against its address's
+``max.connections.per.ip`` when accepted, before any TLS handshake; until a SASL
+listener's connection has logged in its frames are at most 64 KiB and anything but a
+well-formed SASL step closes it as a failed login; an idle or half-sent connection is
+closed after ``connections.max.idle.ms`` (node/connection.py); a Kafka client on this
+port is closed with one hint per address and minute (raftlog/wire_sniff.py).
 """
 
 from __future__ import annotations
