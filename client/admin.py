@@ -667,7 +667,7 @@ class Admin:
 
     def _node_connection(self, host: str, port: int, node_id: int | None = None) -> BrokerConnection:
         conn = self._node_conns.get((host, port))
-        if conn is None or conn.closed:
+        if conn is None or conn.closed_by_node():
             conn = BrokerConnection(host, port, self.timeout_s, node_id, security=self.security)
             self._node_conns[(host, port)] = conn
         return conn

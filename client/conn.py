@@ -10,6 +10,7 @@ broker. Neither is thread-safe: each producer/consumer thread owns its own.
 
 from __future__ import annotations
 
+import select
 import socket
 import time
 from dataclasses import dataclass
@@ -142,6 +143,24 @@ class BrokerConnection:
                 break
             self.proto.receive_data(self._rview[:n])
 
+    def closed_by_node(self) -> bool:
+        """With nothing in flight, the node has closed this connection (or sent what
+        nobody asked for): it is closed here too. Never blocks. A node closes idle
+        connections (connections.max.idle.ms); a connection reused after that would
+        lose the request sent on it."""
+        if self.closed:
+            return True
+        if self.proto.in_flight:
+            return False
+        try:
+            readable = select.select([self.sock], [], [], 0)[0]
+        except (OSError, ValueError):
+            readable = True
+        if readable or (self._tls and self.sock.pending()):
+            self.close()
+            return True
+        return False
+
     def poll_response(self) -> Frame | None:
         """A response already received, or None (never blocks)."""
         return self.proto.next_response()
@@ -211,10 +230,11 @@ class Cluster:
         Nodes at the (host, port) addresses in ``avoid`` (just found not ready) are
         taken only when no other node is reachable."""
         for conn in self._conns.values():  # (not one with pipelined requests in flight)
-            if not conn.closed and not conn.in_flight and (conn.host, conn.port) not in avoid:
+            if (not conn.in_flight and (conn.host, conn.port) not in avoid
+                    and not conn.closed_by_node()):
                 return conn
         boot = self._bootstrap_conn
-        if boot is not None and not boot.closed:
+        if boot is not None and not boot.closed_by_node():
             if (boot.host, boot.port) not in avoid:
                 return boot
             boot.close()
@@ -237,7 +257,7 @@ class Cluster:
 
     def connection(self, broker_id: int) -> BrokerConnection:
         conn = self._conns.get(broker_id)
-        if conn is not None and not conn.closed:
+        if conn is not None and not conn.closed_by_node():
             return conn
         addr = self.brokers.get(broker_id)
         if addr is None:

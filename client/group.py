@@ -243,7 +243,7 @@ class GroupMember:
     # ------------------------------------------------------------------ coordinator
 
     def _connection(self) -> BrokerConnection:
-        if self._conn is not None and not self._conn.closed:
+        if self._conn is not None and not self._conn.closed_by_node():
             return self._conn
         cluster = self._cluster
         try:

@@ -71,6 +71,25 @@ def _tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+#: Open files the node asks for (soft RLIMIT_NOFILE, up to the hard limit): two
+#: listeners of 4,096 connections each, plus segments, indexes and peers.
+NOFILE_WANTED = 65_536
+
+
+def _raise_nofile() -> None:
+    """Raise the soft open-files limit toward NOFILE_WANTED (never above the hard
+    limit): a default soft limit of 1,024 would run out long before the connection caps."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = NOFILE_WANTED if hard == resource.RLIM_INFINITY else min(NOFILE_WANTED, hard)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        except (ValueError, OSError):
+            pass  # keep the limit we have; accept errors are handled (sockio.accept_loop)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Library loggers (pysyncobj's, the quorum's) on stderr with their level, so a
@@ -91,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     restrict_umask()  # records and credentials: this user's only (raftlog/filemodes.py)
 
     _tune_gc()
+    _raise_nofile()
     # A file-size limit (RLIMIT_FSIZE) must give a write error the node reports
     # (KAFKA_STORAGE_ERROR, see node/disk.py), not SIGXFSZ's default: a core dump.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

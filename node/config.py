@@ -172,6 +172,16 @@ class NodeConfig:
     connection_failed_authentication_max: int = 5
     connection_failed_authentication_max_per_address: int | None = None  # None: 4 x max
     connection_failed_authentication_block_ms: int = 30_000
+    #: Connections open at once from one client address, on all listeners together
+    #: (Kafka's key; Kafka's default is unlimited). 1000 leaves a single address under a
+    #: quarter of a listener's 4,096 slots, so one host cannot lock others out, and is
+    #: far above what one honest host opens (a Kafka client keeps one per broker).
+    max_connections_per_ip: int = 1000
+    #: {ip: limit} instead of max.connections.per.ip (``host:count,host:count``).
+    max_connections_per_ip_overrides: dict = field(default_factory=dict)
+    #: A connection with no request in flight, no request parked and nothing received
+    #: this long (an idle one, or one whose frame stopped half-sent) is closed.
+    connections_max_idle_ms: int = 600_000
     #: Prometheus metrics over HTTP (``metrics.listener``); None: no metrics listener.
     #: Operator-only (names of every topic and group): loopback unless given a host.
     metrics_host: str | None = None
@@ -315,6 +325,9 @@ class NodeConfig:
                 raise ConfigError("controller.quorum.voters: two voters share one address")
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ConfigError("group.min.session.timeout.ms is above group.max.session.timeout.ms")
+        if self.max_connections_per_ip == 0 and not self.max_connections_per_ip_overrides:
+            raise ConfigError("max.connections.per.ip=0 refuses every client: set it above 0, "
+                              "or list the allowed addresses in max.connections.per.ip.overrides")
         if self.min_insync_replicas < 1:
             raise ConfigError("min.insync.replicas must be at least 1")
         if (self.metrics_port and self.metrics_port == self.port
@@ -488,6 +501,28 @@ def _set_kafka_advertised(kw: dict, key: str, value: str) -> None:
     kw["kafka_advertised"] = parse_address(key, value)
 
 
+def parse_ip_overrides(key: str, v: str) -> dict[str, int]:
+    """``host:count,host:count`` (Kafka's format; hosts are IP addresses, IPv6 ones
+    may be bracketed) -> {normalized ip: count}."""
+    out: dict[str, int] = {}
+    for item in (x.strip() for x in v.split(",")):
+        if not item:
+            continue
+        host, sep, count = item.rpartition(":")
+        host = host.strip().strip("[]")
+        try:
+            ip = ipaddress.ip_address(host).compressed if sep else None
+        except ValueError:
+            ip = None
+        if ip is None:
+            raise ConfigError(f"{key}: {item!r} is not IP:COUNT (for example "
+                              "127.0.0.1:2000,10.0.0.7:50); hosts must be IP addresses")
+        if ip in out:
+            raise ConfigError(f"{key}: {host} is listed twice")
+        out[ip] = _int(key, count.strip(), 0, 2**31 - 1)
+    return out
+
+
 def _nonempty(key: str, v: str) -> str:
     s = str(v).strip()
     if not s:
@@ -602,6 +637,12 @@ _NODE_KEYS = {
         "connection_failed_authentication_block_ms", lambda k, v: _int(k, v, 0, 86_400_000)),
     "connection.failed.authentication.delay.ms": _set(
         "connection_failed_authentication_delay_ms", lambda k, v: _int(k, v, 0, 60_000)),
+    "max.connections.per.ip": _set(
+        "max_connections_per_ip", lambda k, v: _int(k, v, 0, 2**31 - 1)),
+    "max.connections.per.ip.overrides": _set(
+        "max_connections_per_ip_overrides", parse_ip_overrides),
+    "connections.max.idle.ms": _set(
+        "connections_max_idle_ms", lambda k, v: _int(k, v, 100, 2**62)),
 }
 
 #: Every key a node config may hold (besides ``log.<topic config>`` defaults).

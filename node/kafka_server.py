@@ -26,7 +26,12 @@ What a client sends never takes the node down:
   answer (a full ApiVersions v0 response for ApiVersions, else the correlation id and
   the error code) and the connection stays open;
 * a frame that does not decode (lying lengths, garbage, over ``max.frame.bytes``)
-  closes that connection only, with a warning in the node's log;
+  closes that connection only, with a warning in the node's log; before SASL login
+  frames are at most 64 KiB, and a bad one is a failed authentication (counted);
+* a raftlog (native) client on this port is closed with one hint per address and
+  minute naming the native listener (raftlog/wire_sniff.py);
+* connections are counted per client address at accept, with the native listeners
+  (``max.connections.per.ip``), and closed after ``connections.max.idle.ms`` idle;
 * a handler bug answers nothing, closes that connection and logs ``kafka_handler_failed``.
 """
 
@@ -49,18 +54,30 @@ from raftlog.kafka_wire import (
     encode_response_pieces,
 )
 from raftlog.listeners import Listener, SecurityProtocol
+from raftlog.wire_sniff import NATIVE, SNIFF_BYTES, sniff
 
+from .admission import (
+    ConnectionQuota,
+    LogLimiter,
+    WrongProtocol,
+    bracket,
+    lift_frame_limit,
+    limit_frames_before_auth,
+    native_on_kafka_hint,
+)
 from .authn import FailureLimiter
 from .authz import AclCheck
 from .connection import run_connection
 from .kafka_handlers import Context, KafkaApis, Wait
 from .outbox import Deferred, Outbox
 from .purgatory import Delayed
-from .server import AUTH_TIMEOUT_S, AuthenticationFailed, Guard
+from .server import AUTH_TIMEOUT_S, AuthenticationFailed, Guard, next_request_frame
 from .sockio import accept_loop, listen, recv_into, tls_recv_into
 
 RECV_BYTES = 256 * 1024
-#: Connections served at once; further ones are accepted and closed at once.
+#: Connections served at once; further ones are accepted and closed at once (and so
+#: are those over max.connections.per.ip: node/admission.py, shared with the native
+#: listeners).
 MAX_CONNECTIONS = 4096
 #: Requests of one connection read but not yet answered (acks=all produces waiting for
 #: replication among them); the reader stops reading that connection at this many.
@@ -76,12 +93,17 @@ class _Conn:
     it has parked in the purgatory (dropped when it closes) and its security state
     (``guard``: None on a PLAINTEXT listener of a node without ACLs)."""
 
-    __slots__ = ("sock", "out", "nursery", "parked", "guard", "raw_sasl")
+    __slots__ = ("sock", "out", "nursery", "parked", "guard", "raw_sasl", "last_active",
+                 "in_request")
 
     def __init__(self, sock, out: Outbox, nursery, guard: Guard | None = None):
         self.sock, self.out, self.nursery = sock, out, nursery
         self.parked: set = set()
         self.guard = guard
+        #: (idle timeout, node/connection.py) trio time of the last bytes received or
+        #: answer made, and whether a request is being handled
+        self.last_active = 0.0
+        self.in_request = False
         #: after a SaslHandshake v0 the client sends bare SASL tokens (no Kafka header)
         self.raw_sasl = False
 
@@ -127,6 +149,7 @@ class _KafkaParked(Delayed):
         conn = self.conn
         conn.parked.discard(self)
         conn.out.fill(self.place, pieces)
+        conn.last_active = trio.current_time()  # (idle timeout: the wait is over)
         try:
             if conn.out.try_send_now(conn.sock):
                 return
@@ -162,6 +185,10 @@ class KafkaServer:
                                  config.kafka_port or 0)
         self.connections = 0
         self.address: tuple[str, int] | None = None
+        #: without a native server (unit tests): this listener's own quota and log limiter
+        self._own_quota = ConnectionQuota(config.max_connections_per_ip,
+                                          config.max_connections_per_ip_overrides)
+        self._own_log = LogLimiter()
         self.apis = KafkaApis(broker, replicas, config, self.kafka_address)
 
     def kafka_address(self, node_id: int, host: str, port: int) -> tuple[str, int]:
@@ -181,6 +208,9 @@ class KafkaServer:
         try:
             addr = sock.getsockname()
             self.address = (addr[0], addr[1])
+            if self.native is not None:  # (the native listener's wrong-port hint)
+                host, port = self.config.kafka_advertised or self.address
+                self.native.kafka_address = f"{bracket(host)}:{port}"
             self.events.info("kafka_listening", host=addr[0], port=addr[1])
             async with trio.open_nursery() as nursery:
                 task_status.started(self.address)
@@ -189,13 +219,28 @@ class KafkaServer:
             trio.lowlevel.notify_closing(sock)
             sock.close()
 
+    def _admit(self, host: str) -> bool:
+        """Counted in the node's per-address quota (True) or refused (False, logged at
+        most once per address and minute): the native server's rules."""
+        if self.native is not None:
+            return self.native.admit(host, self.connections, "kafka")
+        return self.connections < MAX_CONNECTIONS and self._quota.try_acquire(host)
+
+    @property
+    def _quota(self) -> ConnectionQuota:
+        return self.native.quota if self.native is not None else self._own_quota
+
+    def _log_limited(self, key, event: str, **fields) -> None:
+        if self.native is not None:
+            self.native.log_limited(key, event, **fields)
+        elif self._own_log.allow(key, trio.current_time()):
+            self.events.warning(event, **fields)
+
     async def _handle(self, sock, peer) -> None:
         sock.setblocking(False)
         host = f"{peer[0]}"
         try:
-            if self.connections >= MAX_CONNECTIONS:
-                self.events.warning("connection_refused", peer=host,
-                                    reason="too many connections", listener="kafka")
+            if not self._admit(host):
                 return
             self.connections += 1
             try:
@@ -215,6 +260,12 @@ class KafkaServer:
                 log("authentication_failed", peer=host, reason=str(e), listener="kafka")
                 if e.counted and self.native is not None:
                     self.native.record_failed_login(host, guard, "kafka")
+                elif e.counted and self.failures.record_failure(host, trio.current_time()):
+                    self.events.warning("address_blocked", peer=host, listener="kafka",
+                                        reason="too many failed authentications")
+            except WrongProtocol as e:
+                self._log_limited(("wrong_protocol", "kafka", host), "wrong_protocol", peer=host,
+                                  listener="kafka", hint=e.hint)
             except KafkaDecodeError as e:
                 self.events.warning("connection_closed", peer=host, reason=str(e),
                                     listener="kafka")
@@ -224,6 +275,7 @@ class KafkaServer:
                 self.events.warning("connection_error", peer=host, error=e, listener="kafka")
             finally:
                 self.connections -= 1
+                self._quota.release(host)
         finally:
             if sock.fileno() != -1:
                 trio.lowlevel.notify_closing(sock)
@@ -236,24 +288,43 @@ class KafkaServer:
         await run_connection(
             sock, lambda nursery: _Conn(sock, Outbox(), nursery, guard),
             lambda conn: self._reader(host, conn),
-            watchdog=(lambda conn: self.native._auth_watchdog(conn, host)) if sasl else None)
+            watchdog=(lambda conn: self.native._auth_watchdog(conn, host)) if sasl else None,
+            idle_s=self.config.connections_max_idle_ms / 1000,
+            on_idle=lambda conn: self.events.debug("connection_idle_closed", peer=host,
+                                                   listener="kafka"))
 
     async def _reader(self, host: str, conn: _Conn) -> None:
         sock, out = conn.sock, conn.out
+        sasl = conn.guard.sasl if conn.guard is not None else None
+        pre_auth = sasl is not None and not sasl.authenticated
         decoder = FrameDecoder(self.config.max_frame_bytes)
+        if pre_auth:  # SASL handshake frames only until authenticated
+            limit_frames_before_auth(decoder)
         buf = bytearray(RECV_BYTES)
         run_ready = self.purgatory.run_ready
         tls = conn.guard is not None and conn.guard.listener.protocol.tls
         recv = tls_recv_into if tls else recv_into
+        sniffing = True
         while True:
             data, waited = await recv(sock, buf)
             if not data:
                 return
+            conn.last_active = trio.current_time()
             decoder.receive_data(data)
-            while (payload := decoder.next_frame()) is not None:
+            if sniffing and decoder.buffered >= SNIFF_BYTES:
+                sniffing = False
+                if sniff(decoder.head(SNIFF_BYTES)) == NATIVE:
+                    raise WrongProtocol(self._native_hint())
+            while (payload := next_request_frame(decoder, pre_auth)) is not None:
                 while out.deferred >= MAX_IN_FLIGHT:
                     await out.room.wait()  # bounded: a client pipelining past it waits
+                conn.in_request = True
                 await self._answer(payload, host, conn)
+                conn.in_request = False
+                conn.last_active = trio.current_time()
+                if pre_auth and sasl.authenticated:
+                    pre_auth = False
+                    lift_frame_limit(decoder, self.config.max_frame_bytes)
             # Requests this turn woke (a follower's fetch after an append) are answered
             # before this turn's own, as the native server does.
             run_ready()
@@ -270,13 +341,22 @@ class KafkaServer:
         if conn.raw_sasl:
             await self._sasl_token(payload, conn)
             return
+        guard = conn.guard
+        pre_auth = guard is not None and guard.sasl is not None and not guard.sasl.authenticated
         try:
             req = decode_request(payload)
         except UnsupportedRequest as e:
+            if pre_auth and e.api_key != API_VERSIONS_KEY:  # (KIP-511 needs ApiVersions')
+                raise AuthenticationFailed(
+                    f"unsupported request before SASL authentication: {e}") from None
             out.add(self._unsupported(e))
             return
+        except KafkaDecodeError as e:
+            if pre_auth:  # nothing but a well-formed SASL step before login
+                raise AuthenticationFailed(
+                    f"malformed request before SASL authentication: {e}") from None
+            raise
         h = req.header
-        guard = conn.guard
         if guard is not None and guard.sasl is not None and (
                 not guard.sasl.authenticated and await self._sasl_step(req, conn)):
             return
@@ -378,6 +458,12 @@ class KafkaServer:
         except (OSError, trio.ClosedResourceError):
             pass
         raise AuthenticationFailed(e.message, counted=e.code is not ErrorCode.BROKER_NOT_AVAILABLE)
+
+    def _native_hint(self) -> str:
+        native = (self.native.native_address(None) if self.native is not None
+                  else "{}:{}".format(*self.config.advertised))
+        host, port = self.config.kafka_advertised or self.address or ("", 0)
+        return native_on_kafka_hint(f"{bracket(host)}:{port}", native)
 
     def _park(self, conn: _Conn, header, wait: Wait) -> None:
         op = _KafkaParked(self, conn, header, wait)

@@ -15,6 +15,13 @@ cache); slices under SENDFILE_MIN_BYTES are read with ``pread`` and coalesced wi
 the response header instead, because one send beats two syscalls for small
 long-poll answers. The connection's reader and its acks=all answer tasks send
 through one Outbox, one flush at a time (see Outbox).
+
+Before trust (node/admission.py): a connection is counted against its address's
+``max.connections.per.ip`` when accepted, before any TLS handshake; until a SASL
+listener's connection has logged in its frames are at most 64 KiB and anything but a
+well-formed SASL step closes it as a failed login; an idle or half-sent connection is
+closed after ``connections.max.idle.ms`` (node/connection.py); a Kafka client on this
+port is closed with one hint per address and minute (raftlog/wire_sniff.py).
 """
 
 from __future__ import annotations
@@ -38,7 +45,17 @@ from raftlog.protocol import (
     parse_request,
 )
 from raftlog.tls import describe_handshake_error, principal_from_cert, server_context
+from raftlog.wire_sniff import KAFKA, SNIFF_BYTES, sniff
 
+from .admission import (
+    ConnectionQuota,
+    LogLimiter,
+    WrongProtocol,
+    bracket,
+    kafka_on_native_hint,
+    lift_frame_limit,
+    limit_frames_before_auth,
+)
 from .authn import ANONYMOUS, FailureLimiter, SaslSession
 from .authz import AclCheck
 from .broker import Broker
@@ -59,7 +76,8 @@ from .sockio import tls_recv_into as _tls_recv
 RECV_BYTES = 256 * 1024
 #: Coalesced response bytes after which we send even if more requests are buffered.
 MAX_PENDING_SEND_BYTES = 4 * 1024 * 1024
-#: Connections served at once; further ones are accepted and closed at once.
+#: Connections served at once per listener; further ones are accepted and closed at
+#: once (and so are those over max.connections.per.ip: node/admission.py).
 MAX_CONNECTIONS = 4096
 #: Requests handled from one connection before yielding to others (fairness).
 MAX_REQUESTS_PER_TURN = 256
@@ -72,6 +90,24 @@ SENDFILE_MIN_BYTES = 64 * 1024
 #: A TLS handshake or a SASL exchange must finish within this long.
 HANDSHAKE_TIMEOUT_S = 10.0
 AUTH_TIMEOUT_S = 30.0
+
+
+def next_request_frame(decoder, pre_auth: bool):
+    """The decoder's next frame; before authentication a bad or oversized frame is a
+    failed authentication (closed and counted), after it a protocol error."""
+    try:
+        return decoder.next_frame()
+    except RemoteProtocolError as e:
+        if pre_auth:
+            raise AuthenticationFailed(f"before SASL authentication: {e}") from None
+        raise
+
+
+def _version_probe(e: Exception) -> bool:
+    """An API_VERSIONS of a version this node does not serve: answered (the client
+    learns the versions and retries), also before authentication."""
+    return (isinstance(e, BadRequest) and e.api == Api.API_VERSIONS
+            and e.code is ErrorCode.UNSUPPORTED_VERSION)
 
 
 class AuthenticationFailed(Exception):
@@ -99,14 +135,21 @@ class Conn:
     """One client connection as the purgatory sees it: where a parked request's answer
     goes, and the requests parked for it (dropped when it closes)."""
 
-    __slots__ = ("sock", "out", "nursery", "parked", "guard", "session")
+    __slots__ = ("sock", "out", "nursery", "parked", "guard", "session", "listener",
+                 "last_active", "in_request")
 
-    def __init__(self, sock, out: Outbox, nursery, guard: Guard | None = None) -> None:
+    def __init__(self, sock, out: Outbox, nursery, guard: Guard | None = None,
+                 listener: Listener | None = None) -> None:
         self.sock = sock
         self.out = out
         self.nursery = nursery
         self.parked: set[Delayed] = set()
         self.guard = guard
+        self.listener = listener
+        #: (idle timeout, node/connection.py) trio time of the last bytes received or
+        #: answer made, and whether a request is being handled
+        self.last_active = 0.0
+        self.in_request = False
         #: a follower's fetch session on this connection (node/fetch_session.py)
         self.session: FetchSession | None = None
 
@@ -292,6 +335,13 @@ class Server:
             config.connection_failed_authentication_max,
             block_s=config.connection_failed_authentication_block_ms / 1000,
             max_failures_per_address=config.failed_logins_per_address_max)
+        #: open connections per client address, all listeners (Kafka's too) together
+        self.quota = ConnectionQuota(config.max_connections_per_ip,
+                                     config.max_connections_per_ip_overrides)
+        #: one line per address and minute about refused connections and wrong ports
+        self.log_limiter = LogLimiter()
+        #: where Kafka clients go (set by the Kafka listener once bound; hints only)
+        self.kafka_address: str | None = None
         #: {listener name: bound (host, port)}
         self.bound: dict[str, tuple] = {}
 
@@ -339,15 +389,53 @@ class Server:
     async def _accepted(self, listener: Listener, sock, peer) -> None:
         await self._handle(sock, f"{peer[0]}:{peer[1]}", listener)
 
+    def admit(self, ip: str, open_on_listener: int, listener: str) -> bool:
+        """May a connection just accepted from ``ip`` be served (its TLS handshake not
+        begun)? True: counted in the per-address quota (``quota.release(ip)`` when it
+        closes). False: refused (logged at most once per address and minute)."""
+        if open_on_listener >= MAX_CONNECTIONS:
+            key, reason = ("all", listener), (
+                f"{MAX_CONNECTIONS} connections are open on this listener")
+        elif not self.quota.try_acquire(ip):
+            key, reason = ("ip", ip), (
+                f"{self.quota.limit(ip)} connections from this address are open "
+                "(max.connections.per.ip, max.connections.per.ip.overrides)")
+        else:
+            return True
+        self.log_limited(key, "connection_refused", peer=ip, listener=listener, reason=reason)
+        return False
+
+    def log_limited(self, key, event: str, **fields) -> None:
+        """A warning logged at most once per ``key`` and minute; the next one tells how
+        many were left out."""
+        limiter = self.log_limiter
+        if limiter.allow(key, trio.current_time()):
+            left_out = limiter.take_suppressed(key)
+            if left_out:
+                fields["not_logged_since_last"] = left_out
+            self.events.warning(event, **fields)
+
+    def native_address(self, listener: Listener | None) -> str:
+        name = listener.name if listener is not None else next(iter(self.bound), None)
+        host, port = self.bound.get(name, self.config.advertised)
+        return f"{bracket(host)}:{port}"
+
+    def _kafka_hint(self, listener: Listener | None) -> str:
+        c = self.config
+        kafka = self.kafka_address
+        if kafka is None and c.kafka_port is not None:
+            host, port = c.kafka_advertised or (c.kafka_host or "", c.kafka_port)
+            kafka = f"{bracket(host)}:{port}"
+        return kafka_on_native_hint(self.native_address(listener), kafka)
+
     async def _handle(self, sock, peer: str, listener: Listener | None = None) -> None:
         sock.setblocking(False)
-        if self.connections >= MAX_CONNECTIONS:
-            self.events.warning("connection_refused", peer=peer, reason="too many connections")
-            sock.close()
-            return
         peer_ip = peer.rpartition(":")[0]
         # (an address or user blocked after failed logins is refused at its SASL step,
         # told for how long: authn.FailureLimiter.check_login)
+        if not self.admit(peer_ip, self.connections, listener.name if listener else ""):
+            sock.close()
+            return
         self.connections += 1
         try:
             guard = None
@@ -357,7 +445,10 @@ class Server:
                 if secured is None:
                     return
                 sock = secured  # (wrapping detached the plain socket)
-            await self._serve_connection(sock, peer, guard)
+            await self._serve_connection(sock, peer, guard, listener)
+        except WrongProtocol as e:
+            self.log_limited(("wrong_protocol", "native", peer_ip), "wrong_protocol", peer=peer,
+                             hint=e.hint)
         except AuthenticationFailed as e:
             log = self.events.warning if e.counted else self.events.info
             log("authentication_failed", peer=peer, reason=str(e))
@@ -371,6 +462,7 @@ class Server:
             self.events.warning("connection_error", peer=peer, error=e)
         finally:
             self.connections -= 1
+            self.quota.release(peer_ip)
             if sock.fileno() != -1:
                 trio.lowlevel.notify_closing(sock)
                 sock.close()
@@ -418,30 +510,44 @@ class Server:
             principal = None
         return sock, Guard(listener, sasl, principal, peer.rpartition(":")[0])
 
-    async def _serve_connection(self, sock, peer: str, guard: Guard | None = None) -> None:
+    async def _serve_connection(self, sock, peer: str, guard: Guard | None = None,
+                                listener: Listener | None = None) -> None:
         """The connection's reader, plus a task per answer that could not be sent at
         once (a full socket), owned by one nursery (node/connection.py). Requests
-        parked in the purgatory are dropped when the connection ends."""
+        parked in the purgatory are dropped when the connection ends; an idle one is
+        closed after connections.max.idle.ms."""
         sasl = guard is not None and guard.sasl is not None
         await run_connection(
-            sock, lambda nursery: Conn(sock, Outbox(), nursery, guard), self._read_loop,
+            sock, lambda nursery: Conn(sock, Outbox(), nursery, guard, listener),
+            self._read_loop,
             watchdog=(lambda conn: self._auth_watchdog(conn, peer)) if sasl else None,
-            on_close=_close_session)
+            on_close=_close_session, idle_s=self.config.connections_max_idle_ms / 1000,
+            on_idle=lambda conn: self.events.debug("connection_idle_closed", peer=peer))
 
     async def _read_loop(self, conn: Conn) -> None:
         sock, out = conn.sock, conn.out
+        sasl = conn.guard.sasl if conn.guard is not None else None
+        pre_auth = sasl is not None and not sasl.authenticated
         decoder = FrameDecoder(self.config.max_frame_bytes)
+        if pre_auth:  # SASL handshake frames only until authenticated
+            limit_frames_before_auth(decoder)
         recv = _tls_recv if conn.guard is not None and conn.guard.listener.protocol.tls else _recv
         buf = bytearray(RECV_BYTES)
         run_ready = self.purgatory.run_ready
+        sniffing = True
         while True:
             data, waited = await recv(sock, buf)
             if not data:
                 return
+            conn.last_active = trio.current_time()
             decoder.receive_data(data)
+            if sniffing and decoder.buffered >= SNIFF_BYTES:
+                sniffing = False
+                if sniff(decoder.head(SNIFF_BYTES)) == KAFKA:
+                    raise WrongProtocol(self._kafka_hint(conn.listener))
             handled = 0
             while True:
-                frame = decoder.next_frame()
+                frame = next_request_frame(decoder, pre_auth)
                 if frame is None:
                     break
                 while out.deferred and (out.deferred >= MAX_DEFERRED_PER_CONNECTION
@@ -449,7 +555,13 @@ class Server:
                     await out.room.wait()  # bounded: a client pipelining past the limit waits
                 if conn.parked:
                     self._answer_parked_follower_fetches(conn)
+                conn.in_request = True
                 await self._dispatch(frame, conn)
+                conn.in_request = False
+                conn.last_active = trio.current_time()
+                if pre_auth and sasl.authenticated:
+                    pre_auth = False
+                    lift_frame_limit(decoder, self.config.max_frame_bytes)
                 handled += 1
                 if out.size >= MAX_PENDING_SEND_BYTES or handled >= MAX_REQUESTS_PER_TURN:
                     run_ready()
@@ -477,6 +589,7 @@ class Server:
         it; else a task of the connection sends it. Never blocks."""
         out = conn.out
         out.fill(place, pieces)
+        conn.last_active = trio.current_time()  # (idle timeout: the wait is over)
         try:
             if out.try_send_now(conn.sock):
                 return
@@ -495,12 +608,19 @@ class Server:
 
     async def _dispatch(self, frame, conn: Conn) -> None:
         out = conn.out
+        guard = conn.guard
+        pre_auth = guard is not None and guard.sasl is not None and not guard.sasl.authenticated
         try:
             req = parse_request(frame, SERVED_APIS)
-        except BadRequest as e:
+        except (BadRequest, RemoteProtocolError) as e:
+            if pre_auth and not _version_probe(e):
+                # nothing but a well-formed SASL step before login: closed and counted
+                raise AuthenticationFailed(f"malformed request before SASL authentication: "
+                                           f"{getattr(e, 'message', e)}") from None
+            if not isinstance(e, BadRequest):
+                raise
             out.add(encode_frame(error_response(e.request_id, e.code, e.message)))
             return
-        guard = conn.guard
         hidden = ()
         if guard is not None:
             try:

@@ -12,6 +12,8 @@ class FrameBuffer:
     def __init__(self, max_frame_bytes: int):
         assert max_frame_bytes > 0
         self.max_frame_bytes = max_frame_bytes
+        #: what sets max_frame_bytes, named in the error for a larger frame
+        self.limit_name = "max.frame.bytes"
         self._buf = bytearray()
         self._pos = 0
 
@@ -26,6 +28,10 @@ class FrameBuffer:
     def buffered(self) -> int:
         """Bytes received and not yet returned in a frame."""
         return len(self._buf) - self._pos
+
+    def head(self, n: int) -> bytes:
+        """The first ``n`` bytes not yet returned in a frame (fewer if fewer are here)."""
+        return bytes(self._buf[self._pos : self._pos + n])
 
     def _consumed(self, end: int) -> None:
         """Frames up to ``end`` are out; an emptied buffer starts over."""

@@ -781,7 +781,7 @@ class FrameDecoder(FrameBuffer):
         if size > self.max_frame_bytes:
             raise KafkaDecodeError(
                 f"frame of {size} bytes exceeds the maximum of {self.max_frame_bytes} "
-                "(max.frame.bytes)")
+                f"({self.limit_name})")
         end = pos + 4 + size
         if len(buf) < end:
             return None

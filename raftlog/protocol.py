@@ -141,7 +141,7 @@ class FrameDecoder(FrameBuffer):
         if length > self.max_frame_bytes:
             raise RemoteProtocolError(
                 f"frame of {length} bytes exceeds the maximum of {self.max_frame_bytes} "
-                "(max.frame.bytes)"
+                f"({self.limit_name})"
             )
         if length < 4:
             raise RemoteProtocolError(f"frame length {length} is shorter than its header length field")

@@ -1,0 +1,55 @@
+"""Which protocol the first bytes of a connection speak: raftlog's native frames or
+Kafka's. Pure; the listeners call it once per connection, on its first bytes, so a
+client pointed at the wrong port gets one clear hint instead of frame-size errors.
+
+Native frame (raftlog/protocol.py): ``u32le length | u32le header length | CBOR map``.
+Kafka request (raftlog/kafka_wire.py): ``i32be size | i16be api_key | i16be version |
+i32be correlation id | ...``.
+
+The two are told apart by byte 8: a native frame's header starts with a CBOR map
+(major type 5: 0xa0..0xbf) right after its two little-endian lengths, and its header
+length is non-zero and fits the frame; a Kafka request has a known api key and a small
+version at bytes 4..8.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from .kafka_wire import API_NAMES
+
+#: Bytes needed to tell the protocols apart.
+SNIFF_BYTES = 9
+#: Kafka API versions above this are not seen in practice (sniffing only).
+_KAFKA_VERSION_MAX = 64
+#: A Kafka client's first request (ApiVersions, or Metadata from old clients) is small;
+#: larger sizes are something else (a TLS ClientHello starts 0x16 0x03 ...).
+_KAFKA_FIRST_SIZE_MAX = 1 << 24
+_CBOR_MAP_FIRST, _CBOR_MAP_LAST = 0xA0, 0xBF
+
+NATIVE, KAFKA = "native", "kafka"
+
+
+def looks_native(head: bytes) -> bool:
+    """The bytes start a native frame (``head``: at least SNIFF_BYTES bytes)."""
+    assert len(head) >= SNIFF_BYTES
+    length, hlen = struct.unpack_from("<II", head, 0)
+    return (length >= 4 + 1 and 1 <= hlen <= length - 4
+            and _CBOR_MAP_FIRST <= head[8] <= _CBOR_MAP_LAST)
+
+
+def looks_kafka(head: bytes) -> bool:
+    """The bytes start a Kafka client's first request."""
+    assert len(head) >= SNIFF_BYTES
+    size, api_key, version = struct.unpack_from(">ihh", head, 0)
+    return (8 <= size < _KAFKA_FIRST_SIZE_MAX and api_key in API_NAMES
+            and 0 <= version <= _KAFKA_VERSION_MAX)
+
+
+def sniff(head: bytes) -> str | None:
+    """NATIVE or KAFKA when the bytes can only be that; None when they could be
+    neither or both (leave it to the listener's own decoder)."""
+    native, kafka = looks_native(head), looks_kafka(head)
+    if native != kafka:
+        return NATIVE if native else KAFKA
+    return None
