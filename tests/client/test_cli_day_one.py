@@ -69,17 +69,17 @@ def _argv(*args) -> list[str]:
 
 
 def run(node, home, *args, stdin: bytes | None = None) -> subprocess.CompletedProcess:
-    """``raftlog ARGS`` with the node as RAFTLOG_BOOTSTRAP_SERVERS (no flag)."""
-    return subprocess.run(_argv(*args), input=stdin, capture_output=True, timeout=120,
-                          env=_env(home, node.bootstrap))
+    """``raftlog ARGS --bootstrap-server NODE``."""
+    return subprocess.run(_argv(*args, "--bootstrap-server", node.bootstrap), input=stdin,
+                          capture_output=True, timeout=120, env=_env(home))
 
 
 def popen(node, home, *args, stdin=subprocess.DEVNULL) -> subprocess.Popen:
     """A CLI process with Ctrl-C as in a terminal (SIGINT at its default, even when this
     test runs in a background job that ignores it)."""
     return subprocess.Popen(
-        _argv(*args), stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env=_env(home, node.bootstrap),
+        _argv(*args, "--bootstrap-server", node.bootstrap), stdin=stdin,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(home),
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
@@ -199,6 +199,13 @@ def test_default_command_config_file_is_used_and_the_flag_wins(tmp_path, monkeyp
     mine.write_text("security.protocol=SASL_PLAINTEXT\n")
     args = cli_module.build_parser().parse_args(["topics", "list", "--command-config", str(mine)])
     assert security_kwargs(args) == {"security_protocol": "SASL_PLAINTEXT"}
+
+
+def test_bootstrap_env_var_reaches_the_node(node, home):
+    Admin(node.bootstrap).create_topic("by-env")
+    out = subprocess.run(_argv("topics", "list"), capture_output=True, timeout=120,
+                         env=_env(home, node.bootstrap))
+    assert out.returncode == 0 and "by-env" in out.stdout.decode().split(), out.stderr
 
 
 def test_version(home):
