@@ -13,7 +13,7 @@ import os
 import sys
 import time
 
-from .cli_common import UsageError
+from .cli_common import InterruptFlag, UsageError
 from .security import security_kwargs
 
 #: Exit status after Ctrl-C (128 + SIGINT), as shells report it.
@@ -308,24 +308,17 @@ def cmd_consume(args) -> int:
     c = None
     try:
         c = _open_consumer(args)
-        deadline = time.monotonic() + args.timeout_ms / 1000 if args.timeout_ms else None
-        while args.max_messages is None or seen < args.max_messages:
-            if deadline is not None and time.monotonic() > deadline:
-                break
-            want = (CONSUME_POLL_RECORDS_MAX if args.max_messages is None
-                    else min(CONSUME_POLL_RECORDS_MAX, args.max_messages - seen))
-            recs = c.poll(timeout_ms=200, max_records=want)
-            for r in recs:
-                out.write(render_record(r, fmt, args.print_key, args.print_headers,
-                                        args.print_timestamp))
-                seen += 1
-            if recs:
-                out.flush()
+        with InterruptFlag() as flag:
+            seen = _consume_loop(c, args, fmt, out, flag)
         out.flush()
-        if args.group is not None:
+        if args.group is not None and not flag.interrupted:
             c.commit()
+        if flag.interrupted:
+            raise KeyboardInterrupt
     except KeyboardInterrupt:
         _flush_quietly(out)
+        if args.group is not None and c is not None:
+            _commit_quietly(c)
         print(f"\nraftlog consume: interrupted after {seen} records", file=sys.stderr,
               flush=True)
         return EXIT_INTERRUPTED
@@ -336,6 +329,34 @@ def cmd_consume(args) -> int:
         if c is not None:
             c.close()
     return 0
+
+
+def _consume_loop(c, args, fmt, out, flag) -> int:
+    """Poll and print until --max-messages, --timeout-ms or Ctrl-C (``flag``); returns
+    how many records were written to ``out``."""
+    seen = 0
+    deadline = time.monotonic() + args.timeout_ms / 1000 if args.timeout_ms else None
+    while (args.max_messages is None or seen < args.max_messages) and not flag.interrupted:
+        if deadline is not None and time.monotonic() > deadline:
+            break
+        want = (CONSUME_POLL_RECORDS_MAX if args.max_messages is None
+                else min(CONSUME_POLL_RECORDS_MAX, args.max_messages - seen))
+        recs = c.poll(timeout_ms=200, max_records=want)
+        for r in recs:
+            out.write(render_record(r, fmt, args.print_key, args.print_headers,
+                                    args.print_timestamp))
+            seen += 1
+        if recs:
+            out.flush()
+    return seen
+
+
+def _commit_quietly(c) -> None:
+    """Commit what was printed before Ctrl-C; a failure is said, not raised."""
+    try:
+        c.commit()
+    except Exception as e:  # noqa: BLE001 -- interrupted: report, then exit 130
+        print(f"raftlog consume: could not commit the group's offsets: {e}", file=sys.stderr)
 
 
 def _flush_quietly(out) -> None:

@@ -13,6 +13,7 @@ import json
 import sys
 import time
 
+from .cli_common import InterruptFlag
 from .security import security_kwargs
 
 #: Seconds between two progress lines on stderr.
@@ -65,33 +66,21 @@ def cmd_perf(args) -> int:
 def perf_produce(args) -> int:
     from .producer import Producer
 
-    value = b"x" * args.record_size
     lat: list[float] = []
     sent = 0
     interrupted = False
     flushed = True
     start = time.perf_counter()
-    last_report = start
     p = Producer(args.bootstrap_server, acks=args.acks, linger_ms=args.linger_ms,
                  batch_size=args.batch_size, **security_kwargs(args))
     try:
         interval = 1.0 / args.throughput if args.throughput > 0 else 0
         # a callback per record costs ~1 us: sample every record only when rate-capped
         sample_every = 1 if 0 < args.throughput <= 100_000 else 100
-        for i in range(args.num_records):
-            t0 = time.perf_counter()
-            f = p.send(args.topic, value, partition=args.partition)
-            sent += 1
-            if i % sample_every == 0:
-                f.add_done_callback(lambda _f, t0=t0: lat.append((time.perf_counter() - t0) * 1000))
-            if interval:
-                ahead = start + (i + 1) * interval - time.perf_counter()
-                if ahead > 0:
-                    time.sleep(ahead)
-            if t0 - last_report >= PROGRESS_INTERVAL_S:
-                last_report = t0
-                print(progress_line("sent", sent, args.num_records, t0 - start),
-                      file=sys.stderr, flush=True)
+        with InterruptFlag() as flag:
+            sent = _send_all(p, args, flag, interval, sample_every, lat, start)
+        if flag.interrupted:
+            raise KeyboardInterrupt
         p.flush()
     except KeyboardInterrupt:
         interrupted = True
@@ -109,42 +98,79 @@ def perf_produce(args) -> int:
     return EXIT_INTERRUPTED if interrupted else 0
 
 
+def _send_all(p, args, flag, interval: float, sample_every: int, lat: list,
+              start: float) -> int:
+    """Send --num-records records (paced by ``interval``) until done or Ctrl-C
+    (``flag``); returns how many were sent."""
+    sent = 0
+    last_report = start
+    value = b"x" * args.record_size
+    for i in range(args.num_records):
+        if flag.interrupted:
+            break
+        t0 = time.perf_counter()
+        f = p.send(args.topic, value, partition=args.partition)
+        sent += 1
+        if i % sample_every == 0:
+            f.add_done_callback(lambda _f, t0=t0: lat.append((time.perf_counter() - t0) * 1000))
+        if interval:
+            ahead = start + (i + 1) * interval - time.perf_counter()
+            if ahead > 0:
+                time.sleep(ahead)
+        if t0 - last_report >= PROGRESS_INTERVAL_S:
+            last_report = t0
+            print(progress_line("sent", sent, args.num_records, t0 - start),
+                  file=sys.stderr, flush=True)
+    return sent
+
+
 def perf_consume(args) -> int:
     from .consumer import Consumer
     from .types import TopicPartition
 
-    n = nbytes = 0
-    interrupted = False
     c = Consumer(args.bootstrap_server, auto_offset_reset="earliest", **security_kwargs(args))
+    got = {"n": 0, "bytes": 0}
     start = last_record = time.perf_counter()
     try:
         parts = sorted(c.partitions_for_topic(args.topic))
         c.assign([TopicPartition(args.topic, p) for p in parts])
         c.seek_to_beginning()
-        start = last_record = last_report = time.perf_counter()
-        idle_deadline = start + args.timeout_ms / 1000
-        while n < args.num_records and time.perf_counter() < idle_deadline:
-            recs = c.poll(timeout_ms=500,
-                          max_records=min(CONSUME_POLL_RECORDS_MAX, args.num_records - n))
-            now = time.perf_counter()
-            if recs:
-                last_record = now
-                idle_deadline = now + args.timeout_ms / 1000
-            n += len(recs)
-            nbytes += sum(len(r.value or b"") for r in recs)
-            if now - last_report >= PROGRESS_INTERVAL_S:
-                last_report = now
-                print(progress_line("consumed", n, args.num_records, now - start),
-                      file=sys.stderr, flush=True)
-    except KeyboardInterrupt:
+        start = time.perf_counter()
+        with InterruptFlag() as flag:
+            last_record = _read_all(c, args, flag, got, start)
+        interrupted = flag.interrupted
+    except KeyboardInterrupt:  # (while connecting)
         interrupted = True
-        print(f"\nraftlog perf consume: interrupted after {n:,} records", file=sys.stderr,
-              flush=True)
     finally:
         c.close()
+    if interrupted:
+        print(f"\nraftlog perf consume: interrupted after {got['n']:,} records",
+              file=sys.stderr, flush=True)
     # the rate of what was read: up to the last record, not the idle wait that ended it
-    print_summary(summary(n, last_record - start, nbytes, interrupted), args.json)
+    print_summary(summary(got["n"], last_record - start, got["bytes"], interrupted), args.json)
     return EXIT_INTERRUPTED if interrupted else 0
+
+
+def _read_all(c, args, flag, got: dict, start: float) -> float:
+    """Poll until --num-records, --timeout-ms without a record, or Ctrl-C (``flag``),
+    counting into ``got``; returns when the last record arrived (``start`` if none)."""
+    last_record = last_report = start
+    idle_deadline = start + args.timeout_ms / 1000
+    while (got["n"] < args.num_records and time.perf_counter() < idle_deadline
+           and not flag.interrupted):
+        recs = c.poll(timeout_ms=500,
+                      max_records=min(CONSUME_POLL_RECORDS_MAX, args.num_records - got["n"]))
+        now = time.perf_counter()
+        if recs:
+            last_record = now
+            idle_deadline = now + args.timeout_ms / 1000
+        got["n"] += len(recs)
+        got["bytes"] += sum(len(r.value or b"") for r in recs)
+        if now - last_report >= PROGRESS_INTERVAL_S:
+            last_report = now
+            print(progress_line("consumed", got["n"], args.num_records, now - start),
+                  file=sys.stderr, flush=True)
+    return last_record
 
 
 def print_summary(s: dict, as_json: bool) -> None:
