@@ -525,3 +525,27 @@ def test_the_default_command_config_file_is_used_and_the_flag_wins(secure, home)
     bad = home / "bad.properties"
     bad.write_text("security.protocol=PLAINTEXT\n")
     assert run(node, home, "topics", "list", "--command-config", str(bad)).returncode != 0
+
+
+def test_describing_configs_needs_describe_on_the_topic_or_the_cluster(secure, home):
+    from tests.node.test_security_node import ADMIN
+
+    node, props = secure
+    cfg = ["--command-config", str(props)]
+    assert run(node, home, "topics", "create", "acl-cfg", *cfg).returncode == 0
+    with Admin(node.bootstrap, **security_kwargs(
+            cli_module.build_parser().parse_args(["topics", "list", *cfg]))) as admin:
+        admin.create_user("dave", "dave-password-123")
+    dave = home / "dave.properties"
+    dave.write_text(props.read_text().replace("sasl.username=admin", "sasl.username=dave")
+                    .replace(f"sasl.password={ADMIN['sasl_plain_password']}",
+                             "sasl.password=dave-password-123"))
+    mine = ["--command-config", str(dave)]
+    denied = run(node, home, "configs", "describe", "--topic", "acl-cfg", *mine)
+    assert denied.returncode == 1 and b"AUTHORIZATION_FAILED" in denied.stderr, denied.stderr
+    denied = run(node, home, "configs", "describe", "--broker", "1", *mine)
+    assert denied.returncode == 1 and b"CLUSTER_AUTHORIZATION_FAILED" in denied.stderr
+    assert run(node, home, "acls", "add", "--principal", "User:dave", "--operation", "describe",
+               "--topic", "acl-cfg", *cfg).returncode == 0
+    allowed = run(node, home, "configs", "describe", "--topic", "acl-cfg", "--all", *mine)
+    assert allowed.returncode == 0 and b"retention.ms=" in allowed.stdout, allowed.stderr
