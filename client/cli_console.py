@@ -281,8 +281,12 @@ def _open_consumer(args):
     if args.group is not None:
         c = Consumer(args.bootstrap_server, group_id=args.group, auto_offset_reset=reset,
                      client_id="raftlog-cli", **security_kwargs(args))
-        c.partitions_for_topic(args.topic)  # (an unknown topic: a clear error at once)
-        c.subscribe([args.topic])
+        try:
+            c.partitions_for_topic(args.topic)  # (an unknown topic: a clear error at once)
+            c.subscribe([args.topic])
+        except BaseException:
+            c.close()
+            raise
         return c
     c = Consumer(args.bootstrap_server, auto_offset_reset=reset, **security_kwargs(args))
     try:
