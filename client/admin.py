@@ -30,7 +30,7 @@ READ_ATTEMPTS = 3
 READ_BACKOFF_S = 0.1
 READ_ONLY_APIS = frozenset(
     {Api.METADATA, Api.DESCRIBE_CLUSTER, Api.API_VERSIONS, Api.FIND_COORDINATOR,
-     Api.LIST_PARTITION_REASSIGNMENTS}
+     Api.LIST_PARTITION_REASSIGNMENTS, Api.DESCRIBE_CONFIGS}
 )
 #: How long a group request keeps looking for the group's coordinator (it may be
 #: loading, moving, or ``__consumer_offsets`` may be being created).
@@ -435,6 +435,30 @@ class Admin:
                 "config": {k: (None if v is None else str(v)) for k, v in config.items()},
             },
         )
+
+    def describe_configs(self, topic: str | None = None,
+                         broker_id: int | None = None) -> list:
+        """Effective configs as ConfigEntry(name, value, source), sorted by name: of
+        ``topic`` (source "topic" where set on the topic, "static" where it comes from
+        the node's ``log.*`` setting, else "default"), or of broker ``broker_id`` (its
+        topic defaults as ``log.*`` keys, read-only: they come from its
+        server.properties). Give exactly one.
+
+        Raises:
+            UnknownTopicOrPartitionError: no such topic.
+            ValueError: no broker ``broker_id`` in the cluster, or not exactly one given.
+        """
+        if (topic is None) == (broker_id is None):
+            raise ValueError("describe_configs takes a topic or a broker_id")
+        if topic is not None:
+            h = self._call(Api.DESCRIBE_CONFIGS, {"topic": topic})
+            return list(h["configs"])
+        broker = next((b for b in self.describe_cluster().brokers if b.id == broker_id), None)
+        if broker is None:
+            raise ValueError(f"no broker {broker_id} in the cluster")
+        conn = self._node_connection(broker.host, broker.port, broker.id)
+        h = conn.request(Api.DESCRIBE_CONFIGS, {"topic": None}, timeout_s=self.timeout_s).header
+        return list(h["configs"])
 
     def elect_leaders(self, partitions=None) -> list[tuple]:
         """Preferred-leader election: give each partition back to its first replica

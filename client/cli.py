@@ -10,14 +10,25 @@ import argparse
 import json
 import os
 import sys
-import time
 
 from raftlog.errors import ErrorCode, RaftlogError
 
 from .cli_up import cmd_up, unready_brokers  # noqa: F401 (unready_brokers: tests)
-from .security import security_kwargs
+from .security import DEFAULT_COMMAND_CONFIG, security_kwargs
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+#: The environment variable that replaces DEFAULT_BOOTSTRAP (--bootstrap-server wins).
+BOOTSTRAP_ENV = "RAFTLOG_BOOTSTRAP_SERVERS"
+
+
+def version() -> str:
+    """The installed raftlog's version (the package metadata's), or "unknown"."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("raftlog")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 # --------------------------------------------------------------------------- server commands
@@ -49,55 +60,27 @@ def _parse_kv(items: list[str], what: str) -> dict:
 
 
 def cmd_topics(args) -> int:
+    from . import cli_configs
+
+    if args.action == "list":
+        return cli_configs.cmd_topics_list(args)
+    if args.action == "describe":
+        return cli_configs.cmd_topics_describe(args)
+    if args.action == "alter":
+        return cli_configs.cmd_topics_alter(args)
     with _admin(args) as admin:
         if args.action == "create":
             admin.create_topic(
                 args.topic,
-                args.partitions,
+                1 if args.partitions is None else args.partitions,
                 args.replication_factor,
                 _parse_kv(args.config, "--config"),
             )
             print(f"created topic {args.topic}")
-        elif args.action == "list":
-            for name in admin.list_topics():
-                print(name)
         elif args.action == "delete":
             admin.delete_topic(args.topic)
             print(f"deleted topic {args.topic}")
-        elif args.action == "describe":
-            names = [args.topic] if args.topic else admin.list_topics()
-            for name in names:
-                _print_topic(admin.describe_topic(name), args.json)
     return 0
-
-
-def _print_topic(d, as_json: bool) -> None:
-    if as_json:
-        print(
-            json.dumps(
-                {
-                    "name": d.name,
-                    "config": d.config,
-                    "partitions": [
-                        {
-                            "partition": p.partition,
-                            "leader": p.leader,
-                            "replicas": list(p.replicas),
-                            "isr": list(p.isr),
-                            "leader_epoch": p.leader_epoch,
-                        }
-                        for p in d.partitions
-                    ],
-                }
-            )
-        )
-        return
-    print(f"Topic: {d.name}\tPartitions: {len(d.partitions)}")
-    for p in d.partitions:
-        print(
-            f"\tPartition: {p.partition}\tLeader: {p.leader}\tReplicas: {list(p.replicas)}"
-            f"\tIsr: {list(p.isr)}\tLeaderEpoch: {p.leader_epoch}"
-        )
 
 
 def cmd_cluster(args) -> int:
@@ -302,214 +285,12 @@ def _reset_offsets(admin, args) -> int:
     return 0
 
 
-# --------------------------------------------------------------------------- produce / consume
-
-
-def cmd_produce(args) -> int:
-    from .producer import Producer
-
-    sep = args.key_separator.encode() if args.key_separator else None
-    n = 0
-    with Producer(args.bootstrap_server, acks=args.acks, linger_ms=5,
-                  **security_kwargs(args)) as p:
-        futures = []
-        for line in sys.stdin.buffer:
-            line = line.rstrip(b"\r\n")
-            key = None
-            if sep is not None and sep in line:
-                key, line = line.split(sep, 1)
-            futures.append(p.send(args.topic, line, key=key, partition=args.partition))
-            n += 1
-        p.flush()
-        for f in futures:
-            f.result()
-    print(f"produced {n} records to {args.topic}", file=sys.stderr)
-    return 0
-
-
-def cmd_consume(args) -> int:
-    from .consumer import Consumer
-    from .types import TopicPartition
-
-    c = Consumer(
-        args.bootstrap_server, auto_offset_reset="earliest" if args.from_beginning else "latest",
-        **security_kwargs(args),
-    )
-    try:
-        parts = (
-            [args.partition]
-            if args.partition is not None
-            else sorted(c.partitions_for_topic(args.topic))
-        )
-        tps = [TopicPartition(args.topic, p) for p in parts]
-        c.assign(tps)
-        if args.offset is not None:
-            for tp in tps:
-                c.seek(tp, args.offset)
-        elif args.from_beginning:
-            c.seek_to_beginning(*tps)
-        else:
-            c.seek_to_end(*tps)
-        seen = 0
-        deadline = time.monotonic() + args.timeout_ms / 1000 if args.timeout_ms else None
-        while args.max_messages is None or seen < args.max_messages:
-            if deadline is not None and time.monotonic() > deadline:
-                break
-            want = 10_000 if args.max_messages is None else args.max_messages - seen
-            for r in c.poll(timeout_ms=200, max_records=want):
-                _print_record(r, args.format)
-                seen += 1
-        sys.stdout.flush()
-    finally:
-        c.close()
-    return 0
-
-
-def _print_record(r, fmt: str) -> None:
-    if fmt == "json":
-        print(
-            json.dumps(
-                {
-                    "topic": r.topic,
-                    "partition": r.partition,
-                    "offset": r.offset,
-                    "timestamp": r.timestamp,
-                    "key": r.key.decode("utf-8", "replace") if r.key is not None else None,
-                    "value": r.value.decode("utf-8", "replace") if r.value is not None else None,
-                    "headers": [
-                        [k, v.decode("utf-8", "replace") if v is not None else None]
-                        for k, v in r.headers
-                    ],
-                }
-            )
-        )
-    elif fmt == "raw":
-        sys.stdout.buffer.write((r.value or b"") + b"\n")
-    else:
-        key = r.key.decode("utf-8", "replace") if r.key is not None else ""
-        val = r.value.decode("utf-8", "replace") if r.value is not None else "null"
-        print(f"{r.partition}:{r.offset}\t{key}\t{val}")
-
-
-# --------------------------------------------------------------------------- perf
-
-
-def _percentiles(lat_ms: list[float]) -> dict:
-    if not lat_ms:
-        return {}
-    s = sorted(lat_ms)
-
-    def pct(q: float) -> float:
-        return s[min(len(s) - 1, int(q * len(s)))]
-
-    return {
-        "avg_ms": sum(s) / len(s),
-        "p50_ms": pct(0.5),
-        "p95_ms": pct(0.95),
-        "p99_ms": pct(0.99),
-        "p999_ms": pct(0.999),
-        "max_ms": s[-1],
-    }
-
-
-def cmd_perf(args) -> int:
-    return perf_produce(args) if args.action == "produce" else perf_consume(args)
-
-
-def perf_produce(args) -> int:
-    from .producer import Producer
-
-    value = b"x" * args.record_size
-    lat: list[float] = []
-    start = time.perf_counter()
-    last_report = start
-    with Producer(
-        args.bootstrap_server, acks=args.acks, linger_ms=args.linger_ms, batch_size=args.batch_size,
-        **security_kwargs(args),
-    ) as p:
-        interval = 1.0 / args.throughput if args.throughput > 0 else 0
-        # a callback per record costs ~1 us: sample every record only when rate-capped
-        sample_every = 1 if 0 < args.throughput <= 100_000 else 100
-        for i in range(args.num_records):
-            t0 = time.perf_counter()
-            f = p.send(args.topic, value, partition=args.partition)
-            if i % sample_every == 0:
-                f.add_done_callback(lambda _f, t0=t0: lat.append((time.perf_counter() - t0) * 1000))
-            if interval:
-                ahead = start + (i + 1) * interval - time.perf_counter()
-                if ahead > 0:
-                    time.sleep(ahead)
-            if t0 - last_report >= 5:
-                last_report = t0
-                print(
-                    f"{i} records sent, {i / (t0 - start):,.0f} rec/s", file=sys.stderr, flush=True
-                )
-        p.flush()
-    secs = time.perf_counter() - start
-    summary = {
-        "records": args.num_records,
-        "secs": secs,
-        "rec_s": args.num_records / secs,
-        "mb_s": args.num_records * args.record_size / secs / 1e6,
-        **_percentiles(lat),
-    }
-    _print_summary(summary, args.json)
-    return 0
-
-
-def perf_consume(args) -> int:
-    from .consumer import Consumer
-    from .types import TopicPartition
-
-    c = Consumer(args.bootstrap_server, auto_offset_reset="earliest", **security_kwargs(args))
-    try:
-        parts = sorted(c.partitions_for_topic(args.topic))
-        c.assign([TopicPartition(args.topic, p) for p in parts])
-        c.seek_to_beginning()
-        n = nbytes = 0
-        start = last_report = time.perf_counter()
-        idle_deadline = start + args.timeout_ms / 1000
-        while n < args.num_records and time.perf_counter() < idle_deadline:
-            recs = c.poll(timeout_ms=500, max_records=100_000)
-            if recs:
-                idle_deadline = time.perf_counter() + args.timeout_ms / 1000
-            n += len(recs)
-            nbytes += sum(len(r.value or b"") for r in recs)
-            now = time.perf_counter()
-            if now - last_report >= 5:
-                last_report = now
-                print(
-                    f"{n} records consumed, {n / (now - start):,.0f} rec/s",
-                    file=sys.stderr,
-                    flush=True,
-                )
-        secs = time.perf_counter() - start
-    finally:
-        c.close()
-    _print_summary(
-        {"records": n, "secs": secs, "rec_s": n / secs, "mb_s": nbytes / secs / 1e6}, args.json
-    )
-    return 0
-
-
-def _print_summary(summary: dict, as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(summary))
-        return
-    parts = [
-        f"{summary['records']} records in {summary['secs']:.2f} s",
-        f"{summary['rec_s']:,.0f} rec/s",
-        f"{summary['mb_s']:.2f} MB/s",
-    ]
-    parts += [f"{k.replace('_ms', '')} {v:.2f} ms" for k, v in summary.items() if k.endswith("_ms")]
-    print(", ".join(parts))
-
-
 # --------------------------------------------------------------------------- parser
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="raftlog", description="raftlog: a replicated commit log.")
+    p.add_argument("--version", action="version", version=f"raftlog {version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     up = sub.add_parser("up", help="run a local cluster on loopback (Ctrl-C stops it)")
@@ -542,27 +323,38 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("node_args", nargs=argparse.REMAINDER)
     node.set_defaults(fn=cmd_node)
 
+    bootstrap = os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP
+
     def with_bootstrap(sp):
         sp.add_argument(
             "--bootstrap-server",
-            default=DEFAULT_BOOTSTRAP,
-            help=f"host:port (default {DEFAULT_BOOTSTRAP})",
+            default=bootstrap,
+            help=f"host:port[,host:port] (default: ${BOOTSTRAP_ENV}, else {DEFAULT_BOOTSTRAP})",
         )
         sp.add_argument(
             "--command-config", metavar="FILE",
             help="client security settings (security.protocol, ssl.truststore.location, "
-                 "sasl.mechanism, sasl.username, sasl.password, ...), as Kafka's tools",
+                 "sasl.mechanism, sasl.username, sasl.password, ...), as Kafka's tools "
+                 f"(default: {DEFAULT_COMMAND_CONFIG} when it exists)",
         )
         return sp
 
-    topics = with_bootstrap(sub.add_parser("topics", help="create, list, describe, delete topics"))
-    topics.add_argument("action", choices=["create", "list", "describe", "delete"])
+    topics = with_bootstrap(sub.add_parser(
+        "topics", help="create, list, describe, alter (add partitions), delete topics"))
+    topics.add_argument("action", choices=["create", "list", "describe", "alter", "delete"])
     topics.add_argument("topic", nargs="?")
-    topics.add_argument("--partitions", type=int, default=1)
+    topics.add_argument("--partitions", type=int, default=None,
+                        help="create: the partition count (default 1); alter: the new, "
+                             "larger count")
     topics.add_argument("--replication-factor", type=int, default=1)
     topics.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
-    topics.add_argument("--json", action="store_true")
+    topics.add_argument("--json", action="store_true",
+                        help="list: a JSON list of objects; describe: one object a line")
     topics.set_defaults(fn=cmd_topics)
+
+    from .cli_configs import add_configs_parser
+
+    add_configs_parser(sub, with_bootstrap)
 
     cluster = with_bootstrap(sub.add_parser("cluster", help="cluster status"))
     cluster.add_argument("action", choices=["status", "elect-leaders", "decommission"],
@@ -638,40 +430,12 @@ def build_parser() -> argparse.ArgumentParser:
     g_delete.add_argument("group", metavar="GROUP")
     groups.set_defaults(fn=cmd_groups)
 
-    produce = with_bootstrap(sub.add_parser("produce", help="stdin lines -> records"))
-    produce.add_argument("--topic", required=True)
-    produce.add_argument("--key-separator", help="split each line into key SEP value")
-    produce.add_argument("--partition", type=int)
-    produce.add_argument("--acks", default="all")
-    produce.set_defaults(fn=cmd_produce)
+    from .cli_console import add_parsers as _console_parsers
 
-    consume = with_bootstrap(sub.add_parser("consume", help="records -> stdout"))
-    consume.add_argument("--topic", required=True)
-    consume.add_argument("--partition", type=int)
-    consume.add_argument("--from-beginning", action="store_true")
-    consume.add_argument("--offset", type=int)
-    consume.add_argument("--max-messages", type=int)
-    consume.add_argument(
-        "--timeout-ms", type=int, default=0, help="stop after this long (0: never)"
-    )
-    consume.add_argument("--format", choices=["text", "json", "raw"], default="text")
-    consume.set_defaults(fn=cmd_consume)
+    _console_parsers(sub, with_bootstrap)
+    from .cli_perf import add_parser as _perf_parser
 
-    perf = with_bootstrap(sub.add_parser("perf", help="load generators like kafka-*-perf-test"))
-    perf.add_argument("action", choices=["produce", "consume"])
-    perf.add_argument("--topic", required=True)
-    perf.add_argument("--num-records", type=int, default=100_000)
-    perf.add_argument("--record-size", type=int, default=100)
-    perf.add_argument("--throughput", type=float, default=-1, help="records/s cap (-1: none)")
-    perf.add_argument("--acks", default="1")
-    perf.add_argument("--linger-ms", type=float, default=5)
-    perf.add_argument("--batch-size", type=int, default=262_144)
-    perf.add_argument("--partition", type=int)
-    perf.add_argument(
-        "--timeout-ms", type=int, default=10_000, help="consume: stop after this long idle"
-    )
-    perf.add_argument("--json", action="store_true")
-    perf.set_defaults(fn=cmd_perf)
+    _perf_parser(sub, with_bootstrap)
     return p
 
 
@@ -685,14 +449,22 @@ def main(argv: list[str] | None = None) -> int:
     ):
         print(f"raftlog topics {args.action}: a topic name is required", file=sys.stderr)
         return 2
+    from .cli_common import UsageError
+
     try:
         return args.fn(args) or 0
     except (RaftlogError, ValueError) as e:
-        name = args.command + (f" {args.action}" if args.command == "groups" else "")
+        name = args.command + (f" {args.action}" if args.command in ("groups", "topics",
+                                                                     "configs") else "")
         print(f"raftlog {name}: {e}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(e, UsageError) else 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # stdout's reader went away (| head): nothing to say
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 0
 
 
 if __name__ == "__main__":

@@ -157,9 +157,20 @@ class ClientSecurity:
             raise
 
 
+#: The ``--command-config`` used when the flag is not given and this file exists.
+DEFAULT_COMMAND_CONFIG = "~/.config/raftlog/client.properties"
+
+
+def default_command_config() -> str | None:
+    """The default ``--command-config`` file (~ expanded), or None when it is absent."""
+    path = os.path.expanduser(DEFAULT_COMMAND_CONFIG)
+    return path if os.path.isfile(path) else None
+
+
 def security_kwargs(args) -> dict:
-    """The CLI's ``--command-config FILE`` as keyword arguments (empty without one)."""
-    path = getattr(args, "command_config", None)
+    """The CLI's ``--command-config FILE`` as keyword arguments: the flag's file, else
+    ~/.config/raftlog/client.properties when it exists, else none (PLAINTEXT)."""
+    path = getattr(args, "command_config", None) or default_command_config()
     return load_command_config(path) if path else {}
 
 

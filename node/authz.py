@@ -47,6 +47,12 @@ def topic_field(op: Operation, key: str = "topic"):
     return lambda fields: [(op, TOPIC, fields[key])]
 
 
+def topic_or_cluster(op: Operation, key: str = "topic"):
+    """The topic ``fields[key]``, or the cluster when it is None."""
+    return lambda fields: ([(op, CLUSTER, CLUSTER_NAME)] if fields[key] is None
+                           else [(op, TOPIC, fields[key])])
+
+
 def group_field(op: Operation, key: str = "group"):
     return lambda fields: [(op, GROUP, fields[key])]
 

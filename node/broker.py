@@ -19,6 +19,7 @@ import os
 from raftlog.errors import ApiError, ErrorCode
 from raftlog.protocol import (
     ApiVersionRange,
+    ConfigEntry,
     EpochEndOffset,
     ListOffsetsPartResult,
     NamedResult,
@@ -292,6 +293,27 @@ class Broker:
         validate_topic_config({**info.config, **req.fields["config"]}, self.config.log_defaults)
         self.store.set_config(name, req.fields["config"])
         return {}, []
+
+    def describe_configs(self, req: Request) -> Response:
+        """A topic's effective configs, each with its source ("topic": set on the topic,
+        "static": this node's ``log.*`` default from server.properties, "default":
+        built in); or, without a topic, this node's topic defaults as ``log.*`` keys
+        (read-only: they come from server.properties). No secret is ever included."""
+        name = req.fields["topic"]
+        static = self.config.log_defaults
+        if name is None:
+            cfg = validate_topic_config({}, static)
+            return {"configs": [ConfigEntry(f"log.{k}", v, "static" if k in static else "default")
+                                for k, v in sorted(cfg.to_dict().items())]}, []
+        info = self.store.topics.get(name)
+        if info is None:
+            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+        cfg = (self.replicas.log_configs.get(name)
+               or validate_topic_config(info.config, static))
+        return {"configs": [
+            ConfigEntry(k, v, "topic" if k in info.config else
+                        "static" if k in static else "default")
+            for k, v in sorted(cfg.to_dict().items())]}, []
 
     def create_partitions(self, req: Request) -> Response:
         name, count = req.fields["topic"], req.fields["count"]

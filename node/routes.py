@@ -65,6 +65,8 @@ ROUTES: dict[Api, Route] = {
     Api.DESCRIBE_CLUSTER: Route(Mode.INLINE, "describe_cluster"),
     Api.CREATE_PARTITIONS: Route(Mode.QUORUM, "create_partitions", Z.topic_field(Z.ALTER)),
     Api.ALTER_CONFIGS: Route(Mode.QUORUM, "alter_configs", Z.topic_field(Z.ALTER)),
+    Api.DESCRIBE_CONFIGS: Route(Mode.INLINE, "describe_configs",
+                                Z.topic_or_cluster(Z.DESCRIBE)),
     Api.BROKER_HEARTBEAT: Route(Mode.INLINE, "broker_heartbeat", Z.cluster(Z.CLUSTER_ACTION)),
     Api.OFFSETS_FOR_LEADER_EPOCH: Route(Mode.INLINE, "offsets_for_leader_epoch",
                                         Z.replica_or(Z.topics_of_parts(Z.DESCRIBE))),

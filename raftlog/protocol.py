@@ -65,6 +65,7 @@ class Api(enum.IntEnum):
     ALTER_PARTITION_REASSIGNMENTS = 30
     LIST_PARTITION_REASSIGNMENTS = 31
     UNREGISTER_BROKER = 32
+    DESCRIBE_CONFIGS = 33
     DESCRIBE_LOG_DIRS = 35  # (Kafka's key)
     # Security (issue 19): SASL before any other API on a SASL listener, then admin.
     SASL_HANDSHAKE = 40
@@ -398,6 +399,8 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "config": (_str_map, REQUIRED),
         "timeout_ms": (_nonneg, 30_000),
     },
+    # topic: that topic's configs; None: the answering node's (its topic defaults)
+    Api.DESCRIBE_CONFIGS: {"topic": (_opt(_str), None)},
     Api.OFFSETS_FOR_LEADER_EPOCH: {
         "replica_id": (_int, -1),
         # [topic, partition, leader_epoch]
@@ -603,6 +606,15 @@ class TopicMetadata(NamedTuple):
                    _parts(PartitionMetadata, v.get("partitions") or []), v.get("config"))
 
 
+class ConfigEntry(NamedTuple):
+    """DESCRIBE_CONFIGS ``configs``: ``source`` is "topic" (set on the topic), "static"
+    (set in the node's server.properties) or "default" (the built-in default)."""
+
+    name: str
+    value: str
+    source: str
+
+
 class NamedResult(NamedTuple):
     """CREATE_TOPICS and DELETE_TOPICS ``results`` (topics), DELETE_GROUPS (groups)."""
 
@@ -711,6 +723,7 @@ RESPONSE_PARTS: dict[Api, dict[str, Callable[[Any], Any]]] = {
     Api.ALTER_PARTITION_REASSIGNMENTS: {"results": _rows_of(PartitionResult)},
     Api.LIST_PARTITION_REASSIGNMENTS: {"reassignments": _rows_of(ReassignmentRow)},
     Api.DESCRIBE_LOG_DIRS: {"partitions": _rows_of(LogDirPartition)},
+    Api.DESCRIBE_CONFIGS: {"configs": _rows_of(ConfigEntry)},
     Api.JOIN_GROUP: {"members": _rows_of(JoinMember)},
     Api.OFFSET_COMMIT: {"parts": _rows_of(PartitionResult)},
     Api.OFFSET_FETCH: {"parts": _rows_of(CommittedOffsetRow)},
