@@ -122,6 +122,9 @@ class NodeConfig:
     raft_password: str | None = None
     broker_session_timeout_ms: int = 6000
     broker_heartbeat_interval_ms: int = 1000
+    #: a broker whose heartbeat connection closed, silent this long since and whose
+    #: listener then refuses a connection is fenced at once (0: only session expiry)
+    broker_disconnect_grace_ms: int = 200
     broker_registration_timeout_ms: int = 60_000
     replica_lag_time_max_ms: int = 10_000
     min_insync_replicas: int = 1
@@ -566,6 +569,8 @@ _NODE_KEYS = {
     "raft.listener": _set_raft_listener,
     "raft.password": _set("raft_password", _nonempty),
     "broker.session.timeout.ms": _set("broker_session_timeout_ms", lambda k, v: _int(k, v, 100)),
+    "broker.disconnect.grace.ms": _set("broker_disconnect_grace_ms",
+                                       lambda k, v: _int(k, v, 0)),
     "broker.heartbeat.interval.ms": _set(
         "broker_heartbeat_interval_ms", lambda k, v: _int(k, v, 10)
     ),

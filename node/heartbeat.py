@@ -30,6 +30,10 @@ from .peer import open_peer, peer_address
 #: Bound on one heartbeat round trip.
 HEARTBEAT_TIMEOUT_S = 2.0
 CONTROLLER_TICK_S = 0.2
+#: A crash probe's connect gives up after this long (then the session decides).
+PROBE_TIMEOUT_S = 0.5
+#: Brokers probed in one tick of the controller's duty (the rest on the next).
+PROBES_PER_TICK_MAX = 8
 #: Reassignments are checked for completion after every metadata change, and this
 #: often anyway (a completion whose proposal failed is retried).
 REASSIGN_RECHECK_MS = 2000
@@ -48,6 +52,8 @@ class Heartbeats:
         self._buf = bytearray(65536)
         self._last_balance_ms = node_ms()
         self._reassign_checked = (None, 0)  # (state, node ms) last looked at for completions
+        #: set when a heartbeat connection closes: the duty looks at once, not at its tick
+        self._wake = trio.Event()
 
     # ------------------------------------------------------------------ controller side
 
@@ -62,9 +68,23 @@ class Heartbeats:
             self.liveness.heartbeat(broker_id, node_ms())
         return True
 
+    def disconnected(self, broker_id: int) -> None:
+        """A connection that carried ``broker_id``'s heartbeats closed (trio thread)."""
+        if self.liveness is not None and broker_id != self.config.node_id:
+            self.liveness.disconnected(broker_id, node_ms())
+            self._wake.set()
+
+    async def _tick(self) -> None:
+        """Sleep CONTROLLER_TICK_S, or less: until a disconnection's grace is over."""
+        grace_s = self.config.broker_disconnect_grace_ms / 1000
+        with trio.move_on_after(CONTROLLER_TICK_S):
+            await self._wake.wait()
+            self._wake = trio.Event()
+            await trio.sleep(min(grace_s, CONTROLLER_TICK_S))
+
     async def controller_duty(self) -> None:
         while True:
-            await trio.sleep(CONTROLLER_TICK_S)
+            await self._tick()
             if not self.store.quorum.is_leader:
                 self.liveness = None
                 continue
@@ -72,9 +92,17 @@ class Heartbeats:
             now = node_ms()
             if self.liveness is None:
                 self.liveness = BrokerLiveness.on_become_controller(
-                    state, now, self.config.broker_session_timeout_ms)
+                    state, now, self.config.broker_session_timeout_ms,
+                    self.config.broker_disconnect_grace_ms)
+                # the old controller may have died with its node: every broker that
+                # does not heartbeat us within the grace is probed once (a live one
+                # accepts, so only a crashed one is fenced before its session ends)
+                for b in state.brokers:
+                    if b != self.config.node_id:
+                        self.liveness.disconnected(b, now)
                 self.events.info("became_controller", term=self.store.quorum.term)
             self.liveness.heartbeat(self.config.node_id, now)
+            await self._probe_disconnected(state, now)
             for record in self._decisions(state, now):
                 await self._propose(record)
             state = self.store.quorum.state
@@ -88,6 +116,27 @@ class Heartbeats:
                 self._last_balance_ms = now
                 for record in preferred_leader_changes(self.store.quorum.state, self.store.quorum.term):
                     await self._propose(record)
+
+    async def _probe_disconnected(self, state, now: int) -> None:
+        """Try the listener of each broker disconnected past its grace: refused means
+        nothing listens there (crashed); accepted or timed out, its session decides."""
+        for b in self.liveness.to_probe(now)[:PROBES_PER_TICK_MAX]:
+            broker = state.brokers.get(b)
+            if broker is None or broker.fenced or not broker.listeners:
+                self.liveness.probe_answered(b)
+                continue
+            host, port = peer_address(broker.listeners, self.config.listener_config.inter_broker)
+            try:
+                with trio.fail_after(PROBE_TIMEOUT_S):
+                    sockio.close(await sockio.connect(host, port))
+                self.liveness.probe_answered(b)
+            except ConnectionRefusedError:
+                self.liveness.probe_refused(b)
+                self.events.warning("broker_crash_seen", broker=b, address=f"{host}:{port}",
+                                    reason="heartbeat connection closed and its listener "
+                                           "refuses connections")
+            except (OSError, trio.TooSlowError):
+                self.liveness.probe_answered(b)  # (unreachable is not dead: the session)
 
     def _decisions(self, state, now: int) -> list:
         # A broker that registered but never heartbeat (it died at once) must still

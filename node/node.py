@@ -105,6 +105,7 @@ class Node:
                                  on_heartbeat=beats.record)
             self.server = Server(self.config, self.broker, self.replicas, self.metrics,
                                  self.events)
+            self.server.on_heartbeat_lost = beats.disconnected  # (crash detection)
             if self.store.single_voter:
                 # a quorum of one elects itself at once: registered (and a pre-quorum
                 # data dir's __meta/ migrated) before the first request is served, so

@@ -136,7 +136,7 @@ class Conn:
     goes, and the requests parked for it (dropped when it closes)."""
 
     __slots__ = ("sock", "out", "nursery", "parked", "guard", "session", "listener",
-                 "last_active", "in_request")
+                 "last_active", "in_request", "heartbeat_of")
 
     def __init__(self, sock, out: Outbox, nursery, guard: Guard | None = None,
                  listener: Listener | None = None) -> None:
@@ -152,6 +152,9 @@ class Conn:
         self.in_request = False
         #: a follower's fetch session on this connection (node/fetch_session.py)
         self.session: FetchSession | None = None
+        #: the broker whose heartbeats this connection carries (the controller is told
+        #: when it closes: a crash is seen at once, node/heartbeat.py)
+        self.heartbeat_of: int | None = None
 
 
 class _Parked(Delayed):
@@ -342,6 +345,9 @@ class Server:
         self.log_limiter = LogLimiter()
         #: where Kafka clients go (set by the Kafka listener once bound; hints only)
         self.kafka_address: str | None = None
+        #: ``(broker_id) -> None``, told when a connection that carried that broker's
+        #: heartbeats closes (node/heartbeat.py: crash detection); set by the node
+        self.on_heartbeat_lost = None
         #: {listener name: bound (host, port)}
         self.bound: dict[str, tuple] = {}
 
@@ -521,8 +527,13 @@ class Server:
             sock, lambda nursery: Conn(sock, Outbox(), nursery, guard, listener),
             self._read_loop,
             watchdog=(lambda conn: self._auth_watchdog(conn, peer)) if sasl else None,
-            on_close=_close_session, idle_s=self.config.connections_max_idle_ms / 1000,
+            on_close=self._closed, idle_s=self.config.connections_max_idle_ms / 1000,
             on_idle=lambda conn: self.events.debug("connection_idle_closed", peer=peer))
+
+    def _closed(self, conn: Conn) -> None:
+        _close_session(conn)
+        if conn.heartbeat_of is not None and self.on_heartbeat_lost is not None:
+            self.on_heartbeat_lost(conn.heartbeat_of)
 
     async def _read_loop(self, conn: Conn) -> None:
         sock, out = conn.sock, conn.out
@@ -634,6 +645,8 @@ class Server:
                 req = dataclasses.replace(req, fields=narrowed[0])
                 hidden = narrowed[1]
         mode, handler = self._routes[req.api]
+        if req.api is Api.BROKER_HEARTBEAT:  # (authorized: CLUSTER_ACTION)
+            conn.heartbeat_of = req.fields.get("broker_id")
         if handler is None:  # SASL on a connection without security
             out.add(encode_frame(error_response(req.id, ErrorCode.ILLEGAL_SASL_STATE,
                                                 "this listener does not use SASL")))
