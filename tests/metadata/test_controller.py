@@ -56,6 +56,47 @@ def test_liveness_grace_period_and_fencing():
     assert live.fence_decisions(s, 1600) == []  # already fenced
 
 
+def test_a_crash_is_fenced_after_the_grace_once_its_listener_refuses():
+    s = _cluster(3)
+    live = BrokerLiveness.on_become_controller(s, now_ms=0, session_timeout_ms=6000,
+                                               disconnect_grace_ms=200)
+    live.disconnected(3, 1000)
+    assert live.to_probe(1150) == []  # within the grace: it may reconnect
+    assert live.to_probe(1200) == [3]
+    assert live.fence_decisions(s, 1200) == []  # disconnected alone fences nobody
+    live.probe_refused(3)
+    assert live.to_probe(1300) == []  # (not probed again)
+    assert live.fence_decisions(s, 1300) == [R.FenceBroker(3, "inc-3")]
+    live.heartbeat(3, 1400)  # back (a new incarnation registers anyway)
+    assert live.fence_decisions(s, 1400) == []
+
+
+def test_a_reconnect_within_the_grace_or_an_answered_probe_fences_nobody():
+    s = _cluster(3)
+    live = BrokerLiveness.on_become_controller(s, now_ms=0, session_timeout_ms=6000,
+                                               disconnect_grace_ms=200)
+    live.disconnected(2, 1000)
+    live.heartbeat(2, 1100)  # its heartbeats came back on a new connection
+    assert live.to_probe(5000) == []
+    live.disconnected(3, 1000)
+    assert live.to_probe(1300) == [3]
+    live.probe_answered(3)  # alive or hung: only its session may fence it
+    live.probe_refused(3)  # (a late refusal of an answered probe counts for nothing)
+    assert live.to_probe(1400) == [] and live.fence_decisions(s, 5000) == []
+    live.heartbeat(1, 5000)
+    assert live.fence_decisions(s, 6001) == [R.FenceBroker(3, "inc-3")]  # its session
+    assert live.fence_decisions(s, 7101) == [R.FenceBroker(2, "inc-2"),
+                                             R.FenceBroker(3, "inc-3")]
+
+
+def test_without_a_grace_disconnections_are_ignored():
+    s = _cluster(3)
+    live = BrokerLiveness.on_become_controller(s, now_ms=0, session_timeout_ms=6000)
+    live.disconnected(3, 1000)
+    live.probe_refused(3)
+    assert live.to_probe(9000) == [] and live.fence_decisions(s, 1000) == []
+
+
 def test_preferred_leader_election():
     s = _cluster(3)
     s, _ = apply(s, R.CreateTopic("t", "x", ((1, 2, 3),)), term=1)
