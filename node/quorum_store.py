@@ -68,6 +68,7 @@ class QuorumTopicStore:
             voter=config.is_voter,
             # a node alone: nobody joins its quorum, so it binds no Raft port
             listen=bool(config.controller_quorum_voters),
+            bind=(None if config.raft_port is None else (config.raft_host, config.raft_port)),
         )
         #: (state, (fenced ids, registered ids), {name: TopicInfo}) -- see topics
         self._cache: tuple = (None, None, {}, None)
