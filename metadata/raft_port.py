@@ -310,8 +310,8 @@ class HardenedServer(TcpServer):
             address = addr[0]
             refused = self.limits.admit(address)
             if refused is not None:
-                sock.close()
                 _refuse("connection_limit", address, refused)
+                sock.close()
                 return
             try:
                 self._setup(sock)

@@ -1,0 +1,213 @@
+"""The Raft port under hostile peers (metadata/raft_port.py): three real voters in this
+process on 127.0.0.1, attacked over real sockets."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+
+import pytest
+
+from raftlog.metadata import raft_hello as H
+from raftlog.metadata import raft_port
+from raftlog.metadata import records as R
+from raftlog.metadata.quorum import MetadataQuorum
+
+from ..conftest import free_ports
+
+pytestmark = pytest.mark.slow
+
+PASSWORD = "test-secret-0123456789"
+
+
+def _wait(cond, timeout_s=15.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if (got := cond()):
+            return got
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+@pytest.fixture
+def trio(tmp_path):
+    voters = {i: ("127.0.0.1", p) for i, p in enumerate(free_ports(3), 1)}
+    qs = [MetadataQuorum(i, voters, str(tmp_path / f"n{i}"), password=PASSWORD) for i in voters]
+    leader = _wait(lambda: next((q for q in qs if q.is_leader), None))
+    assert leader.propose(R.NoOp()).ok
+    yield voters, qs, leader
+    for q in qs:
+        q.close()
+
+
+def _connect(addr, source: str | None = None) -> socket.socket:
+    s = socket.socket()
+    if source:
+        s.bind((source, 0))
+    s.settimeout(10)
+    s.connect(addr)
+    return s
+
+
+def _recv_exact(s: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = s.recv(n - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def _closed(s: socket.socket, timeout_s: float = 10.0) -> bool:
+    """Did the server close ``s`` within ``timeout_s``? (whatever it sent before)"""
+    s.settimeout(0.2)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if not s.recv(65536):
+                return True
+        except TimeoutError:
+            continue
+        except OSError:  # reset
+            return True
+    return False
+
+
+def _hello(s: socket.socket, server: str, password=PASSWORD, identity="readonly") -> None:
+    challenge = _recv_exact(s, H.CHALLENGE_BYTES)
+    s.sendall(H.answer(H.hello_key(password), H.read_challenge(challenge), server, identity))
+
+
+def _addr(voters, q) -> tuple:
+    return voters[q.node_id]
+
+
+def test_a_passwordless_24mb_stream_forces_no_election(trio):
+    """pysyncobj buffered the whole announced message before checking anything
+    (quadratically): 24 MB streamed at the controller's Raft port cost it its
+    leadership. Now the stream is cut after one hello's worth of bytes."""
+    voters, qs, leader = trio
+    term, leader_id = leader.term, leader.node_id
+    total = 24 * 1024 * 1024
+    sent = [0, 0]  # bytes, connections
+    stop = threading.Event()
+
+    def stream():
+        chunk = struct.pack("i", 2**31 - 1) + b"\xa5" * (64 * 1024 - 4)
+        started = time.monotonic()
+        while sent[0] < total and not stop.is_set() and time.monotonic() - started < 60:
+            try:
+                with _connect(_addr(voters, leader)) as s:
+                    sent[1] += 1
+                    while sent[0] < total:
+                        s.sendall(chunk)
+                        sent[0] += len(chunk)
+            except OSError:  # closed by the server: the attacker just reconnects
+                time.sleep(0.01)
+
+    attacker = threading.Thread(target=stream, daemon=True)
+    attacker.start()
+    writes = 0
+    try:
+        while attacker.is_alive() or writes < 10:
+            assert leader.propose(R.NoOp(), timeout_s=5.0).ok  # metadata writes keep working
+            writes += 1
+    finally:
+        stop.set()
+        attacker.join(10)
+    assert leader.is_leader and leader.term == term
+    assert all(q.leader_id == leader_id and q.term == term for q in qs)
+    assert raft_port.STATS["HelloError"] >= 1
+
+
+def test_an_oversized_length_prefix_closes_the_connection_at_once(trio):
+    voters, qs, leader = trio
+    term = leader.term
+    host, port = _addr(voters, leader)
+    before = raft_port.STATS["frame_too_large"]
+    with _connect((host, port)) as s:
+        _hello(s, f"{host}:{port}")  # a peer that knows the password ...
+        s.sendall(struct.pack("i", 2**31 - 1) + b"x" * 1000)  # ... announces 2 GiB
+        assert _closed(s)
+    assert raft_port.STATS["frame_too_large"] == before + 1
+    with _connect((host, port)) as s:  # a negative length, too
+        _hello(s, f"{host}:{port}")
+        s.sendall(struct.pack("i", -5))
+        assert _closed(s)
+    assert leader.is_leader and leader.term == term
+    assert leader.propose(R.NoOp()).ok
+
+
+def test_a_wrong_hmac_hello_is_dropped(trio):
+    voters, qs, leader = trio
+    term = leader.term
+    host, port = _addr(voters, leader)
+    before = raft_port.STATS["HelloError"]
+    for password, server in (("wrong-secret-0123456789", f"{host}:{port}"),
+                             (PASSWORD, "127.0.0.1:1")):  # signed for another voter
+        with _connect((host, port)) as s:
+            _hello(s, server, password=password)
+            s.sendall(b"\0" * 4096)  # nothing after a refused hello is read
+            assert _closed(s)
+    assert raft_port.STATS["HelloError"] == before + 2
+    assert leader.is_leader and leader.term == term
+    assert leader.propose(R.NoOp()).ok
+
+
+def test_a_silent_connection_is_closed_after_the_hello_deadline(trio):
+    voters, qs, leader = trio
+    before = raft_port.STATS["hello_timeout"]
+    with _connect(_addr(voters, leader)) as s:
+        assert len(_recv_exact(s, H.CHALLENGE_BYTES)) == H.CHALLENGE_BYTES
+        assert _closed(s, timeout_s=H.HELLO_TIMEOUT_S + 10)
+    assert raft_port.STATS["hello_timeout"] >= before + 1
+
+
+def test_connections_per_address_are_limited(trio):
+    """One address may hold HELLOS_PER_ADDRESS_MAX connections in their hello; the next
+    is closed on accept (before any challenge), another address is still served."""
+    voters, qs, leader = trio
+    addr = _addr(voters, leader)
+    held = []
+    try:
+        for _ in range(H.HELLOS_PER_ADDRESS_MAX):
+            held.append(_connect(addr, source="127.0.0.2"))
+            assert len(_recv_exact(held[-1], H.CHALLENGE_BYTES)) == H.CHALLENGE_BYTES
+        before = raft_port.STATS["connection_limit"]
+        with _connect(addr, source="127.0.0.2") as s:
+            s.settimeout(10)
+            assert s.recv(H.CHALLENGE_BYTES) == b""  # closed, no challenge
+        assert raft_port.STATS["connection_limit"] == before + 1
+        with _connect(addr, source="127.0.0.3") as s:
+            assert len(_recv_exact(s, H.CHALLENGE_BYTES)) == H.CHALLENGE_BYTES
+    finally:
+        for s in held:
+            s.close()
+    # the slots come back once those connections are gone
+    def admitted():
+        with _connect(addr, source="127.0.0.2") as s:
+            s.settimeout(10)
+            return len(s.recv(H.CHALLENGE_BYTES)) > 0
+    assert _wait(admitted)
+    assert leader.propose(R.NoOp()).ok
+
+
+def test_the_raft_port_may_bind_another_address(tmp_path):
+    """``bind`` (raft.listener): a voter listens on 0.0.0.0 while the others dial
+    its voter address; the quorum elects and replicates."""
+    voters = {i: ("127.0.0.1", p) for i, p in enumerate(free_ports(2), 1)}
+    qs = [MetadataQuorum(1, voters, str(tmp_path / "n1"), password=PASSWORD,
+                         bind=("0.0.0.0", voters[1][1])),
+          MetadataQuorum(2, voters, str(tmp_path / "n2"), password=PASSWORD)]
+    try:
+        leader = _wait(lambda: next((q for q in qs if q.is_leader), None))
+        assert leader.propose(R.AllocateProducerIds(1, 10)).ok
+        _wait(lambda: all(q.state.next_producer_id == 10 for q in qs))
+        with _connect(("127.0.0.2", voters[1][1])) as s:  # any interface answers
+            assert len(_recv_exact(s, H.CHALLENGE_BYTES)) == H.CHALLENGE_BYTES
+    finally:
+        for q in qs:
+            q.close()
