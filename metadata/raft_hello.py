@@ -10,13 +10,14 @@ The hello (one round trip, fixed sizes, before any length-prefixed message)::
                                    | identity, zero-padded (IDENTITY_FIELD_BYTES)
                                    | mac (32)                                = 330 bytes
 
-``mac = HMAC-SHA256(hello_key(password), MAC_LABEL | nonce | u16 len(server) | server
-| u16 len(identity) | identity)``: ``server`` is the voter address the client dialled
-(the server's own entry in ``controller.quorum.voters``), ``identity`` the client's own
-voter address or ``readonly`` for a learner -- the name pysyncobj sends right after
-(raft_port.py holds it to that). The nonce is fresh per connection, so an answer seen
-on the wire cannot be replayed; the server reads exactly ANSWER_BYTES before it
-decides, so a peer without the password costs it 330 bytes and one HMAC.
+``mac = HMAC-SHA256(hello_key(password), MAC_LABEL | nonce | u16 len(identity) |
+identity)``: ``identity`` is the client's own voter address, or ``readonly`` for a
+learner -- the name pysyncobj sends right after (raft_port.py holds it to that). The
+address the client dialled is not signed: a voter may be dialled through a proxy or a
+translated address (the safety harness routes Raft links through proxies). The nonce
+is fresh per connection, so an answer seen on the wire cannot be replayed; the server
+reads exactly ANSWER_BYTES before it decides, so a peer without the password costs it
+330 bytes and one HMAC.
 
 After the hello, pysyncobj's frames follow: a 4-byte native ``int`` length, then the
 (Fernet-encrypted, zlib-compressed, pickled) message. A length outside
@@ -97,26 +98,24 @@ def read_challenge(data: bytes) -> bytes:
     return bytes(data[NONCE_OFFSET:])
 
 
-def _mac(key: bytes, nonce: bytes, server: bytes, identity: bytes) -> bytes:
-    msg = b"".join((MAC_LABEL, nonce, struct.pack(">H", len(server)), server,
-                    struct.pack(">H", len(identity)), identity))
+def _mac(key: bytes, nonce: bytes, identity: bytes) -> bytes:
+    msg = b"".join((MAC_LABEL, nonce, struct.pack(">H", len(identity)), identity))
     return hmac.new(key, msg, hashlib.sha256).digest()
 
 
-def answer(key: bytes, nonce: bytes, server: str, identity: str) -> bytes:
-    """The client's ANSWER_BYTES to a challenge, from the client named ``identity`` to
-    the voter it dialled at ``server``."""
-    name, dialled = identity.encode(), server.encode()
+def answer(key: bytes, nonce: bytes, identity: str) -> bytes:
+    """The client's ANSWER_BYTES to a challenge, from the client named ``identity``."""
+    name = identity.encode()
     if not 0 < len(name) <= IDENTITY_FIELD_BYTES:
         raise HelloError(f"Raft identity {identity!r} is empty or longer than "
                          f"{IDENTITY_FIELD_BYTES} bytes: use a shorter host name")
     out = b"".join((MAGIC, struct.pack(">H", len(name)), name.ljust(IDENTITY_FIELD_BYTES, b"\0"),
-                    _mac(key, nonce, dialled, name)))
+                    _mac(key, nonce, name)))
     assert len(out) == ANSWER_BYTES
     return out
 
 
-def check_answer(key: bytes, nonce: bytes, server: str, data: bytes) -> str:
+def check_answer(key: bytes, nonce: bytes, data: bytes) -> str:
     """The identity a correct ANSWER_BYTES names. Raises HelloError (with the reason)
     when it is malformed or its MAC is not that of the password over this nonce."""
     if len(data) != ANSWER_BYTES or data[:MAGIC_BYTES] != MAGIC:
@@ -126,7 +125,7 @@ def check_answer(key: bytes, nonce: bytes, server: str, data: bytes) -> str:
     if not 0 < size <= IDENTITY_FIELD_BYTES or any(field[size:]):
         raise HelloError("malformed identity in the Raft hello")
     name = field[:size]
-    if not hmac.compare_digest(_mac(key, nonce, server.encode(), name), data[MAC_OFFSET:]):
+    if not hmac.compare_digest(_mac(key, nonce, name), data[MAC_OFFSET:]):
         raise HelloError("wrong Raft hello MAC (is raft.password the same on every node?)")
     try:
         return name.decode()

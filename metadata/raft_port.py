@@ -128,9 +128,10 @@ def open_frame(data: bytes, encryptor, last_timestamp: int, rand_key: bytes | No
 class HardenedConnection(TcpConnection):
     """pysyncobj's connection with the hello, the frame bound and real checks.
 
-    ``server`` is the voter address the hello names: our own (accepting side) or the
-    one dialled. ``identity`` is our own name (dialling side); ``on_hello`` and
-    ``on_close`` let the server keep its per-address counts."""
+    ``server`` names the voter end in log lines: our own address (accepting side) or
+    the one dialled. ``identity`` is our own name (dialling side; the peer's once its
+    hello is checked); ``on_hello`` and ``on_close`` let the server keep its
+    per-address counts."""
 
     def __init__(self, poller, *, key: bytes, server: str, identity: str | None = None,
                  peer=None, on_hello=None, on_close=None, **kw):
@@ -264,7 +265,7 @@ class HardenedConnection(TcpConnection):
         data = bytes(self.rl_buf)
         del self.rl_buf[:]
         if self.rl_accepted:
-            self.rl_identity = H.check_answer(self.rl_key, self.rl_nonce, self.rl_server, data)
+            self.rl_identity = H.check_answer(self.rl_key, self.rl_nonce, data)
             self.rl_hello_done = True
             if self._rl_on_hello is not None:
                 self._rl_on_hello(self)
@@ -272,7 +273,7 @@ class HardenedConnection(TcpConnection):
             nonce = H.read_challenge(data)
             self.rl_hello_done = True
             pending, self.rl_pending = bytes(self.rl_pending), bytearray()
-            self._write(H.answer(self.rl_key, nonce, self.rl_server, self.rl_identity) + pending)
+            self._write(H.answer(self.rl_key, nonce, self.rl_identity) + pending)
         return self.state != CONNECTION_STATE.DISCONNECTED
 
     def _next_message(self):

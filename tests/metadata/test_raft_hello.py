@@ -17,22 +17,21 @@ from raftlog.metadata import raft_hello as H
 from raftlog.metadata.errors import FrameError, HelloError
 
 KEY = H.hello_key("test-secret-0123456789")
-SERVER = "127.0.0.1:9192"
 
 
-def _hello(identity="127.0.0.1:9193", key=KEY, server=SERVER):
+def _hello(identity="127.0.0.1:9193", key=KEY):
     nonce = os.urandom(H.NONCE_BYTES)
     challenge = H.challenge(nonce)
     assert len(challenge) == H.CHALLENGE_BYTES
-    return nonce, H.answer(key, H.read_challenge(challenge), server, identity)
+    return nonce, H.answer(key, H.read_challenge(challenge), identity)
 
 
 def test_a_correct_answer_names_its_identity():
     nonce, answer = _hello()
     assert len(answer) == H.ANSWER_BYTES
-    assert H.check_answer(KEY, nonce, SERVER, answer) == "127.0.0.1:9193"
+    assert H.check_answer(KEY, nonce, answer) == "127.0.0.1:9193"
     nonce, answer = _hello(H.READONLY_IDENTITY)
-    assert H.check_answer(KEY, nonce, SERVER, answer) == "readonly"
+    assert H.check_answer(KEY, nonce, answer) == "readonly"
 
 
 def test_the_key_depends_on_the_password_only():
@@ -41,15 +40,13 @@ def test_the_key_depends_on_the_password_only():
     assert len(KEY) == 32
 
 
-@pytest.mark.parametrize("why", ["password", "nonce", "server", "identity", "mac"])
+@pytest.mark.parametrize("why", ["password", "nonce", "identity", "mac"])
 def test_a_wrong_answer_is_refused(why):
     nonce, answer = _hello()
     if why == "password":
-        answer = H.answer(H.hello_key("another-secret-0123456"), nonce, SERVER, "127.0.0.1:9193")
+        answer = H.answer(H.hello_key("another-secret-0123456"), nonce, "127.0.0.1:9193")
     elif why == "nonce":  # an answer recorded on another connection
         nonce = os.urandom(H.NONCE_BYTES)
-    elif why == "server":  # an answer meant for another voter
-        answer = H.answer(KEY, nonce, "127.0.0.1:9194", "127.0.0.1:9193")
     elif why == "identity":  # another name spliced in, the MAC kept
         name = b"127.0.0.1:9195"
         answer = (answer[:H.IDENTITY_LENGTH_OFFSET] + struct.pack(">H", len(name))
@@ -57,7 +54,7 @@ def test_a_wrong_answer_is_refused(why):
     else:
         answer = answer[:-1] + bytes([answer[-1] ^ 1])
     with pytest.raises(HelloError, match="wrong Raft hello MAC"):
-        H.check_answer(KEY, nonce, SERVER, answer)
+        H.check_answer(KEY, nonce, answer)
 
 
 @pytest.mark.parametrize("mangle", [
@@ -70,20 +67,20 @@ def test_a_wrong_answer_is_refused(why):
 def test_a_malformed_answer_is_refused(mangle):
     nonce, answer = _hello()
     with pytest.raises(HelloError):
-        H.check_answer(KEY, nonce, SERVER, mangle(answer))
+        H.check_answer(KEY, nonce, mangle(answer))
 
 
 @given(st.binary(max_size=H.ANSWER_BYTES + 8))
 def test_random_bytes_never_pass_the_hello(data):
     with pytest.raises(HelloError):
-        H.check_answer(KEY, b"\0" * H.NONCE_BYTES, SERVER, data)
+        H.check_answer(KEY, b"\0" * H.NONCE_BYTES, data)
 
 
 def test_a_client_refuses_a_server_that_does_not_speak_first_our_way():
     with pytest.raises(HelloError, match="did not open with a raftlog hello"):
         H.read_challenge(struct.pack("i", 10) + b"\0" * (H.CHALLENGE_BYTES - 4))
     with pytest.raises(HelloError, match="shorter host name"):
-        H.answer(KEY, b"\0" * 32, SERVER, "h" * (H.IDENTITY_FIELD_BYTES + 1))
+        H.answer(KEY, b"\0" * 32, "h" * (H.IDENTITY_FIELD_BYTES + 1))
 
 
 def test_frame_lengths_are_bounded_before_the_body():
