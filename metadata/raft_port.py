@@ -22,11 +22,15 @@ What pysyncobj does, and what we do instead:
    the last one) and its per-connection random key with ``assert`` -- gone under
    ``python -O``. :func:`open_frame` checks both with ``if`` and compares the key in
    constant time.
-4. **Who a peer is.** The identity signed in the hello must be what the peer then
+4. **Messages before the key exchange.** pysyncobj's ``send`` used any connected
+   socket, also one whose random keys were not exchanged yet: a (pre-)vote went out
+   unwrapped and the peer dropped the connection. It is now not sent (``False``, as
+   for a peer not connected).
+5. **Who a peer is.** The identity signed in the hello must be what the peer then
    tells pysyncobj (its voter address, or ``readonly``); pysyncobj's utility commands
    (``status``, ``add``, ``remove``, ``set_version``, ``transfer``: syncobj_admin) are
    refused on the Raft port -- we use none of them.
-5. **Connection limits.** Per address at most ``CONNECTIONS_PER_ADDRESS_MAX`` open and
+6. **Connection limits.** Per address at most ``CONNECTIONS_PER_ADDRESS_MAX`` open and
    ``HELLOS_PER_ADDRESS_MAX`` in their hello, ``HELLOS_MAX`` in their hello overall;
    a connection that has not finished its hello (and named itself) within
    ``HELLO_TIMEOUT_S`` is closed -- pysyncobj timed connections out only when they
@@ -403,6 +407,16 @@ class HardenedTransport(TCPTransport):
     def _refuse_incoming(self, conn, reason: str, detail: str) -> None:
         self._unknownConnections.discard(conn)
         conn._drop(reason, detail)
+
+    def send(self, node, message):
+        """pysyncobj's send, but not over a connection whose key exchange is still
+        under way: pysyncobj sent (pre-)votes there unwrapped, and the peer dropped the
+        connection (an ``assert`` before, a FrameError now) -- to be dialled again
+        RECONNECT_S later, slowing a rejoin."""
+        conn = self._connections.get(node)
+        if conn is not None and self._syncObj.encryptor and not conn.sendRandKey:
+            return False
+        return super().send(node, message)
 
     def _onTick(self):
         super()._onTick()

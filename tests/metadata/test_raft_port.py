@@ -212,3 +212,73 @@ def test_the_raft_port_may_bind_another_address(tmp_path):
     finally:
         for q in qs:
             q.close()
+
+
+def test_our_own_voters_never_refuse_each_other(tmp_path):
+    """A correct quorum elects, replicates and takes a restarted voter back (which
+    dials and is dialled again, through the hello) without a single refusal on the
+    Raft port."""
+    watched = ("FrameError", "HelloError", "bad_key_exchange", "identity_mismatch",
+               "unknown_voter", "hello_timeout", "connection_limit")
+    before = {k: raft_port.STATS[k] for k in watched}
+    voters = {i: ("127.0.0.1", p) for i, p in enumerate(free_ports(3), 1)}
+    qs = [MetadataQuorum(i, voters, str(tmp_path / f"n{i}"), password=PASSWORD) for i in voters]
+    try:
+        for _ in range(3):
+            leader = _wait(lambda: next((q for q in qs if q.is_leader), None))
+            assert leader.propose(R.AllocateProducerIds(1, 10)).ok
+            _wait(lambda: len({q.state.next_producer_id for q in qs}) == 1)
+            i = next(j for j, q in enumerate(qs) if q is not leader)
+            qs[i].close()
+            qs[i] = MetadataQuorum(i + 1, voters, str(tmp_path / f"n{i + 1}"), password=PASSWORD)
+        _wait(lambda: len({q.state.next_producer_id for q in qs}) == 1)
+        assert {k: raft_port.STATS[k] for k in watched} == before
+    finally:
+        for q in qs:
+            q.close()
+
+
+def test_nothing_goes_out_before_the_key_exchange_ends():
+    """pysyncobj's transport sent over any connected socket, also one whose random keys
+    were not exchanged yet: the message went out unwrapped and the peer dropped the
+    connection (seen with pre-votes through the harness's Raft proxies). A learner
+    dials a voter that answers the hello but not the key exchange: nothing is sent."""
+    from pysyncobj import SyncObj, SyncObjConf
+
+    from raftlog.metadata.quorum import harden_pysyncobj
+
+    harden_pysyncobj()
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+        srv.settimeout(10)
+        voter = f"127.0.0.1:{srv.getsockname()[1]}"
+        obj = SyncObj(None, [voter], SyncObjConf(autoTick=False, password=PASSWORD),
+                      transportClass=raft_port.HardenedTransport)
+        try:
+            obj.doTick(0.0)  # dials
+            peer, _ = srv.accept()
+            with peer:
+                peer.settimeout(10)
+                peer.sendall(H.challenge(b"\1" * H.NONCE_BYTES))
+                got = b""
+                while len(got) < H.ANSWER_BYTES + H.LENGTH_PREFIX_BYTES:
+                    obj.doTick(0.05)
+                    peer.settimeout(0.05)
+                    try:
+                        got += peer.recv(65536)
+                    except TimeoutError:
+                        pass
+                assert H.check_answer(H.hello_key(PASSWORD), b"\1" * H.NONCE_BYTES,
+                                      got[:H.ANSWER_BYTES]) == "readonly"
+                frame = got[H.ANSWER_BYTES:]
+                length = H.frame_length(frame[:H.LENGTH_PREFIX_BYTES])
+                while len(frame) < H.LENGTH_PREFIX_BYTES + length:  # the learner's key
+                    frame += peer.recv(65536)
+                transport = obj._SyncObj__transport
+                node = next(iter(obj._SyncObj__otherNodes))
+                assert transport.send(node, {"type": "apply_command", "command": b"x"}) is False
+                peer.settimeout(1.0)
+                with pytest.raises(TimeoutError):
+                    peer.recv(65536)
+        finally:
+            obj.destroy()
+            obj.doTick(0.0)
