@@ -81,8 +81,15 @@ def _hello(s: socket.socket, password: str) -> None:
 
 
 def test_a_hostile_neighbour_on_the_raft_port_moves_no_controller(tmp_path):
-    cluster = LocalCluster(tmp_path, n=3).start()
+    cluster = LocalCluster(tmp_path, n=3)
+    # node 1's Raft port binds every interface (raft.listener); the others dial its
+    # voter address
+    raft_port_1 = _raft_addresses(cluster)[1][1]
+    cluster.node(1).extra["raft.listener"] = f"0.0.0.0:{raft_port_1}"
+    cluster.start()
     try:
+        with socket.create_connection(("127.0.0.2", raft_port_1), timeout=10) as s:
+            assert len(s.recv(H.CHALLENGE_BYTES)) > 0  # bound beyond its voter address
         view = until(lambda: (v := _views(cluster)) and len(v) == 1
                      and next(iter(v))[0] > 0 and v, timeout_s=30)
         controller, epoch = next(iter(view))
