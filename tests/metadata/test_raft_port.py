@@ -282,3 +282,28 @@ def test_nothing_goes_out_before_the_key_exchange_ends():
         finally:
             obj.destroy()
             obj.doTick(0.0)
+
+
+def test_a_metadata_record_too_large_for_a_raft_frame_is_refused_clearly(tmp_path):
+    """What a Raft frame must carry is bounded: a record above ENVELOPE_BYTES_MAX is
+    refused before it is proposed, with what to do, and nothing changes."""
+    from raftlog.errors import ErrorCode
+    from raftlog.metadata.quorum import ENVELOPE_BYTES_MAX
+
+    q = MetadataQuorum(1, {1: ("127.0.0.1", 0)}, str(tmp_path / "raft"), listen=False)
+    try:
+        _wait(lambda: q.is_leader)
+        from raftlog.acl import AclBinding, Operation, PatternType, Permission, ResourceType
+
+        bindings = tuple(
+            AclBinding("User:alice", ResourceType.TOPIC, f"{'t' * 200}{i}", PatternType.LITERAL,
+                       Operation.READ, Permission.ALLOW).as_tuple()
+            for i in range(ENVELOPE_BYTES_MAX // 200))
+        before = q.state
+        result = q.propose(R.CreateAcls(bindings))
+        assert not result.ok and result.code == ErrorCode.INVALID_REQUEST
+        assert "split the request" in result.error
+        assert q.state is before
+        assert q.propose(R.CreateAcls(bindings[:10])).ok  # a smaller one goes through
+    finally:
+        q.close()
