@@ -44,6 +44,7 @@ reason every :data:`LOG_EVERY_S`.
 from __future__ import annotations
 
 import collections
+import errno
 import functools
 import hmac
 import logging
@@ -244,7 +245,7 @@ class HardenedConnection(TcpConnection):
         try:
             incoming = sock.recv(size)
         except OSError as e:
-            if e.errno not in (socket.errno.EAGAIN, socket.errno.EWOULDBLOCK):
+            if e.errno not in (errno.EAGAIN, errno.EWOULDBLOCK):
                 self.disconnect()
             return False
         if not incoming:
@@ -309,7 +310,7 @@ class HardenedServer(TcpServer):
             try:
                 sock, addr = self._TcpServer__socket.accept()
             except OSError as e:
-                if e.errno not in (socket.errno.EAGAIN, socket.errno.EWOULDBLOCK):
+                if e.errno not in (errno.EAGAIN, errno.EWOULDBLOCK):
                     self.unbind()
                 return
             address = addr[0]
