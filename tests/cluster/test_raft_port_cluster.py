@@ -1,7 +1,8 @@
 """The Raft port of real node processes under a hostile neighbour (issue #35): a
-password-less 24 MB stream at the controller's Raft port forces no election and
-metadata writes go on; a wrong hello and an oversized frame are cut off at once; the
-cluster still elects and replicates through a controller's restart."""
+password-less 24 MB stream at the controller's Raft port, then 40 MB at every voter,
+force no election and metadata writes go on; a wrong hello and an oversized frame are
+cut off at once; the cluster still elects and replicates through a controller's
+restart."""
 
 from __future__ import annotations
 
@@ -42,15 +43,15 @@ def _views(cluster: LocalCluster) -> set:
     return views
 
 
-def _stream(addr, stop: threading.Event, sent: list) -> None:
+def _stream(addr, stop: threading.Event, sent: list, total: int = STREAM_BYTES) -> None:
     """What the attacker did: a 2 GiB length prefix and then bytes, no password;
-    reconnect when cut off. Bounded by STREAM_BYTES and 60 s."""
+    reconnect when cut off. Bounded by ``total`` bytes and 60 s."""
     chunk = struct.pack("i", 2**31 - 1) + b"\xa5" * (64 * 1024 - 4)
     started = time.monotonic()
-    while sent[0] < STREAM_BYTES and not stop.is_set() and time.monotonic() - started < 60:
+    while sent[0] < total and not stop.is_set() and time.monotonic() - started < 60:
         try:
             with socket.create_connection(addr, timeout=10) as s:
-                while sent[0] < STREAM_BYTES and not stop.is_set():
+                while sent[0] < total and not stop.is_set():
                     s.sendall(chunk)
                     sent[0] += len(chunk)
         except OSError:
@@ -80,6 +81,28 @@ def _hello(s: socket.socket, password: str) -> None:
     s.sendall(H.answer(H.hello_key(password), H.read_challenge(challenge), "readonly"))
 
 
+def _attack_while_creating(cluster, targets, total: int, created: list) -> list:
+    """Stream ``total`` bytes at each Raft address in ``targets`` while creating topics
+    (at least 5); returns the bytes sent per target."""
+    stop, sent = threading.Event(), [[0] for _ in targets]
+    attackers = [threading.Thread(target=_stream, args=(t, stop, n, total), daemon=True)
+                 for t, n in zip(targets, sent, strict=True)]
+    for t in attackers:
+        t.start()
+    try:
+        with cluster.admin() as a:
+            done = len(created)
+            while any(t.is_alive() for t in attackers) or len(created) < done + 5:
+                name = f"during-{len(created)}"
+                a.create_topic(name, partitions=1, replication_factor=3)
+                created.append(name)
+    finally:
+        stop.set()
+        for t in attackers:
+            t.join(15)
+    return [n[0] for n in sent]
+
+
 def test_a_hostile_neighbour_on_the_raft_port_moves_no_controller(tmp_path):
     cluster = LocalCluster(tmp_path, n=3)
     # node 1's Raft port binds every interface (raft.listener); the others dial its
@@ -94,22 +117,14 @@ def test_a_hostile_neighbour_on_the_raft_port_moves_no_controller(tmp_path):
                      and next(iter(v))[0] > 0 and v, timeout_s=30)
         controller, epoch = next(iter(view))
         addr = _raft_addresses(cluster)[controller]
-        # 1. a password-less 24 MB stream while topics are created
-        stop, sent = threading.Event(), [0]
-        attacker = threading.Thread(target=_stream, args=(addr, stop, sent), daemon=True)
-        attacker.start()
+        # 1. a password-less 24 MB stream at the controller while topics are created,
+        # then 40 MB at every voter at once
         created = []
-        try:
-            with cluster.admin() as a:
-                while attacker.is_alive() or len(created) < 5:
-                    name = f"during-{len(created)}"
-                    a.create_topic(name, partitions=1, replication_factor=3)
-                    created.append(name)
-        finally:
-            stop.set()
-            attacker.join(15)
-        assert sent[0] >= STREAM_BYTES  # the whole stream went out (and was refused)
-        assert _views(cluster) == {(controller, epoch)}  # no election
+        for targets, total in (([addr], STREAM_BYTES),
+                               (list(_raft_addresses(cluster).values()), 40 * 1024 * 1024)):
+            sent = _attack_while_creating(cluster, targets, total, created)
+            assert all(n >= total for n in sent)  # every stream went out (and was refused)
+            assert _views(cluster) == {(controller, epoch)}  # no election
         with cluster.admin() as a:
             assert set(created) <= set(a.list_topics())
 
