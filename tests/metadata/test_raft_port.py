@@ -307,3 +307,61 @@ def test_a_metadata_record_too_large_for_a_raft_frame_is_refused_clearly(tmp_pat
         assert q.propose(R.CreateAcls(bindings[:10])).ok  # a smaller one goes through
     finally:
         q.close()
+
+
+class _Peer:
+    """A peer that knows the password, speaking pysyncobj's protocol after the hello
+    (its key exchange, then what it likes)."""
+
+    def __init__(self, addr, identity: str):
+        import os as _os
+
+        from pysyncobj.encryptor import getEncryptor
+
+        self.fernet = getEncryptor(PASSWORD)
+        self.s = _connect(addr)
+        _hello(self.s, identity=identity)
+        self.my_key = _os.urandom(32)
+        self.send(self.my_key)
+        self.their_key = self.recv()[1]  # (our key, theirs)
+
+    def send(self, message, wrap: bool = False) -> None:
+        import zlib
+
+        import pysyncobj.pickle as p
+
+        if wrap:
+            message = (self.their_key, message)
+        body = self.fernet.encrypt_at_time(zlib.compress(p.dumps(message)), int(time.monotonic()))
+        self.s.sendall(struct.pack("i", len(body)) + body)
+
+    def recv(self):
+        import zlib
+
+        import pysyncobj.pickle as p
+
+        length = H.frame_length(_recv_exact(self.s, H.LENGTH_PREFIX_BYTES))
+        return p.loads(zlib.decompress(self.fernet.decrypt(_recv_exact(self.s, length))))
+
+
+def test_a_peer_is_held_to_the_identity_its_hello_signed(trio):
+    """The hello signs a name; pysyncobj then takes the name the peer sends next. A
+    learner's hello (``readonly``) followed by a voter's name, or by one of
+    pysyncobj's utility commands (``status``, ``add``, ... : never ours), is refused."""
+    voters, qs, leader = trio
+    term = leader.term
+    other = next(q for q in qs if q is not leader)
+    for said, reason in ((f"{voters[other.node_id][0]}:{voters[other.node_id][1]}",
+                          "identity_mismatch"), (["status"], "identity_mismatch")):
+        before = raft_port.STATS[reason]
+        peer = _Peer(_addr(voters, leader), identity="readonly")
+        with peer.s:
+            peer.send(said, wrap=True)
+            assert _closed(peer.s)
+        assert raft_port.STATS[reason] == before + 1
+    peer = _Peer(_addr(voters, leader), identity="readonly")  # as signed: accepted
+    with peer.s:
+        peer.send("readonly", wrap=True)
+        peer.s.settimeout(10)
+        assert peer.recv()[1]["type"] == "append_entries"  # the leader feeds its learner
+    assert leader.is_leader and leader.term == term
