@@ -75,7 +75,8 @@ class Cluster:
                 p.wait(30)
             except subprocess.TimeoutExpired:
                 p.kill()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if not getattr(self, "dir_keep", False):
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class Stamps:
@@ -115,7 +116,8 @@ class Stamps:
             if later:
                 return min(later) - t
             time.sleep(0.005)
-        raise SystemExit(f"no acknowledged write {timeout_s:.0f} s after the fault")
+        raise SystemExit(f"no acknowledged write {timeout_s:.0f} s after the fault "
+                         f"({self.errors} sends failed)")
 
     def stop(self) -> None:
         self._stop.set()
@@ -156,6 +158,8 @@ def bench(kills: int, pauses: int, rate: int, extra: dict | None = None) -> dict
             t = time.monotonic()
             c.procs[leader].send_signal(signal.SIGKILL)
             kill_s.append(s.first_ack_after(t))
+            print(f"failover: kill of node {leader}: first ack after {kill_s[-1]:.3f} s",
+                  file=sys.stderr, flush=True)
             c.procs[leader].wait()
             c.start(leader)
             _settle(admin)
@@ -165,6 +169,8 @@ def bench(kills: int, pauses: int, rate: int, extra: dict | None = None) -> dict
             c.procs[leader].send_signal(signal.SIGSTOP)
             try:
                 pause_s.append(s.first_ack_after(t))
+                print(f"failover: pause of node {leader}: first ack after {pause_s[-1]:.3f} s",
+                      file=sys.stderr, flush=True)
             finally:
                 c.procs[leader].send_signal(signal.SIGCONT)
             _settle(admin)
@@ -179,6 +185,10 @@ def bench(kills: int, pauses: int, rate: int, extra: dict | None = None) -> dict
         if pause_s:
             out["pause_to_ack_s_max"] = round(max(pause_s), 3)
         return out
+    except SystemExit:
+        print(f"failover: node logs kept in {c.dir}", file=sys.stderr)
+        c.dir_keep = True
+        raise
     finally:
         c.stop()
 

@@ -19,3 +19,21 @@ class NotControllerError(QuorumError):
 
 class QuorumTimeoutError(QuorumError):
     """A metadata write was not committed in time; its outcome is unknown."""
+
+
+class RaftPortError(RaftlogError):
+    """A peer on the Raft port broke its rules; its connection is closed (never retried
+    by us: the peer reconnects if it is one of ours)."""
+
+
+class HelloError(RaftPortError):
+    """A Raft connection's hello was malformed, late or not signed with the password."""
+
+
+class FrameError(RaftPortError):
+    """A Raft message frame was too large, undecryptable, stale or not of this connection."""
+
+
+class RecordTooLargeError(QuorumError):
+    """A metadata record too large to replicate (quorum.ENVELOPE_BYTES_MAX); nothing
+    was proposed."""

@@ -1,5 +1,5 @@
-"""The metadata quorum on pysyncobj 0.3.17 -- with raft_rules.py, the only modules
-that import pysyncobj.
+"""The metadata quorum on pysyncobj 0.3.17 -- with raft_rules.py and raft_port.py, the
+only modules that import pysyncobj.
 
 What we change in pysyncobj, and why (see ../shared/design.md). Every patch is
 applied once per process by :func:`harden_pysyncobj`, in one place:
@@ -18,7 +18,16 @@ applied once per process by :func:`harden_pysyncobj`, in one place:
   sets, and ``pysyncobj.node.TCPNode``, whose instances the full dump holds --
   building one runs no code: ``__new__`` plus a ``__dict__`` update). A password is
   mandatory with more than one voter, so an unauthenticated packet is dropped
-  before it is even unpickled. Replicated calls take only versioned CBOR bytes.
+  before it is even unpickled. Replicated calls take only versioned CBOR bytes, of
+  at most :data:`ENVELOPE_BYTES_MAX`.
+* The Raft port (raft_port.py, raft_hello.py): a peer proves it knows the password
+  (an HMAC over a fresh nonce, in a fixed-size hello) before anything it sends is
+  buffered; message frames are bounded (``raft_hello.FRAME_BYTES_MAX``) and
+  refused from their length prefix; per-address connection limits and a hello
+  deadline; pysyncobj's ``assert`` checks of a message's timestamp and connection
+  key are real checks. A learner (read-only peer) may only forward writes and
+  acknowledge entries (raft_rules.py rule 6). The port may bind another interface
+  than the voter address others dial (``raft.listener``: ``bind``).
 * Raft's rules (raft_rules.py): AppendEntries truncates only from the first
   conflicting entry and never shortens the log on a re-sent, reordered or stale
   message; the leader's nextIndex never drops below matchIndex; pre-vote and leader
@@ -79,15 +88,14 @@ import pysyncobj.pickle as _pspickle
 import pysyncobj.serializer as _serializer
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.syncobj import _RAFT_STATE
-from pysyncobj.transport import TCPTransport
 
 from raftlog.checkpoint import atomic_write, fsync_dir, makedirs_durable
 from raftlog.dirlock import DirLock
-from raftlog.errors import ConfigError, StorageError
+from raftlog.errors import ConfigError, ErrorCode, StorageError
 
-from . import raft_rules
+from . import raft_port, raft_rules
 from . import records as R
-from .errors import NotControllerError, QuorumError, QuorumTimeoutError
+from .errors import NotControllerError, QuorumError, QuorumTimeoutError, RecordTooLargeError
 from .state import MetadataState, Result, apply, restore, snapshot
 
 logger = logging.getLogger(__name__)
@@ -116,6 +124,10 @@ APPLIED_RESULTS_MAX = 4096
 #: Commit subscribers per quorum.
 SUBSCRIBERS_MAX = 16
 ENVELOPE_VERSION = 1
+#: Largest replicated envelope (one metadata record and its header): what one Raft
+#: message frame must carry (raft_hello.FRAME_BYTES_MAX leaves room for it and a
+#: 64 KiB batch of others). A 10,000-partition topic's CreateTopic is ~100 KB.
+ENVELOPE_BYTES_MAX = 1024 * 1024
 _RAFT_LEADER = _RAFT_STATE.LEADER
 
 
@@ -318,7 +330,7 @@ class _SnapshotOnDump:
         return (bytes, (snapshot(self.state),))
 
 
-class _UnboundTransport(TCPTransport):
+class _UnboundTransport(raft_port.HardenedTransport):
     """The transport of a quorum of one that no node ever joins (a node without
     controller.quorum.voters): it talks to nobody, so it binds no port -- none that a
     port picked for the node's own listener could lose to, none to reach from outside."""
@@ -339,7 +351,8 @@ class _MetadataLog(SyncObj):
         self._publish = publish
         self._applied: collections.OrderedDict[str, Result] = collections.OrderedDict()
         super().__init__(self_addr, partners, conf,
-                         transportClass=TCPTransport if listen else _UnboundTransport)
+                         transportClass=raft_port.HardenedTransport if listen
+                         else _UnboundTransport)
         # pysyncobj's tick thread is running already: it may have loaded a dump into
         # `_snapshot_bytes` (or applied entries) before we get here, and an assignment
         # would throw that state away (a restart after log compaction came back with
@@ -406,6 +419,8 @@ class MetadataQuorum:
             long steps down.
         listen: False for a lone voter that no other node joins (a node without
             controller.quorum.voters): it binds no Raft port; its address only names it.
+        bind: (host, port) the Raft port binds (``raft.listener``) when not this
+            voter's address in ``voters`` (which the others still dial).
 
     Raises:
         ConfigError: the voter set is inconsistent or a password is missing.
@@ -422,10 +437,13 @@ class MetadataQuorum:
         leader_fallback_timeout_s: float = 3.0,
         voter: bool = True,
         listen: bool = True,
+        bind: tuple | None = None,
     ):
         _check_voters(node_id, voters, password, voter)
         if not listen and (len(voters) != 1 or not voter):
             raise ConfigError("only a lone voter may run without a Raft port")
+        if bind is not None and (not voter or not listen):
+            raise ConfigError("only a voter with a Raft port binds it (raft.listener)")
         self._listen = listen
         harden_pysyncobj()
         makedirs_durable(data_dir)  # its name too: the whole metadata log is in it
@@ -434,13 +452,13 @@ class MetadataQuorum:
         self._lock = DirLock.acquire(data_dir, f"metadata quorum of node {node_id}")
         try:
             self._start(node_id, voters, data_dir, password, on_commit,
-                        leader_fallback_timeout_s, voter)
+                        leader_fallback_timeout_s, voter, bind)
         except BaseException:
             self._lock.release()
             raise
 
     def _start(self, node_id, voters, data_dir, password, on_commit,
-               leader_fallback_timeout_s, voter) -> None:
+               leader_fallback_timeout_s, voter, bind) -> None:
         _check_voter_set(data_dir, voters)
         self.node_id = node_id
         #: False for a learner (a broker-only node): it follows the committed log
@@ -454,7 +472,7 @@ class MetadataQuorum:
         self.controller_elections = 0
         if on_commit is not None:
             self.subscribe(on_commit)
-        conf = _conf(voters[node_id] if voter else None, data_dir, password,
+        conf = _conf((bind or voters[node_id]) if voter else None, data_dir, password,
                      leader_fallback_timeout_s)
         conf.onStateChanged = self._on_raft_state_changed
         self._obj: _MetadataLog | None = None
@@ -599,13 +617,21 @@ class MetadataQuorum:
             done.set()
 
         term = self.term
-        request_id = self._submit(record, callback)
+        try:
+            request_id = self._submit(record, callback)
+        except RecordTooLargeError as e:  # nothing was proposed
+            return Result(False, str(e), None, int(ErrorCode.INVALID_REQUEST))
         return self._await(record, request_id, done, outcome, timeout_s, term)
 
     def _submit(self, record, callback) -> str:
         """Hand one envelope to pysyncobj without waiting; returns its request id."""
         request_id = uuid.uuid4().hex
         envelope = cbor2.dumps([ENVELOPE_VERSION, self.term, request_id, R.encode(record)])
+        if len(envelope) > ENVELOPE_BYTES_MAX:
+            raise RecordTooLargeError(
+                f"{type(record).__name__} is {len(envelope)} bytes as a metadata record, "
+                f"above the limit of {ENVELOPE_BYTES_MAX}: split the request (fewer "
+                "partitions, ACLs or configs at a time)")
         self._obj.apply_envelope(envelope, callback=callback)
         return request_id
 

@@ -40,6 +40,15 @@ thread only -- every function here runs inside pysyncobj's message or tick handl
    entry not yet committed does not wait for its next heartbeat to commit it (its
    commit needs no acknowledgement; pysyncobj would commit it on the next tick, up to
    a heartbeat period later: ~60 ms per metadata write).
+6. **A learner is no voter and no leader.** pysyncobj handles every message alike
+   whoever sends it: a read-only peer (a learner, connected as ``readonly``) that sent
+   an AppendEntries was taken for the leader and its entries were appended and
+   applied; its RequestVote raised the voters' term. A voter now takes from a
+   read-only peer only what a learner sends -- a forwarded write (``apply_command``)
+   and its acknowledgements (``next_node_idx``) -- and a learner takes only what a
+   leader sends a learner (AppendEntries, the answer to a forwarded write): never a
+   write to apply as if it led, a vote request or a leadership transfer. Anything
+   that is not a message dict is dropped too.
 """
 
 from __future__ import annotations
@@ -55,6 +64,10 @@ from pysyncobj.transport import TransportNotReadyError
 
 PRE_VOTE = "rl_pre_vote"
 PRE_VOTE_RESPONSE = "rl_pre_vote_response"
+#: What a voter takes from a read-only peer (rule 6).
+FROM_LEARNER = frozenset({"apply_command", "next_node_idx"})
+#: What a learner takes (from the voters it dials: nobody else can reach it).
+TO_LEARNER = frozenset({"append_entries", "apply_command_response"})
 
 logger = logging.getLogger("pysyncobj.syncobj")  # (its lines, as pysyncobj logs them)
 ORIGINALS: dict = {}
@@ -85,6 +98,9 @@ def _term_at(obj, idx: int):
 
 def on_message(self, node, message) -> None:
     kind = message.get("type") if isinstance(message, dict) else None
+    if not _allowed(self, node, kind):
+        _dropped(node, kind)
+        return
     if kind == "append_entries":
         message = _held_entries_skipped(self, message)
     elif kind == "request_vote":
@@ -102,6 +118,28 @@ def on_message(self, node, message) -> None:
         self._rl_ack_next = None
     if kind == "next_node_idx" and _get(self, "raftState") == _LEADER:
         _clamp_next_index(self, node)
+
+
+def _allowed(self, node, kind) -> bool:
+    """May ``node`` send this kind of message here (rule 6)?"""
+    if not isinstance(kind, str):
+        return False
+    if _get(self, "selfNode") is None:
+        return kind in TO_LEARNER
+    if node not in _get(self, "otherNodes"):  # a read-only peer
+        return kind in FROM_LEARNER
+    return True
+
+
+_drops = {"count": 0}
+
+
+def _dropped(node, kind) -> None:
+    _drops["count"] += 1
+    if _drops["count"] & (_drops["count"] - 1) == 0:  # 1st, 2nd, 4th, 8th ...: bounded log
+        logger.warning("raftlog: dropped a %r message from %s that its role may not send "
+                       "(%d so far)", kind if isinstance(kind, str) else type(kind).__name__,
+                       getattr(node, "id", node), _drops["count"])
 
 
 def _held_entries_skipped(self, message: dict) -> dict:

@@ -117,6 +117,8 @@ class NodeConfig:
     #: "controller" votes in the metadata quorum. A node outside the voters is a broker
     #: only: it follows the metadata log as a non-voting learner.
     process_roles: tuple = ("broker", "controller")
+    #: ``raft.listener``: where this voter's Raft port binds, when not its own entry in
+    #: controller.quorum.voters (which the other nodes still dial), e.g. 0.0.0.0.
     raft_host: str | None = None
     raft_port: int | None = None
     raft_password: str | None = None
@@ -326,6 +328,11 @@ class NodeConfig:
             addrs = list(voters.values())
             if len(set(addrs)) != len(addrs):
                 raise ConfigError("controller.quorum.voters: two voters share one address")
+        if self.raft_port is not None and (not voters or not self.is_voter):
+            raise ConfigError(
+                "raft.listener is set, but this node binds no Raft port: only a voter "
+                "(process.roles with controller, listed in controller.quorum.voters) has "
+                "one; remove raft.listener")
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ConfigError("group.min.session.timeout.ms is above group.max.session.timeout.ms")
         if self.max_connections_per_ip == 0 and not self.max_connections_per_ip_overrides:

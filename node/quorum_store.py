@@ -72,7 +72,9 @@ class QuorumTopicStore:
         self.node_id = config.node_id
         self.incarnation_id = uuid.uuid4().hex
         if config.controller_quorum_voters and config.is_voter:
-            _check_raft_port(*config.metadata_voters[config.node_id])
+            _check_raft_port(*((config.raft_host, config.raft_port)
+                               if config.raft_port is not None
+                               else config.metadata_voters[config.node_id]))
         self.quorum = MetadataQuorum(
             config.node_id,
             config.metadata_voters,
@@ -82,6 +84,7 @@ class QuorumTopicStore:
             voter=config.is_voter,
             # a node alone: nobody joins its quorum, so it binds no Raft port
             listen=bool(config.controller_quorum_voters),
+            bind=(None if config.raft_port is None else (config.raft_host, config.raft_port)),
         )
         #: (state, (fenced ids, registered ids), {name: TopicInfo}) -- see topics
         self._cache: tuple = (None, None, {}, None)

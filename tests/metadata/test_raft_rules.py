@@ -156,3 +156,59 @@ def test_an_election_starts_only_after_a_majority_of_pre_votes(node):
     votes = [m for _, m in node.sent if m["type"] == "request_vote"]
     assert len(votes) == 2 and votes[0]["term"] == term + 1
     assert obj._SyncObj__raftCurrentTerm == term + 1
+
+
+# --------------------------------------------------------------------------- rule 6: learners
+
+
+def _readonly_peer(node):
+    """A learner connected to ``node`` (pysyncobj names read-only peers by a counter)."""
+    from pysyncobj.node import Node as PeerNode
+
+    peer = PeerNode("0")
+    node.obj._SyncObj__onReadonlyNodeConnected(peer)
+    return peer
+
+
+def test_a_voter_takes_no_append_entries_nor_votes_from_a_learner(node):
+    learner = _readonly_peer(node)
+    term = node.obj._SyncObj__raftCurrentTerm
+    log = node.log()
+    node.obj._SyncObj__onMessageReceived(learner, {
+        "type": "append_entries", "term": term + 5, "commit_index": 2, "prevLogIdx": 1,
+        "prevLogTerm": 0, "entries": [(b"forged", 2, term + 5)]})
+    node.obj._SyncObj__onMessageReceived(learner, {
+        "type": "request_vote", "term": term + 7, "last_log_index": 99, "last_log_term": 99})
+    node.obj._SyncObj__onMessageReceived(learner, {"type": "timeout_now", "term": term + 7})
+    node.obj._SyncObj__onMessageReceived(learner, "not a message")
+    assert node.log() == log  # nothing appended, nothing to apply
+    assert node.obj._SyncObj__raftCurrentTerm == term
+    assert node.obj._SyncObj__raftLeader is None
+    assert node.sent == []  # no vote, no acknowledgement
+    # what a learner does send still works: a forwarded write reaches the queue
+    node.obj._SyncObj__onMessageReceived(learner, {"type": "apply_command",
+                                                   "command": b"x", "request_id": 1})
+    assert len(node.obj._SyncObj__commandsQueue._FastQueue__queue) == 1
+
+
+def test_a_learner_never_applies_a_write_sent_to_it():
+    """A learner (pysyncobj's read-only node) follows the leader's AppendEntries only:
+    a write sent to it as if it led, a vote request or a transfer is dropped."""
+    quorum.harden_pysyncobj()
+    conf = SyncObjConf(autoTick=False)
+    obj = SyncObj(None, [LEADER, OTHER], conf, transportClass=RecordingTransport)
+    try:
+        voter = next(n for n in obj._SyncObj__otherNodes if n.id == LEADER)
+        obj._SyncObj__onMessageReceived(voter, {"type": "apply_command", "command": b"x",
+                                                "request_id": 1})
+        obj._SyncObj__onMessageReceived(voter, {"type": "request_vote", "term": 9,
+                                                "last_log_index": 9, "last_log_term": 9})
+        assert not obj._SyncObj__commandsQueue._FastQueue__queue
+        assert obj._SyncObj__raftCurrentTerm == 0
+        obj._SyncObj__onMessageReceived(voter, {
+            "type": "append_entries", "term": 1, "commit_index": 1, "prevLogIdx": 1,
+            "prevLogTerm": 0, "entries": [(b"cmd2", 2, 1)]})
+        assert [(e[1], e[2]) for e in obj._SyncObj__raftLog] == [(1, 0), (2, 1)]
+        assert obj._SyncObj__raftLeader == voter
+    finally:
+        obj.destroy()

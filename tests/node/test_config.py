@@ -58,6 +58,10 @@ auto.create.topics.enable=true
         ("process.roles=", "must name at least one"),
         ("node.id=1\nprocess.roles=broker\ncontroller.quorum.voters=1@127.0.0.1:9100",
          "must include controller"),
+        ("raft.listener=0.0.0.0:9100", "this node binds no Raft port"),
+        ("node.id=5\nprocess.roles=broker\ncontroller.quorum.voters=1@127.0.0.1:9100\n"
+         "raft.listener=0.0.0.0:9100", "only a voter"),
+        ("raft.listener=nowhere", "raft.listener: 'nowhere' is not host:port"),
     ],
 )
 def test_invalid_configs_name_the_problem(tmp_path, text, message):
@@ -96,3 +100,10 @@ def test_node_port_in_use_is_a_clear_error(node):
     r = subprocess.run([sys.executable, "-m", "raftlog.node", "--port", str(node.port),
                         "--data-dir", node.data_dir + "-2"], capture_output=True, timeout=30)
     assert r.returncode == 1 and b"cannot start" in r.stderr
+
+
+def test_raft_listener_binds_a_voter_elsewhere(tmp_path):
+    cfg = NodeConfig.load(_write(tmp_path, "node.id=1\nraft.listener=0.0.0.0:9100\n"
+                                           "controller.quorum.voters=1@127.0.0.1:9100"))
+    assert (cfg.raft_host, cfg.raft_port) == ("0.0.0.0", 9100)
+    assert cfg.metadata_voters == {1: ("127.0.0.1", 9100)}  # what the others dial
