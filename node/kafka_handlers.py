@@ -204,11 +204,14 @@ class KafkaApis:
         connection while an acks=all one waits (one replication round for several
         requests in flight), answering in request order."""
         acks, errors, parts, bodies, order = body["acks"], {}, [], [], []
+        denied = self._produce_denied(body, ctx)
         for t in body["topic_data"]:
             for p in t["partition_data"]:
                 key = (t["name"], p["index"])
                 order.append(key)
-                if body["transactional_id"] is not None:
+                if denied is not None:  # refused before a byte is decompressed
+                    errors[key] = denied
+                elif body["transactional_id"] is not None:
                     errors[key] = (ErrorCode.INVALID_REQUEST, "transactions are not supported")
                 elif p["index"] < 0:
                     errors[key] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"partition {p['index']}")
@@ -247,6 +250,20 @@ class KafkaApis:
             return None, None
         return _produce_body(order, rows, errors), None
 
+    @staticmethod
+    def _produce_denied(body: dict, ctx: Context) -> tuple | None:
+        """(code, message) when the ACLs refuse the produce (every partition gets it),
+        checked on the topic names alone: a batch is decompressed or converted only
+        for a principal allowed to write it. None: allowed."""
+        if ctx.acl is None:
+            return None
+        topics = {t["name"] for t in body["topic_data"]}
+        try:
+            _authorize(Api.PRODUCE, ctx, {"parts": [(t, 0, 0) for t in topics]})
+        except ApiError as e:
+            return e.code, e.message
+        return None
+
     def produce_check(self, wait: Wait, expired: bool) -> dict | None:
         """The answer of a waiting acks=all produce once every batch is replicated or
         failed (``expired``: its timeout passed); None while it still waits (and
@@ -282,11 +299,14 @@ class KafkaApis:
         """``(body, None)`` when the fetch can be answered now, else ``(None, wait)``:
         until min_bytes are there, an error shows or max_wait passes
         (:meth:`fetch_check`; the native ParkedFetch's rule)."""
-        parts, order, bad = [], [], {}
+        parts, order, bad, seen = [], [], {}, set()
         max_bytes = body["max_bytes"] if v >= 3 and body["max_bytes"] > 0 else FETCH_MAX_BYTES_MAX
         for t in body["topics"]:
             for p in t["partitions"]:
                 key = (t["topic"], p["partition"])
+                if key in seen:  # a partition named twice is fetched and answered once
+                    continue
+                seen.add(key)
                 order.append((key, p["fetch_offset"]))
                 if p["partition"] < 0:
                     bad[key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 
 import cbor2
 
+from raftlog import limits as L
 from raftlog.errors import ErrorCode, LocalProtocolError, RemoteProtocolError
 from raftlog.framing import FrameBuffer
 
@@ -214,7 +215,7 @@ def _opt(f):
     return check
 
 
-def _list(f, max_len: int = 100_000):
+def _list(f, max_len: int = L.ENTRIES_PER_REQUEST_MAX):
     def check(v):
         if type(v) is not list:
             raise ValueError("must be a list")
@@ -338,24 +339,24 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     Api.PRODUCE: {
         "acks": (_int, 1),
         "timeout_ms": (_nonneg, 30_000),
-        "parts": (_list(_PRODUCE_PART, 10_000), REQUIRED),
+        "parts": (_list(_PRODUCE_PART, L.PARTITIONS_PER_PRODUCE_MAX), REQUIRED),
     },
     Api.FETCH: {
         "replica_id": (_int, -1),
         "max_wait_ms": (_nonneg, 500),
         "min_bytes": (_nonneg, 1),
         "max_bytes": (_nonneg, 50 * 1024 * 1024),
-        "parts": (_list(_FETCH_PART, 10_000), REQUIRED),
+        "parts": (_list(_FETCH_PART, L.PARTITIONS_PER_FETCH_MAX), REQUIRED),
         # A follower's fetch session (KIP-227's idea, one per connection): 0 none,
         # FETCH_SESSION_FULL starts one with ``parts``, FETCH_SESSION_INCREMENTAL
         # names only what changed (``parts`` upserted, ``forgotten`` dropped) and the
         # answer holds only partitions with news. See node/fetch_session.py.
         "session": (_one_of(0, FETCH_SESSION_FULL, FETCH_SESSION_INCREMENTAL), 0),
-        "forgotten": (_list(_tuple(_TOPIC, _nonneg), 10_000), []),
+        "forgotten": (_list(_tuple(_TOPIC, _nonneg), L.PARTITIONS_PER_FETCH_MAX), []),
     },
-    Api.LIST_OFFSETS: {"parts": (_list(_LIST_PART, 10_000), REQUIRED)},
+    Api.LIST_OFFSETS: {"parts": (_list(_LIST_PART, L.ENTRIES_PER_REQUEST_MAX), REQUIRED)},
     Api.METADATA: {
-        "topics": (_opt(_list(_TOPIC)), None),
+        "topics": (_opt(_list(_TOPIC, L.TOPICS_PER_REQUEST_MAX)), None),
         "include_configs": (_bool, False),
     },
     Api.CREATE_TOPICS: {
@@ -389,7 +390,7 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     Api.OFFSETS_FOR_LEADER_EPOCH: {
         "replica_id": (_int, -1),
         # [topic, partition, leader_epoch]
-        "parts": (_list(_tuple(_TOPIC, _nonneg, _int), 10_000), REQUIRED),
+        "parts": (_list(_tuple(_TOPIC, _nonneg, _int), L.ENTRIES_PER_REQUEST_MAX), REQUIRED),
     },
     Api.ELECT_LEADERS: {"parts": (_opt(_list(_tuple(_TOPIC, _nonneg))), None)},
     # parts: [topic, partition, target replicas] ([] cancels); throttle: bytes/s, 0 = none
@@ -401,14 +402,14 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     Api.LIST_PARTITION_REASSIGNMENTS: {"parts": (_opt(_list(_tuple(_TOPIC, _nonneg))), None)},
     Api.UNREGISTER_BROKER: {"broker_id": (_nonneg, REQUIRED), "timeout_ms": (_nonneg, 30_000)},
     # topics: only these (None: every partition the node hosts)
-    Api.DESCRIBE_LOG_DIRS: {"topics": (_opt(_list(_TOPIC, 10_000)), None)},
+    Api.DESCRIBE_LOG_DIRS: {"topics": (_opt(_list(_TOPIC, L.ENTRIES_PER_REQUEST_MAX)), None)},
     Api.INIT_PRODUCER_ID: {"timeout_ms": (_nonneg, 30_000)},
     Api.FIND_COORDINATOR: {"key": (_str, REQUIRED)},
     Api.JOIN_GROUP: {
         "group": (_str, REQUIRED),
         "member_id": (_str, ""),
         "group_instance_id": (_opt(_str), None),
-        "session_timeout_ms": (_nonneg, 10_000),
+        "session_timeout_ms": (_nonneg, L.ENTRIES_PER_REQUEST_MAX),
         "rebalance_timeout_ms": (_nonneg, 300_000),
         "protocols": (_list(_tuple(_str, _any), 16), REQUIRED),
     },
@@ -416,7 +417,7 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "group": (_str, REQUIRED),
         "generation": (_int, REQUIRED),
         "member_id": (_str, REQUIRED),
-        "assignments": (_list(_tuple(_str, _any), 10_000), []),
+        "assignments": (_list(_tuple(_str, _any), L.ENTRIES_PER_REQUEST_MAX), []),
     },
     Api.HEARTBEAT: {
         "group": (_str, REQUIRED),
@@ -442,7 +443,7 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     Api.BROKER_HEARTBEAT: {"broker_id": (_nonneg, REQUIRED), "incarnation_id": (_str, REQUIRED)},
     Api.SASL_HANDSHAKE: {"mechanism": (_str, REQUIRED)},
     Api.SASL_AUTHENTICATE: {"auth": (_sasl_bytes, REQUIRED)},
-    Api.DESCRIBE_USER_SCRAM_CREDENTIALS: {"users": (_opt(_list(_str, 10_000)), None)},
+    Api.DESCRIBE_USER_SCRAM_CREDENTIALS: {"users": (_opt(_list(_str, L.ENTRIES_PER_REQUEST_MAX)), None)},
     # upsertions: [user, mechanism, salt, iterations, stored key, server key] (the client
     # derives them: the password never leaves it); deletions: [user, mechanism]
     Api.ALTER_USER_SCRAM_CREDENTIALS: {
@@ -451,7 +452,7 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "timeout_ms": (_nonneg, 30_000),
     },
     Api.DESCRIBE_ACLS: dict(_ACL_FILTER),
-    Api.CREATE_ACLS: {"acls": (_list(_ACL, 10_000), REQUIRED), "timeout_ms": (_nonneg, 30_000)},
+    Api.CREATE_ACLS: {"acls": (_list(_ACL, L.ENTRIES_PER_REQUEST_MAX), REQUIRED), "timeout_ms": (_nonneg, 30_000)},
     Api.DELETE_ACLS: {**_ACL_FILTER, "timeout_ms": (_nonneg, 30_000)},
 }
 
