@@ -121,10 +121,23 @@ def _lz4(data, limit: int) -> bytes:
 def _zstd(data, limit: int) -> bytes:
     import zstandard
 
-    reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(bytes(data)),
+    data = bytes(data)
+    reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data),
                                                         read_across_frames=True)
     with reader:
-        return _drain(reader.read, limit)
+        out = _drain(reader.read, limit)
+    if zstandard.frame_content_size(data) == len(out):
+        return out  # one whole frame, as its header says
+    # The stream reader stops silently where the input is cut; the output is known to
+    # fit the limit now, so a one-shot pass may check that every frame ends.
+    rest = data
+    while rest:
+        d = zstandard.ZstdDecompressor().decompressobj()
+        d.decompress(rest)
+        if not d.eof:
+            raise CorruptRecordError("zstd records section is cut short")
+        rest = d.unused_data
+    return out
 
 
 def _snappy(data, limit: int) -> bytes:
