@@ -86,11 +86,13 @@ def _gzip(data, limit: int) -> bytes:
         while pending:
             src = pending.pop()
             out = d.decompress(src, room)
-            if d.unconsumed_tail:
+            if d.eof:  # a member ended: what follows it (both parts) is the next one
+                rest = d.unused_data + d.unconsumed_tail
+                if rest:
+                    pending.append(rest)
+                    d = zlib.decompressobj(wbits=31)
+            elif d.unconsumed_tail:
                 pending.append(d.unconsumed_tail)
-            elif d.eof and d.unused_data:
-                pending.append(d.unused_data)
-                d = zlib.decompressobj(wbits=31)
             if out:
                 return out
         if not d.eof:

@@ -154,6 +154,11 @@ def test_garbage_and_cut_short_input_are_corrupt_records(codec):
 def test_concatenated_gzip_members_are_read_as_one_stream():
     data = gzip.compress(b"ab") + gzip.compress(b"cd")
     assert decompress(kb.GZIP, data, 100) == b"abcd"
+    # members longer than a step: the next one starts where the first ends
+    big = gzip.compress(bytes(3 * CHUNK_BYTES)) * 2 + gzip.compress(b"z")
+    assert decompress(kb.GZIP, big, LIMIT * 2) == bytes(6 * CHUNK_BYTES) + b"z"
+    with pytest.raises(DecompressedTooLarge):
+        decompress(kb.GZIP, gzip.compress(bytes(3 * CHUNK_BYTES)) * 2, 6 * CHUNK_BYTES - 1)
     assert zlib.decompress(gzip.compress(b"x"), wbits=31) == b"x"
 
 
