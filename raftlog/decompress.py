@@ -86,10 +86,9 @@ def _gzip(data, limit: int) -> bytes:
         while pending:
             src = pending.pop()
             out = d.decompress(src, room)
-            if d.eof:  # a member ended: what follows it (both parts) is the next one
-                rest = d.unused_data + d.unconsumed_tail
-                if rest:
-                    pending.append(rest)
+            if d.eof:  # a member ended: what follows it is the next one
+                if d.unused_data:  # (all that is left; unconsumed_tail may be stale)
+                    pending.append(d.unused_data)
                     d = zlib.decompressobj(wbits=31)
             elif d.unconsumed_tail:
                 pending.append(d.unconsumed_tail)
