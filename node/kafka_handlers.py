@@ -42,6 +42,16 @@ _E = {c: to_kafka(c) for c in ErrorCode}
 FETCH_MAX_BYTES_MAX = 64 * 1024 * 1024
 #: Longest a Kafka fetch long-polls, whatever it asks.
 FETCH_MAX_WAIT_MS = 30_000
+#: A produce with more record bytes than this is converted in a worker thread ...
+PRODUCE_INLINE_BYTES_MAX = 256 * 1024
+#: ... and so is one with compressed batches past this (gzip expands ~1000x, zstd more).
+PRODUCE_INLINE_COMPRESSED_BYTES_MAX = 4 * 1024
+#: Produces converted in worker threads at once (each may hold a decompressed batch of
+#: up to limits.DECOMPRESSED_BATCH_BYTES_MAX while it is checked).
+CONVERT_THREADS_MAX = 2
+#: Batches whose headers are looked at to tell: a produce with more is heavy anyway.
+PRODUCE_INLINE_BATCHES_MAX = 64
+kb_ATTRIBUTES = kafka_batch.ATTRIBUTES_OFFSET
 #: Kafka's TOPIC and BROKER config resource types.
 RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
 CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_TOPIC = 5, 1
@@ -101,6 +111,7 @@ class KafkaApis:
         #: the partitions: produce and fetch (node/replica_manager.py)
         self.replicas = replicas
         self.config = config
+        self._convert_limiter = trio.CapacityLimiter(CONVERT_THREADS_MAX)
         #: (node_id, native host, native port) -> (host, port) of that node's Kafka listener
         self.kafka_address = kafka_address
         self.handlers = {
@@ -189,43 +200,59 @@ class KafkaApis:
     # ------------------------------------------------------------------ produce
 
     async def produce(self, v: int, body: dict, ctx: Context) -> dict | None:
-        answer, wait = self.produce_begin(v, body, ctx)
+        converted = await self.produce_convert(v, body, ctx)
+        answer, wait = self.produce_begin(v, body, ctx, converted)
         if wait is None:
             return answer
         failed = await self.replicas.await_replicated(wait.state[3], wait.deadline)
         self.replicas.mark_failed(wait.state[1], failed)
         return _produce_body(wait.state[0], wait.state[1], wait.state[2])
 
-    def produce_begin(self, v: int, body: dict, ctx: Context):
-        """Convert and append every partition's batches now, in request order, as the
-        native server does. Returns ``(body, None)`` when the answer is known (body None:
-        acks=0, no answer), or ``(None, wait)`` for acks=all still waiting for the ISR
+    @staticmethod
+    def produce_is_heavy(body: dict) -> bool:
+        """Would converting this produce's batches hold the event loop for long (many
+        bytes, or compressed ones that may expand to the batch limit)? Then the listener
+        converts them in a worker thread first (:meth:`produce_convert`)."""
+        total, compressed, batches = 0, False, 0
+        for t in body["topic_data"]:
+            for p in t["partition_data"]:
+                records = p["records"] or b""
+                total += len(records)
+                pos = 0
+                while pos + kb_ATTRIBUTES + 2 <= len(records) and not compressed:
+                    batches += 1
+                    if batches > PRODUCE_INLINE_BATCHES_MAX:
+                        return True
+                    compressed = records[pos + kb_ATTRIBUTES + 1] & 0x07 != 0
+                    pos += kafka_batch.LOG_OVERHEAD + max(
+                        int.from_bytes(records[pos + 8 : pos + 12], "big", signed=True), 1)
+        return total > PRODUCE_INLINE_BYTES_MAX or (
+            compressed and total > PRODUCE_INLINE_COMPRESSED_BYTES_MAX)
+
+    async def produce_convert(self, v: int, body: dict, ctx: Context) -> tuple:
+        """The produce's batches checked, decompressed (bounded) and converted, for
+        :meth:`produce_begin`: in a worker thread when :meth:`produce_is_heavy` (the
+        codecs release the GIL; the per-record walk yields it every few ms), at most
+        CONVERT_THREADS_MAX at once. Authorized first: a refused produce converts
+        nothing."""
+        denied = self._produce_denied(body, ctx)
+        if denied is not None or not self.produce_is_heavy(body):
+            return _convert_produce(body, denied)
+        return await trio.to_thread.run_sync(_convert_produce, body, denied,
+                                             limiter=self._convert_limiter)
+
+    def produce_begin(self, v: int, body: dict, ctx: Context, converted: tuple | None = None):
+        """Append every partition's batches now, in request order, as the native server
+        does (converting them here unless ``converted``: :meth:`produce_convert`'s).
+        Returns ``(body, None)`` when the answer is known (body None: acks=0, no
+        answer), or ``(None, wait)`` for acks=all still waiting for the ISR
         (:meth:`produce_check`). The listener appends the next requests of the
         connection while an acks=all one waits (one replication round for several
         requests in flight), answering in request order."""
-        acks, errors, parts, bodies, order = body["acks"], {}, [], [], []
-        denied = self._produce_denied(body, ctx)
-        for t in body["topic_data"]:
-            for p in t["partition_data"]:
-                key = (t["name"], p["index"])
-                order.append(key)
-                if denied is not None:  # refused before a byte is decompressed
-                    errors[key] = denied
-                elif body["transactional_id"] is not None:
-                    errors[key] = (ErrorCode.INVALID_REQUEST, "transactions are not supported")
-                elif p["index"] < 0:
-                    errors[key] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"partition {p['index']}")
-                else:
-                    try:
-                        data, _n = kafka_batch.to_raftlog(p["records"] or b"")
-                    except CorruptRecordError as e:
-                        errors[key] = (ErrorCode.CORRUPT_MESSAGE, str(e))
-                        continue
-                    if not data:
-                        errors[key] = (ErrorCode.CORRUPT_MESSAGE, "no records")
-                        continue
-                    parts.append((key[0], key[1], len(data)))
-                    bodies.append(data)
+        if converted is None:
+            converted = _convert_produce(body, self._produce_denied(body, ctx))
+        order, errors, parts, bodies = converted
+        acks = body["acks"]
         rows: list = []
         if parts:
             try:
@@ -696,6 +723,34 @@ class KafkaApis:
 
 
 CONSUMER = "consumer"
+
+
+def _convert_produce(body: dict, denied: tuple | None) -> tuple:
+    """(order, errors, parts, bodies) of a Kafka produce: each partition's batches as
+    raftlog batches, or its error. Pure (no node state): may run in a worker thread."""
+    errors, parts, bodies, order = {}, [], [], []
+    for t in body["topic_data"]:
+        for p in t["partition_data"]:
+            key = (t["name"], p["index"])
+            order.append(key)
+            if denied is not None:  # refused before a byte is decompressed
+                errors[key] = denied
+            elif body["transactional_id"] is not None:
+                errors[key] = (ErrorCode.INVALID_REQUEST, "transactions are not supported")
+            elif p["index"] < 0:
+                errors[key] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"partition {p['index']}")
+            else:
+                try:
+                    data, _n = kafka_batch.to_raftlog(p["records"] or b"")
+                except CorruptRecordError as e:
+                    errors[key] = (ErrorCode.CORRUPT_MESSAGE, str(e))
+                    continue
+                if not data:
+                    errors[key] = (ErrorCode.CORRUPT_MESSAGE, "no records")
+                    continue
+                parts.append((key[0], key[1], len(data)))
+                bodies.append(data)
+    return order, errors, parts, bodies
 
 
 def _produce_body(order: list, rows: list, errors: dict) -> dict:

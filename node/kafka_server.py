@@ -295,7 +295,12 @@ class KafkaServer:
         try:
             wait = None
             if h.api_key == PRODUCE_KEY:
-                body, wait = self.apis.produce_begin(h.api_version, req.body, ctx)
+                converted = None
+                if self.apis.produce_is_heavy(req.body):  # converted off the event loop
+                    if out.pieces:
+                        await out.flush(conn.sock)
+                    converted = await self.apis.produce_convert(h.api_version, req.body, ctx)
+                body, wait = self.apis.produce_begin(h.api_version, req.body, ctx, converted)
             elif h.api_key == FETCH_KEY:
                 body, wait = self.apis.fetch_begin(h.api_version, req.body, ctx)
             else:
