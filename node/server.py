@@ -31,6 +31,7 @@ from raftlog.errors import ApiError, ErrorCode, RemoteProtocolError
 from raftlog.listeners import Listener
 from raftlog.protocol import (
     FETCH_SESSION_FULL,
+    REQUEST_HEADER_ENTRIES_MAX,
     Api,
     BadRequest,
     FrameDecoder,
@@ -412,7 +413,7 @@ class Server:
 
     async def _read_loop(self, conn: Conn) -> None:
         sock, out = conn.sock, conn.out
-        decoder = FrameDecoder(self.config.max_frame_bytes)
+        decoder = FrameDecoder(self.config.max_frame_bytes, REQUEST_HEADER_ENTRIES_MAX)
         recv = _tls_recv if conn.guard is not None and conn.guard.listener.protocol.tls else _recv
         buf = bytearray(RECV_BYTES)
         run_ready = self.purgatory.run_ready

@@ -36,6 +36,11 @@ RECORDS_PER_BATCH_MAX = 1_000_000
 #: Bytes a batch's records section may decompress to: decompression stops here.
 DECOMPRESSED_BATCH_BYTES_MAX = 64 * 1024 * 1024
 
+#: CBOR items (array elements and map pairs) one entry of a native request may take:
+#: a fetch partition is a list of 5. The native listener walks a request header's CBOR
+#: against ENTRIES_PER_REQUEST_MAX times this before decoding it (raftlog/cbor_scan.py).
+CBOR_ITEMS_PER_ENTRY_MAX = 8
+
 #: Every limit by name (README's "Request limits" table is checked against this).
 TABLE: dict[str, int] = {
     "entries per request": ENTRIES_PER_REQUEST_MAX,

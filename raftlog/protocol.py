@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 import cbor2
 
 from raftlog import limits as L
+from raftlog.cbor_scan import TooManyEntries, check_entries
 from raftlog.errors import ErrorCode, LocalProtocolError, RemoteProtocolError
 from raftlog.framing import FrameBuffer
 
@@ -126,12 +127,26 @@ def encode_frame_head(header: dict, body_length: int) -> bytes:
     return PREFIX.pack(4 + len(h) + body_length, len(h)) + h
 
 
-class FrameDecoder(FrameBuffer):
-    """Incremental frame decoder. Never raises anything but RemoteProtocolError."""
+#: A request header's CBOR may hold this many array elements and map pairs in all
+#: (limits.py): checked while reading it, before cbor2 builds anything.
+REQUEST_HEADER_ENTRIES_MAX = L.ENTRIES_PER_REQUEST_MAX * L.CBOR_ITEMS_PER_ENTRY_MAX
+#: Headers up to this size are decoded without that walk (cbor2 takes well under a
+#: millisecond for them, and they cannot hold many entries).
+SCAN_HEADER_BYTES_MIN = 64 * 1024
 
-    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES):
+
+class FrameDecoder(FrameBuffer):
+    """Incremental frame decoder. Never raises anything but RemoteProtocolError.
+
+    ``entries_max`` (the server's: REQUEST_HEADER_ENTRIES_MAX; None for responses): a
+    header over SCAN_HEADER_BYTES_MIN holding more CBOR entries is refused before it is
+    decoded."""
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 entries_max: int | None = None):
         assert max_frame_bytes > PREFIX_SIZE
         super().__init__(max_frame_bytes)
+        self.entries_max = entries_max
 
     def next_frame(self) -> Frame | None:
         """The next complete frame, or None when more data is needed."""
@@ -153,6 +168,12 @@ class FrameDecoder(FrameBuffer):
         if hlen > length - 4 or hlen > MAX_HEADER_BYTES or hlen == 0:
             raise RemoteProtocolError(f"header length {hlen} does not fit frame of {length} bytes")
         hstart = pos + PREFIX_SIZE
+        if self.entries_max is not None and hlen > SCAN_HEADER_BYTES_MIN:
+            try:
+                with memoryview(buf) as view:
+                    check_entries(view[hstart : hstart + hlen], self.entries_max)
+            except TooManyEntries as e:
+                raise RemoteProtocolError(f"request header: {e}") from None
         try:
             with memoryview(buf) as view:
                 header = cbor2.loads(view[hstart : hstart + hlen])

@@ -5,6 +5,7 @@ longest event-loop step stays short and memory stays bounded."""
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import threading
 import time
@@ -235,3 +236,34 @@ def test_zstd_and_gzip_bombs_are_refused(node, codec, bomb):
     [row] = answer["responses"][0]["partition_responses"]
     assert row["error_code"] == 2, row  # CORRUPT_MESSAGE
     assert _rss(node) - before < RSS_GROWTH_MAX
+
+
+def test_a_huge_native_fetch_is_refused_before_authentication(node, certs):  # noqa: F811
+    """The native SASL_SSL listener: a 1,000,000-entry header from a client that never
+    logged in is refused from its first array length; the node keeps serving."""
+    import socket
+    import ssl
+
+    import cbor2
+    header = cbor2.dumps({"api": 1, "v": 0, "id": 1,
+                          "parts": [["t", 0, 0, 1024, -1]] * 1_000_000})
+    frame = struct.pack("<II", 4 + len(header), len(header)) + header
+    ctx = ssl.create_default_context(cafile=certs.cafile)
+    _metric(node, "raftlog_event_loop_step_max_seconds")
+    with Bystander(node) as b:
+        raw = socket.create_connection(("127.0.0.1", node.port), timeout=ANSWER_S)
+        with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
+            s.settimeout(ANSWER_S)
+            with contextlib.suppress(OSError):  # (the node may close while we send)
+                s.sendall(frame)
+            try:
+                assert s.recv(65536) == b""  # closed, no answer
+            except ConnectionResetError:
+                pass
+        n = len(b.latencies)
+        deadline = time.monotonic() + ANSWER_S
+        while len(b.latencies) < n + 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert not b.failed and len(b.latencies) >= n + 3
+    assert _metric(node, "raftlog_event_loop_step_max_seconds") < STEP_MAX_S
+    assert "more than 80000 entries" in node.log_text()

@@ -208,3 +208,49 @@ def test_kafka_batch_limits_on_records_and_headers():
     struct.pack_into(">i", forged, 23, L.RECORDS_PER_BATCH_MAX + 1)
     with pytest.raises(CorruptRecordError, match="more than the limit"):
         kb.read_header(forged)
+
+
+# --------------------------------------------------------------------------- native headers
+
+
+def _native_frame(header: dict) -> bytes:
+    import cbor2
+    h = cbor2.dumps(header)
+    return struct.pack("<II", 4 + len(h), len(h)) + h
+
+
+def test_a_native_header_over_the_entry_budget_is_refused_before_decoding():
+    from raftlog.cbor_scan import TooManyEntries, check_entries
+    from raftlog.errors import RemoteProtocolError
+    from raftlog.protocol import REQUEST_HEADER_ENTRIES_MAX, FrameDecoder
+    huge = {"api": int(Api.FETCH), "v": 0, "id": 1, "parts": [["t", 0, 0, 1024, -1]] * 1_000_000}
+    server = FrameDecoder(entries_max=REQUEST_HEADER_ENTRIES_MAX)
+    server.receive_data(_native_frame(huge))
+    with pytest.raises(RemoteProtocolError, match="more than 80000 entries.*split"):
+        server.next_frame()
+    # nested arrays add up: 100 lists of 1,000
+    nested = {"api": 1, "parts": [[0] * 1000 for _ in range(100)]}
+    with pytest.raises(TooManyEntries):
+        import cbor2
+        check_entries(cbor2.dumps(nested), REQUEST_HEADER_ENTRIES_MAX)
+    # the largest legitimate fetch passes, and decodes as before
+    ok = {"api": int(Api.FETCH), "v": 0, "id": 1,
+          "parts": [[f"topic-{i}", 0, 0, 1024, -1] for i in range(L.PARTITIONS_PER_FETCH_MAX)]}
+    server = FrameDecoder(entries_max=REQUEST_HEADER_ENTRIES_MAX)
+    server.receive_data(_native_frame(ok))
+    assert len(server.next_frame().header["parts"]) == L.PARTITIONS_PER_FETCH_MAX
+    # a client's decoder (responses) has no budget
+    client = FrameDecoder()
+    client.receive_data(_native_frame({"parts": [[0, 1]] * 100_000}))
+    assert len(client.next_frame().header["parts"]) == 100_000
+
+
+def test_the_walk_leaves_malformed_cbor_to_the_decoder_and_refuses_indefinite_items():
+    from raftlog.cbor_scan import TooManyEntries, check_entries
+    check_entries(b"\x9a\x00\x00", 10)  # cut short: cbor2 will say so
+    check_entries(b"\xfc", 10)  # reserved additional info
+    with pytest.raises(TooManyEntries, match="indefinite"):
+        check_entries(b"\x9f\x01\xff", 10)
+    check_entries(b"\xa2\x61a\x01\x61b\x82\x01\x02", 4)  # {"a": 1, "b": [1, 2]}: 4 entries
+    with pytest.raises(TooManyEntries):
+        check_entries(b"\xa2\x61a\x01\x61b\x82\x01\x02", 3)
