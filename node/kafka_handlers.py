@@ -40,6 +40,9 @@ from .routes import ROUTES
 _E = {c: to_kafka(c) for c in ErrorCode}
 #: Fetch size caps when a client sends 0 or a negative limit.
 FETCH_MAX_BYTES_MAX = 64 * 1024 * 1024
+#: Partitions of one Kafka fetch read in one event-loop step (~30 us each): a fetch
+#: naming more is read in slices with a checkpoint between (KafkaApis.fetch_large).
+FETCH_PARTITIONS_PER_STEP = 1000
 #: Longest a Kafka fetch long-polls, whatever it asks.
 FETCH_MAX_WAIT_MS = 30_000
 #: A produce with more record bytes than this is converted in a worker thread ...
@@ -321,6 +324,63 @@ class KafkaApis:
                                       or len(registered) < len(wait.parts))
             wait = None if answer is not None else wait
         return answer
+
+    @staticmethod
+    def fetch_is_large(body: dict) -> bool:
+        """Does this fetch name more partitions than one event-loop step should read
+        (:data:`FETCH_PARTITIONS_PER_STEP`)? Then the listener calls :meth:`fetch_large`."""
+        return sum(len(t["partitions"]) for t in body["topics"]) > FETCH_PARTITIONS_PER_STEP
+
+    async def fetch_large(self, v: int, body: dict, ctx: Context) -> dict:
+        """A fetch of many partitions, read FETCH_PARTITIONS_PER_STEP at a time with a
+        checkpoint between the slices (each partition once, in request order, the byte
+        budget shared). Its long poll is coarse: when the first pass finds less than
+        min_bytes and no error, it sleeps max_wait once and reads again."""
+        flat, seen = [], set()
+        for t in body["topics"]:
+            for p in t["partitions"]:
+                key = (t["topic"], p["partition"])
+                if key not in seen:
+                    seen.add(key)
+                    flat.append((t["topic"], p))
+        try:  # the whole request is allowed or refused, as a small one
+            _authorize(Api.FETCH, ctx, {"replica_id": -1, "parts": [(t, 0) for t in
+                                                                    {t for t, _ in flat}]})
+        except ApiError as e:
+            order = [((t, p["partition"]), p["fetch_offset"]) for t, p in flat]
+            return self._fetch_body([], [], order, {key: e.code for key, _ in order})
+        max_wait_ms = min(max(body["max_wait_ms"], 0), FETCH_MAX_WAIT_MS)
+        deadline = trio.current_time() + max_wait_ms / 1000
+        answer, total, error = await self._fetch_slices(v, body, ctx, flat)
+        if not error and total < max(body["min_bytes"], 0) and max_wait_ms:
+            await trio.sleep_until(deadline)
+            answer, _total, _error = await self._fetch_slices(v, body, ctx, flat)
+        return answer
+
+    async def _fetch_slices(self, v: int, body: dict, ctx: Context, flat: list) -> tuple:
+        """(merged answer, record bytes, any error) of ``flat`` read slice by slice."""
+        budget = body["max_bytes"] if v >= 3 and body["max_bytes"] > 0 else FETCH_MAX_BYTES_MAX
+        budget = min(budget, FETCH_MAX_BYTES_MAX)
+        by_topic: dict = {}
+        total, error = 0, False
+        for i in range(0, len(flat), FETCH_PARTITIONS_PER_STEP):
+            if i:
+                await trio.lowlevel.checkpoint()  # let other clients and heartbeats run
+            topics: dict = {}
+            for t, p in flat[i : i + FETCH_PARTITIONS_PER_STEP]:
+                topics.setdefault(t, []).append(p)
+            sub = {**body, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": max(budget - total, 1),
+                   "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}
+            answer, wait = self.fetch_begin(max(v, 3), sub, ctx)
+            assert wait is None  # (max_wait_ms 0: answered at once)
+            for row in answer["responses"]:
+                by_topic.setdefault(row["topic"], []).extend(row["partitions"])
+                for part in row["partitions"]:
+                    total += len(part["records"] or b"")
+                    error = error or part["error_code"] != 0
+        return ({"throttle_time_ms": 0, "error_code": 0, "session_id": 0,
+                 "responses": [{"topic": n, "partitions": rows} for n, rows in by_topic.items()]},
+                total, error)
 
     def fetch_begin(self, v: int, body: dict, ctx: Context):
         """``(body, None)`` when the fetch can be answered now, else ``(None, wait)``:

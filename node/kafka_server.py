@@ -67,6 +67,8 @@ MAX_CONNECTIONS = 4096
 #: replication among them); the reader stops reading that connection at this many.
 MAX_IN_FLIGHT = 64
 PRODUCE_KEY, FETCH_KEY = 0, 1
+#: Worker threads encoding large fetch answers at once (KafkaApis.fetch_large).
+ENCODE_THREADS_MAX = 2
 SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY = 17, 36
 _SASL_KEYS = (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY)
 _UNSUPPORTED = KAFKA["UNSUPPORTED_VERSION"]
@@ -164,6 +166,8 @@ class KafkaServer:
         self.connections = 0
         self.address: tuple[str, int] | None = None
         self.apis = KafkaApis(broker, replicas, config, self.kafka_address)
+        #: large fetch answers encoded in worker threads at once
+        self._encode_limiter = trio.CapacityLimiter(ENCODE_THREADS_MAX)
 
     def kafka_address(self, node_id: int, host: str, port: int) -> tuple[str, int]:
         """Where node ``node_id`` (client address host:port) serves Kafka clients:
@@ -301,6 +305,14 @@ class KafkaServer:
                         await out.flush(conn.sock)
                     converted = await self.apis.produce_convert(h.api_version, req.body, ctx)
                 body, wait = self.apis.produce_begin(h.api_version, req.body, ctx, converted)
+            elif h.api_key == FETCH_KEY and self.apis.fetch_is_large(req.body):
+                if out.pieces:  # read in slices, encoded in a worker thread
+                    await out.flush(conn.sock)
+                body = await self.apis.fetch_large(h.api_version, req.body, ctx)
+                out.add_pieces(await trio.to_thread.run_sync(
+                    encode_response_pieces, h.api_key, h.api_version, h.correlation_id, body,
+                    limiter=self._encode_limiter))
+                return
             elif h.api_key == FETCH_KEY:
                 body, wait = self.apis.fetch_begin(h.api_version, req.body, ctx)
             else:

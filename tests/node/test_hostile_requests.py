@@ -173,6 +173,24 @@ def test_a_fetch_at_the_limit_with_duplicates_is_answered_once(node):
     assert step_max < STEP_MAX_S, step_max
 
 
+def test_a_fetch_of_many_distinct_partitions_is_answered_in_full(node):
+    """9,000 partitions (one exists): read in slices off one long step, answered once
+    each, in request order."""
+    name = TOPIC.encode()
+    body = (struct.pack(">hhi", 1, 4, 9) + struct.pack(">h", 1) + b"x"
+            + struct.pack(">iiiib", -1, 0, 0, 1 << 20, 0)
+            + struct.pack(">i", 1) + struct.pack(">h", len(name)) + name
+            + struct.pack(">i", 9_000)
+            + b"".join(struct.pack(">iqi", p, 0, 1 << 20) for p in range(9_000)))
+    answer, step_max = _attack(node, "alice", "alice-pw", struct.pack(">i", len(body)) + body,
+                               expect_answer_key=(1, 4))
+    [topic] = answer["responses"]
+    rows = topic["partitions"]
+    assert [r["partition_index"] for r in rows] == list(range(9_000))
+    assert rows[0]["error_code"] == 0 and {r["error_code"] for r in rows[1:]} == {3}
+    assert step_max < STEP_MAX_S, step_max
+
+
 # --------------------------------------------------------------------------- bombs
 
 

@@ -1,0 +1,73 @@
+"""A Kafka fetch of many partitions is read in slices with a checkpoint between them
+(node/kafka_handlers.py ``fetch_large``), in process over a real single-node broker:
+other tasks run while it is read, and its answer is the one a small fetch gives."""
+
+from __future__ import annotations
+
+import trio
+
+from raftlog import kafka_batch as kb
+from raftlog.node.kafka_handlers import FETCH_PARTITIONS_PER_STEP, Context, KafkaApis
+from raftlog.protocol import Api, Request
+
+from .single_node import close_broker, open_broker
+
+PARTITIONS = 8
+
+
+def _body(parts: list, max_wait_ms: int = 0, min_bytes: int = 0) -> dict:
+    return {"replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes,
+            "max_bytes": 1 << 20, "isolation_level": 0,
+            "topics": [{"topic": "t", "partitions": [
+                {"partition": p, "fetch_offset": 0, "partition_max_bytes": 1 << 20,
+                 "current_leader_epoch": -1, "log_start_offset": -1} for p in parts]}]}
+
+
+def test_a_fetch_of_many_partitions_yields_between_slices(tmp_path):
+    broker = open_broker(tmp_path)
+    try:
+        broker.create_topic("t", PARTITIONS, 1, {})
+        broker.replicas.reconcile()
+        data = kb.to_raftlog(kb.encode_batch([b"v"], timestamps=[1]))[0]
+        broker.produce(Request(Api.PRODUCE, 0, 1, {"acks": 1, "timeout_ms": 1000,
+                                                   "parts": [("t", 3, len(data))]}, data))
+        apis = KafkaApis(broker, broker.replicas, broker.config, lambda *a: ("127.0.0.1", 1))
+        # 3 slices' worth: the real partitions, unknown ones, and every one twice
+        parts = list(range(3 * FETCH_PARTITIONS_PER_STEP)) * 2
+        body = _body(parts)
+        assert apis.fetch_is_large(body) and not apis.fetch_is_large(_body(range(10)))
+        ran = []
+
+        async def main():
+            async def other():
+                while True:
+                    ran.append(1)
+                    await trio.lowlevel.checkpoint()
+
+            async with trio.open_nursery() as n:
+                n.start_soon(other)
+                await trio.lowlevel.checkpoint()
+                before = len(ran)
+                answer = await apis.fetch_large(4, body, Context("c", "h", 1))
+                others = len(ran) - before
+                n.cancel_scope.cancel()
+            small, wait = apis.fetch_begin(4, _body(list(range(PARTITIONS))), Context("c", "h", 2))
+            assert wait is None
+            return answer, others, small
+
+        answer, others, small = trio.run(main)
+        assert others >= 2  # the other task ran between the slices
+        [topic] = answer["responses"]
+        rows = topic["partitions"]
+        assert [r["partition_index"] for r in rows] == list(range(3 * FETCH_PARTITIONS_PER_STEP))
+        assert [r["error_code"] for r in rows[:PARTITIONS]] == [0] * PARTITIONS
+        assert all(r["error_code"] == 3 for r in rows[PARTITIONS:])  # UNKNOWN_TOPIC_OR_PARTITION
+        got = {r["partition_index"]: b"".join(bytes(x) for x in r["records"].items)
+               if r["records"] else b"" for r in rows[:PARTITIONS]}
+        assert b"v" in got[3] and all(got[p] == b"" for p in got if p != 3)
+        # the same rows as a small fetch of those partitions gives
+        assert [(r["partition_index"], r["error_code"], r["high_watermark"])
+                for r in small["responses"][0]["partitions"]] == \
+            [(r["partition_index"], r["error_code"], r["high_watermark"]) for r in rows[:PARTITIONS]]
+    finally:
+        close_broker(broker)
