@@ -806,7 +806,8 @@ class FrameDecoder(FrameBuffer):
         end = pos + 4 + size
         if len(buf) < end:
             return None
-        payload = bytes(buf[pos + 4 : end])
+        with memoryview(buf) as view:  # (one copy: a bytearray slice would be another)
+            payload = bytes(view[pos + 4 : end])
         self._consumed(end)
         return payload
 
