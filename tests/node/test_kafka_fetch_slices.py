@@ -5,6 +5,7 @@ other tasks run while it is read, and its answer is the one a small fetch gives.
 from __future__ import annotations
 
 import trio
+import trio.testing
 
 from raftlog import kafka_batch as kb
 from raftlog.node.kafka_handlers import FETCH_PARTITIONS_PER_STEP, Context, KafkaApis
@@ -69,5 +70,37 @@ def test_a_fetch_of_many_partitions_yields_between_slices(tmp_path):
         assert [(r["partition_index"], r["error_code"], r["high_watermark"])
                 for r in small["responses"][0]["partitions"]] == \
             [(r["partition_index"], r["error_code"], r["high_watermark"]) for r in rows[:PARTITIONS]]
+    finally:
+        close_broker(broker)
+
+
+def test_a_large_fetch_long_polls_once_then_reads_again(tmp_path):
+    """Less than min_bytes and no error: one wait of max_wait_ms (virtual clock), then
+    the records appended meanwhile are in the answer."""
+    broker = open_broker(tmp_path)
+    try:
+        broker.create_topic("t", 2, 1, {})
+        broker.replicas.reconcile()
+        apis = KafkaApis(broker, broker.replicas, broker.config, lambda *a: ("127.0.0.1", 1))
+        # both real partitions, each named past the slice size (duplicates are dropped)
+        body = _body([0, 1] * FETCH_PARTITIONS_PER_STEP, max_wait_ms=5_000, min_bytes=1)
+        data = kb.to_raftlog(kb.encode_batch([b"late"], timestamps=[1]))[0]
+
+        async def main():
+            async with trio.open_nursery() as n:
+                async def append_later():
+                    await trio.sleep(1)
+                    broker.produce(Request(Api.PRODUCE, 0, 1, {
+                        "acks": 1, "timeout_ms": 1000, "parts": [("t", 1, len(data))]}, data))
+                n.start_soon(append_later)
+                t0 = trio.current_time()
+                answer = await apis.fetch_large(4, body, Context("c", "h", 1))
+                return answer, trio.current_time() - t0
+
+        answer, waited = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+        assert waited == 5.0  # max_wait_ms, once
+        rows = answer["responses"][0]["partitions"]
+        assert [r["partition_index"] for r in rows] == [0, 1]
+        assert not rows[0]["records"] and rows[1]["records"]
     finally:
         close_broker(broker)
