@@ -11,7 +11,9 @@ What a breach does (the codecs raise, the listeners answer):
 - a request over an entry limit is refused while it is decoded, before the node looks
   at a single entry: the Kafka listener closes the connection (what a Kafka broker does
   with a request it cannot parse; every Kafka client reconnects and retries, and a
-  hostile one gains nothing), the native listener answers INVALID_REQUEST;
+  hostile one gains nothing), the native listener answers INVALID_REQUEST (or closes the
+  connection when a header's CBOR holds more than ENTRIES_PER_REQUEST_MAX x
+  CBOR_ITEMS_PER_ENTRY_MAX items, found before cbor2 decodes it);
 - a record batch over a batch limit (records, headers per record, decompressed bytes)
   is refused with CORRUPT_MESSAGE for its partition, the rest of the request goes on.
 
