@@ -50,6 +50,7 @@ import crc32c as _crc32c
 
 from raftlog.decompress import decompress as bounded_decompress
 from raftlog.errors import CorruptRecordError
+from raftlog.limits import RECORDS_PER_BATCH_MAX
 
 MAGIC = 1
 
@@ -364,6 +365,9 @@ def encode_batch(
     n = len(values)
     if n == 0:
         raise ValueError("a batch needs at least one record")
+    if n > RECORDS_PER_BATCH_MAX:
+        raise ValueError(f"a batch holds at most {RECORDS_PER_BATCH_MAX} records, not {n} "
+                         "(raftlog/limits.py): use a smaller batch_size")
     attrs = compression | (ATTR_LOG_APPEND_TIME if timestamp_type == LOG_APPEND_TIME else 0)
     parts: list[bytes] = []
     if offset_deltas is not None:
@@ -472,6 +476,10 @@ def decode_records(
         CorruptRecordError: the records region does not parse.
     """
     n = header.record_count
+    if n > RECORDS_PER_BATCH_MAX:  # (a Python object per record: bounded before any)
+        raise CorruptRecordError(f"batch at offset {header.base_offset} holds {n} records, "
+                                 f"more than the limit of {RECORDS_PER_BATCH_MAX} "
+                                 "(raftlog/limits.py)")
     attrs = header.attributes
     end = pos + header.size
     region = buf[pos + RECORDS_OFFSET : end]

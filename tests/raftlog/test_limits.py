@@ -254,3 +254,14 @@ def test_the_walk_leaves_malformed_cbor_to_the_decoder_and_refuses_indefinite_it
     check_entries(b"\xa2\x61a\x01\x61b\x82\x01\x02", 4)  # {"a": 1, "b": [1, 2]}: 4 entries
     with pytest.raises(TooManyEntries):
         check_entries(b"\xa2\x61a\x01\x61b\x82\x01\x02", 3)
+
+
+def test_native_batches_are_bounded_in_records_both_ways():
+    with pytest.raises(ValueError, match="at most 1000000 records"):
+        rl.encode_batch([b""] * (L.RECORDS_PER_BATCH_MAX + 1), timestamp=1)
+    ok = bytearray(rl.encode_batch([b""] * 3, timestamp=1))
+    # a forged header claiming more records than the limit: refused before decoding
+    h = rl.read_header(ok)
+    forged = h._replace(record_count=L.RECORDS_PER_BATCH_MAX + 1)
+    with pytest.raises(CorruptRecordError, match="more than the limit"):
+        rl.decode_records(bytes(ok), 0, forged)
