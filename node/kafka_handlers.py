@@ -42,7 +42,7 @@ _E = {c: to_kafka(c) for c in ErrorCode}
 FETCH_MAX_BYTES_MAX = 64 * 1024 * 1024
 #: Partitions of one Kafka fetch read in one event-loop step (~30 us each): a fetch
 #: naming more is read in slices with a checkpoint between (KafkaApis.fetch_large).
-FETCH_PARTITIONS_PER_STEP = 1000
+FETCH_PARTITIONS_PER_STEP = 500
 #: Longest a Kafka fetch long-polls, whatever it asks.
 FETCH_MAX_WAIT_MS = 30_000
 #: A produce with more record bytes than this is converted in a worker thread ...
