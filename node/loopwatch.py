@@ -34,7 +34,10 @@ class LoopWatch(trio.abc.Instrument):
         self._started = time.perf_counter()
 
     def after_task_step(self, task) -> None:
-        d = time.perf_counter() - self._started
+        started, self._started = self._started, 0.0
+        if not started:  # the step that added this instrument: its start is unknown
+            return
+        d = time.perf_counter() - started
         if d > self.max_s:
             self.max_s, self.max_task = d, task.name
         if d > SLOW_STEP_S:
