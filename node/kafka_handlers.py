@@ -258,10 +258,11 @@ class KafkaApis:
         acks = body["acks"]
         rows: list = []
         if parts:
+            data = bodies[0] if len(bodies) == 1 else b"".join(bodies)  # (no copy of one)
             try:
                 req = _req(Api.PRODUCE, ctx, {"acks": acks,
                                               "timeout_ms": max(body["timeout_ms"], 0),
-                                              "parts": parts}, b"".join(bodies))
+                                              "parts": parts}, data)
             except ApiError as e:  # denied: nothing appended
                 errors.update({(t, p): (e.code, e.message) for t, p, _ in parts})
                 parts = []
