@@ -40,8 +40,21 @@ from .routes import ROUTES
 _E = {c: to_kafka(c) for c in ErrorCode}
 #: Fetch size caps when a client sends 0 or a negative limit.
 FETCH_MAX_BYTES_MAX = 64 * 1024 * 1024
+#: Partitions of one Kafka fetch read in one event-loop step (~30 us each): a fetch
+#: naming more is read in slices with a checkpoint between (KafkaApis.fetch_large).
+FETCH_PARTITIONS_PER_STEP = 500
 #: Longest a Kafka fetch long-polls, whatever it asks.
 FETCH_MAX_WAIT_MS = 30_000
+#: A produce with more record bytes than this is converted in a worker thread ...
+PRODUCE_INLINE_BYTES_MAX = 256 * 1024
+#: ... and so is one with compressed batches past this (gzip expands ~1000x, zstd more).
+PRODUCE_INLINE_COMPRESSED_BYTES_MAX = 4 * 1024
+#: Produces converted in worker threads at once (each may hold a decompressed batch of
+#: up to limits.DECOMPRESSED_BATCH_BYTES_MAX while it is checked).
+CONVERT_THREADS_MAX = 2
+#: Batches whose headers are looked at to tell: a produce with more is heavy anyway.
+PRODUCE_INLINE_BATCHES_MAX = 64
+kb_ATTRIBUTES = kafka_batch.ATTRIBUTES_OFFSET
 #: Kafka's TOPIC and BROKER config resource types.
 RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
 CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_TOPIC = 5, 1
@@ -101,6 +114,7 @@ class KafkaApis:
         #: the partitions: produce and fetch (node/replica_manager.py)
         self.replicas = replicas
         self.config = config
+        self._convert_limiter = trio.CapacityLimiter(CONVERT_THREADS_MAX)
         #: (node_id, native host, native port) -> (host, port) of that node's Kafka listener
         self.kafka_address = kafka_address
         self.handlers = {
@@ -189,46 +203,66 @@ class KafkaApis:
     # ------------------------------------------------------------------ produce
 
     async def produce(self, v: int, body: dict, ctx: Context) -> dict | None:
-        answer, wait = self.produce_begin(v, body, ctx)
+        converted = await self.produce_convert(v, body, ctx)
+        answer, wait = self.produce_begin(v, body, ctx, converted)
         if wait is None:
             return answer
         failed = await self.replicas.await_replicated(wait.state[3], wait.deadline)
         self.replicas.mark_failed(wait.state[1], failed)
         return _produce_body(wait.state[0], wait.state[1], wait.state[2])
 
-    def produce_begin(self, v: int, body: dict, ctx: Context):
-        """Convert and append every partition's batches now, in request order, as the
-        native server does. Returns ``(body, None)`` when the answer is known (body None:
-        acks=0, no answer), or ``(None, wait)`` for acks=all still waiting for the ISR
+    @staticmethod
+    def produce_is_heavy(body: dict) -> bool:
+        """Would converting this produce's batches hold the event loop for long (many
+        bytes, or compressed ones that may expand to the batch limit)? Then the listener
+        converts them in a worker thread first (:meth:`produce_convert`)."""
+        total, compressed, batches = 0, False, 0
+        for t in body["topic_data"]:
+            for p in t["partition_data"]:
+                records = p["records"] or b""
+                total += len(records)
+                pos = 0
+                while pos + kb_ATTRIBUTES + 2 <= len(records) and not compressed:
+                    batches += 1
+                    if batches > PRODUCE_INLINE_BATCHES_MAX:
+                        return True
+                    compressed = records[pos + kb_ATTRIBUTES + 1] & 0x07 != 0
+                    pos += kafka_batch.LOG_OVERHEAD + max(
+                        int.from_bytes(records[pos + 8 : pos + 12], "big", signed=True), 1)
+        return total > PRODUCE_INLINE_BYTES_MAX or (
+            compressed and total > PRODUCE_INLINE_COMPRESSED_BYTES_MAX)
+
+    async def produce_convert(self, v: int, body: dict, ctx: Context) -> tuple:
+        """The produce's batches checked, decompressed (bounded) and converted, for
+        :meth:`produce_begin`: in a worker thread when :meth:`produce_is_heavy` (the
+        codecs release the GIL; the per-record walk yields it every few ms), at most
+        CONVERT_THREADS_MAX at once. Authorized first: a refused produce converts
+        nothing."""
+        denied = self._produce_denied(body, ctx)
+        if denied is not None or not self.produce_is_heavy(body):
+            return _convert_produce(body, denied)
+        return await trio.to_thread.run_sync(_convert_produce, body, denied,
+                                             limiter=self._convert_limiter)
+
+    def produce_begin(self, v: int, body: dict, ctx: Context, converted: tuple | None = None):
+        """Append every partition's batches now, in request order, as the native server
+        does (converting them here unless ``converted``: :meth:`produce_convert`'s).
+        Returns ``(body, None)`` when the answer is known (body None: acks=0, no
+        answer), or ``(None, wait)`` for acks=all still waiting for the ISR
         (:meth:`produce_check`). The listener appends the next requests of the
         connection while an acks=all one waits (one replication round for several
         requests in flight), answering in request order."""
-        acks, errors, parts, bodies, order = body["acks"], {}, [], [], []
-        for t in body["topic_data"]:
-            for p in t["partition_data"]:
-                key = (t["name"], p["index"])
-                order.append(key)
-                if body["transactional_id"] is not None:
-                    errors[key] = (ErrorCode.INVALID_REQUEST, "transactions are not supported")
-                elif p["index"] < 0:
-                    errors[key] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"partition {p['index']}")
-                else:
-                    try:
-                        data, _n = kafka_batch.to_raftlog(p["records"] or b"")
-                    except CorruptRecordError as e:
-                        errors[key] = (ErrorCode.CORRUPT_MESSAGE, str(e))
-                        continue
-                    if not data:
-                        errors[key] = (ErrorCode.CORRUPT_MESSAGE, "no records")
-                        continue
-                    parts.append((key[0], key[1], len(data)))
-                    bodies.append(data)
+        if converted is None:
+            converted = _convert_produce(body, self._produce_denied(body, ctx))
+        order, errors, parts, bodies = converted
+        acks = body["acks"]
         rows: list = []
         if parts:
+            data = bodies[0] if len(bodies) == 1 else b"".join(bodies)  # (no copy of one)
             try:
                 req = _req(Api.PRODUCE, ctx, {"acks": acks,
                                               "timeout_ms": max(body["timeout_ms"], 0),
-                                              "parts": parts}, b"".join(bodies))
+                                              "parts": parts}, data)
             except ApiError as e:  # denied: nothing appended
                 errors.update({(t, p): (e.code, e.message) for t, p, _ in parts})
                 parts = []
@@ -246,6 +280,20 @@ class KafkaApis:
         if acks == 0:
             return None, None
         return _produce_body(order, rows, errors), None
+
+    @staticmethod
+    def _produce_denied(body: dict, ctx: Context) -> tuple | None:
+        """(code, message) when the ACLs refuse the produce (every partition gets it),
+        checked on the topic names alone: a batch is decompressed or converted only
+        for a principal allowed to write it. None: allowed."""
+        if ctx.acl is None:
+            return None
+        topics = {t["name"] for t in body["topic_data"]}
+        try:
+            _authorize(Api.PRODUCE, ctx, {"parts": [(t, 0, 0) for t in topics]})
+        except ApiError as e:
+            return e.code, e.message
+        return None
 
     def produce_check(self, wait: Wait, expired: bool) -> dict | None:
         """The answer of a waiting acks=all produce once every batch is replicated or
@@ -278,15 +326,75 @@ class KafkaApis:
             wait = None if answer is not None else wait
         return answer
 
+    @staticmethod
+    def fetch_is_large(body: dict) -> bool:
+        """Does this fetch name more partitions than one event-loop step should read
+        (:data:`FETCH_PARTITIONS_PER_STEP`)? Then the listener calls :meth:`fetch_large`."""
+        return sum(len(t["partitions"]) for t in body["topics"]) > FETCH_PARTITIONS_PER_STEP
+
+    async def fetch_large(self, v: int, body: dict, ctx: Context) -> dict:
+        """A fetch of many partitions, read FETCH_PARTITIONS_PER_STEP at a time with a
+        checkpoint between the slices (each partition once, in request order, the byte
+        budget shared). Its long poll is coarse: when the first pass finds less than
+        min_bytes and no error, it sleeps max_wait once and reads again."""
+        flat, seen = [], set()
+        for t in body["topics"]:
+            for p in t["partitions"]:
+                key = (t["topic"], p["partition"])
+                if key not in seen:
+                    seen.add(key)
+                    flat.append((t["topic"], p))
+        try:  # the whole request is allowed or refused, as a small one
+            _authorize(Api.FETCH, ctx, {"replica_id": -1, "parts": [(t, 0) for t in
+                                                                    {t for t, _ in flat}]})
+        except ApiError as e:
+            order = [((t, p["partition"]), p["fetch_offset"]) for t, p in flat]
+            return self._fetch_body([], [], order, {key: e.code for key, _ in order})
+        max_wait_ms = min(max(body["max_wait_ms"], 0), FETCH_MAX_WAIT_MS)
+        deadline = trio.current_time() + max_wait_ms / 1000
+        answer, total, error = await self._fetch_slices(v, body, ctx, flat)
+        if not error and total < max(body["min_bytes"], 0) and max_wait_ms:
+            await trio.sleep_until(deadline)
+            answer, _total, _error = await self._fetch_slices(v, body, ctx, flat)
+        return answer
+
+    async def _fetch_slices(self, v: int, body: dict, ctx: Context, flat: list) -> tuple:
+        """(merged answer, record bytes, any error) of ``flat`` read slice by slice."""
+        budget = body["max_bytes"] if v >= 3 and body["max_bytes"] > 0 else FETCH_MAX_BYTES_MAX
+        budget = min(budget, FETCH_MAX_BYTES_MAX)
+        by_topic: dict = {}
+        total, error = 0, False
+        for i in range(0, len(flat), FETCH_PARTITIONS_PER_STEP):
+            if i:
+                await trio.lowlevel.checkpoint()  # let other clients and heartbeats run
+            topics: dict = {}
+            for t, p in flat[i : i + FETCH_PARTITIONS_PER_STEP]:
+                topics.setdefault(t, []).append(p)
+            sub = {**body, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": max(budget - total, 1),
+                   "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}
+            answer, wait = self.fetch_begin(max(v, 3), sub, ctx)
+            assert wait is None  # (max_wait_ms 0: answered at once)
+            for row in answer["responses"]:
+                by_topic.setdefault(row["topic"], []).extend(row["partitions"])
+                for part in row["partitions"]:
+                    total += len(part["records"] or b"")
+                    error = error or part["error_code"] != 0
+        return ({"throttle_time_ms": 0, "error_code": 0, "session_id": 0,
+                 "responses": [{"topic": n, "partitions": rows} for n, rows in by_topic.items()]},
+                total, error)
+
     def fetch_begin(self, v: int, body: dict, ctx: Context):
         """``(body, None)`` when the fetch can be answered now, else ``(None, wait)``:
         until min_bytes are there, an error shows or max_wait passes
         (:meth:`fetch_check`; the native ParkedFetch's rule)."""
-        parts, order, bad = [], [], {}
+        parts, order, bad, seen = [], [], {}, set()
         max_bytes = body["max_bytes"] if v >= 3 and body["max_bytes"] > 0 else FETCH_MAX_BYTES_MAX
         for t in body["topics"]:
             for p in t["partitions"]:
                 key = (t["topic"], p["partition"])
+                if key in seen:  # a partition named twice is fetched and answered once
+                    continue
+                seen.add(key)
                 order.append((key, p["fetch_offset"]))
                 if p["partition"] < 0:
                     bad[key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -676,6 +784,34 @@ class KafkaApis:
 
 
 CONSUMER = "consumer"
+
+
+def _convert_produce(body: dict, denied: tuple | None) -> tuple:
+    """(order, errors, parts, bodies) of a Kafka produce: each partition's batches as
+    raftlog batches, or its error. Pure (no node state): may run in a worker thread."""
+    errors, parts, bodies, order = {}, [], [], []
+    for t in body["topic_data"]:
+        for p in t["partition_data"]:
+            key = (t["name"], p["index"])
+            order.append(key)
+            if denied is not None:  # refused before a byte is decompressed
+                errors[key] = denied
+            elif body["transactional_id"] is not None:
+                errors[key] = (ErrorCode.INVALID_REQUEST, "transactions are not supported")
+            elif p["index"] < 0:
+                errors[key] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"partition {p['index']}")
+            else:
+                try:
+                    data, _n = kafka_batch.to_raftlog(p["records"] or b"")
+                except CorruptRecordError as e:
+                    errors[key] = (ErrorCode.CORRUPT_MESSAGE, str(e))
+                    continue
+                if not data:
+                    errors[key] = (ErrorCode.CORRUPT_MESSAGE, "no records")
+                    continue
+                parts.append((key[0], key[1], len(data)))
+                bodies.append(data)
+    return order, errors, parts, bodies
 
 
 def _produce_body(order: list, rows: list, errors: dict) -> dict:

@@ -83,6 +83,11 @@ MAX_CONNECTIONS = 4096
 #: replication among them); the reader stops reading that connection at this many.
 MAX_IN_FLIGHT = 64
 PRODUCE_KEY, FETCH_KEY = 0, 1
+#: Worker threads decoding large requests and encoding large fetch answers at once.
+WORKER_THREADS_MAX = 2
+#: A request payload larger than this is decoded in a worker thread (up to 10,000
+#: entries or a 100 MiB records copy: tens of milliseconds of Python).
+DECODE_INLINE_BYTES_MAX = 64 * 1024
 SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY = 17, 36
 _SASL_KEYS = (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY)
 _UNSUPPORTED = KAFKA["UNSUPPORTED_VERSION"]
@@ -190,6 +195,8 @@ class KafkaServer:
                                           config.max_connections_per_ip_overrides)
         self._own_log = LogLimiter()
         self.apis = KafkaApis(broker, replicas, config, self.kafka_address)
+        #: large requests decoded and large fetch answers encoded in worker threads
+        self._worker_limiter = trio.CapacityLimiter(WORKER_THREADS_MAX)
 
     def kafka_address(self, node_id: int, host: str, port: int) -> tuple[str, int]:
         """Where node ``node_id`` (client address host:port) serves Kafka clients:
@@ -344,7 +351,13 @@ class KafkaServer:
         guard = conn.guard
         pre_auth = guard is not None and guard.sasl is not None and not guard.sasl.authenticated
         try:
-            req = decode_request(payload)
+            if len(payload) > DECODE_INLINE_BYTES_MAX:  # decoded off the event loop
+                if out.pieces:
+                    await out.flush(conn.sock)
+                req = await trio.to_thread.run_sync(decode_request, payload,
+                                                    limiter=self._worker_limiter)
+            else:
+                req = decode_request(payload)
         except UnsupportedRequest as e:
             if pre_auth and e.api_key != API_VERSIONS_KEY:  # (KIP-511 needs ApiVersions')
                 raise AuthenticationFailed(
@@ -367,7 +380,20 @@ class KafkaServer:
         try:
             wait = None
             if h.api_key == PRODUCE_KEY:
-                body, wait = self.apis.produce_begin(h.api_version, req.body, ctx)
+                converted = None
+                if self.apis.produce_is_heavy(req.body):  # converted off the event loop
+                    if out.pieces:
+                        await out.flush(conn.sock)
+                    converted = await self.apis.produce_convert(h.api_version, req.body, ctx)
+                body, wait = self.apis.produce_begin(h.api_version, req.body, ctx, converted)
+            elif h.api_key == FETCH_KEY and self.apis.fetch_is_large(req.body):
+                if out.pieces:  # read in slices, encoded in a worker thread
+                    await out.flush(conn.sock)
+                body = await self.apis.fetch_large(h.api_version, req.body, ctx)
+                out.add_pieces(await trio.to_thread.run_sync(
+                    encode_response_pieces, h.api_key, h.api_version, h.correlation_id, body,
+                    limiter=self._worker_limiter))
+                return
             elif h.api_key == FETCH_KEY:
                 body, wait = self.apis.fetch_begin(h.api_version, req.body, ctx)
             else:

@@ -30,6 +30,8 @@ import os
 import threading
 import time
 
+from .loopwatch import LoopWatch
+
 #: Request latency buckets, seconds (upper bounds; +Inf is implied).
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                      1.0, 2.5, 5.0, 10.0, 30.0)
@@ -80,6 +82,11 @@ METRICS: dict[str, tuple[str, str]] = {
         HISTOGRAM, "Time for a metadata write proposed here to commit through the quorum."),
     "raftlog_pysyncobj_critical_log_lines_total": (
         COUNTER, "CRITICAL lines pysyncobj logged in this process (0 when healthy)."),
+    "raftlog_event_loop_step_max_seconds": (
+        GAUGE, "Longest single event-loop task step (time one task held the node's trio "
+               "loop) since the previous scrape."),
+    "raftlog_event_loop_slow_steps_total": (
+        COUNTER, "Event-loop task steps longer than 50 ms since the node started."),
     "raftlog_log_size_bytes": (GAUGE, "Bytes of a partition's log segments on disk."),
     "raftlog_log_segments": (GAUGE, "Segments of a partition's log."),
     "raftlog_log_end_offset": (GAUGE, "A partition's log end offset."),
@@ -166,6 +173,8 @@ class NodeMetrics:
         self.isr_expands = 0
         self.fetch_sessions_created = 0
         self.leader_elections = 0
+        #: the trio Instrument timing every task step (added by node.py)
+        self.loop = LoopWatch()
 
     def topic(self, name: str) -> TopicStats:
         """The counters of ``name`` (created on first use)."""
@@ -263,6 +272,9 @@ def render(node) -> str:
                                         "cluster_id": c.cluster_id})
     out.sample("raftlog_up_seconds", round(time.monotonic() - m.started, 3))
     out.sample("raftlog_connections", server.connections if server is not None else 0)
+    step_s, _task = m.loop.take_max()
+    out.sample("raftlog_event_loop_step_max_seconds", round(step_s, 6))
+    out.sample("raftlog_event_loop_slow_steps_total", m.loop.slow_steps)
     _requests(out, m)
     _traffic(out, m, store)
     _waiters(out, server)

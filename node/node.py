@@ -98,6 +98,7 @@ class Node:
         self.store = QuorumTopicStore(self.config, self._on_commit)
         try:
             self.metrics = NodeMetrics()  # (its clock: raftlog_up_seconds)
+            trio.lowlevel.add_instrument(self.metrics.loop)  # the longest event-loop step
             self.replicas = ReplicaManager(self.config, self.events, self.store, self.metrics)
             self.peer_security = peer_security(self.config)
             beats = Heartbeats(self.config, self.store, self.events, self.peer_security)

@@ -450,7 +450,11 @@ class ReplicaManager:
         consumer = replica < 0 and not self._bug_beyond_hw
         budget = req.fields["max_bytes"]
         headers, pieces, total, error = [], [], 0, False
+        seen: set = set()
         for topic, partition, offset, part_max, epoch in req.fields["parts"]:
+            if (topic, partition) in seen:  # named twice: read and answered once (as Kafka)
+                continue
+            seen.add((topic, partition))
             limit = min(part_max, budget - total) if total else part_max
             header, piece = self._read_part(topic, partition, offset, limit, epoch, replica,
                                             consumer)

@@ -36,6 +36,7 @@ from raftlog.errors import ApiError, ErrorCode, RemoteProtocolError
 from raftlog.listeners import Listener
 from raftlog.protocol import (
     FETCH_SESSION_FULL,
+    REQUEST_HEADER_ENTRIES_MAX,
     Api,
     BadRequest,
     FrameDecoder,
@@ -539,7 +540,7 @@ class Server:
         sock, out = conn.sock, conn.out
         sasl = conn.guard.sasl if conn.guard is not None else None
         pre_auth = sasl is not None and not sasl.authenticated
-        decoder = FrameDecoder(self.config.max_frame_bytes)
+        decoder = FrameDecoder(self.config.max_frame_bytes, REQUEST_HEADER_ENTRIES_MAX)
         if pre_auth:  # SASL handshake frames only until authenticated
             limit_frames_before_auth(decoder)
         recv = _tls_recv if conn.guard is not None and conn.guard.listener.protocol.tls else _recv

@@ -43,7 +43,10 @@ from typing import NamedTuple
 import crc32c as _crc32c
 
 from raftlog import records as rl
+from raftlog.decompress import XERIAL_MAGIC as _XERIAL
+from raftlog.decompress import decompress as bounded_decompress
 from raftlog.errors import CorruptRecordError
+from raftlog.limits import HEADERS_PER_RECORD_MAX, RECORDS_PER_BATCH_MAX
 
 MAGIC = 2
 HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -64,7 +67,6 @@ MAX_BATCH_BYTES = rl.MAX_BATCH_BYTES
 _TO_RAFTLOG_CODEC = {NONE: rl.NO_COMPRESSION, GZIP: rl.GZIP, SNAPPY: rl.LZ4, LZ4: rl.LZ4,
                      ZSTD: rl.ZSTD}
 _FROM_RAFTLOG_CODEC = {rl.NO_COMPRESSION: NONE, rl.GZIP: GZIP, rl.LZ4: LZ4, rl.ZSTD: ZSTD}
-_XERIAL = b"\x82SNAPPY\x00"
 _I32 = struct.Struct(">i")
 
 
@@ -144,46 +146,9 @@ def _read_varint(data, pos: int) -> tuple[int, int]:
 
 
 def _decompress(codec: int, data) -> bytes:
-    try:
-        if codec == SNAPPY:
-            out = _snappy_decompress(bytes(data))
-        elif codec == LZ4:
-            import lz4.frame
-
-            out = lz4.frame.decompress(bytes(data))
-        elif codec in (GZIP, ZSTD):
-            out = rl._decompress(_TO_RAFTLOG_CODEC[codec], data)
-        else:
-            raise CorruptRecordError(f"unknown compression codec {codec}")
-    except CorruptRecordError:
-        raise
-    except Exception as e:  # each codec raises its own types on garbage
-        raise CorruptRecordError(f"records section does not decompress: {e}") from None
-    if len(out) > MAX_BATCH_BYTES:
-        raise CorruptRecordError("decompressed records section exceeds MAX_BATCH_BYTES")
-    return out
-
-
-def _snappy_decompress(data: bytes) -> bytes:
-    """Raw snappy, or xerial's framing (what Java's SnappyOutputStream writes)."""
-    import cramjam
-
-    if not data.startswith(_XERIAL):
-        return bytes(cramjam.snappy.decompress_raw(data))
-    pos, out, total = 16, [], 0
-    while pos < len(data):
-        if pos + 4 > len(data):
-            raise CorruptRecordError("xerial snappy block length cut short")
-        (n,) = _I32.unpack_from(data, pos)
-        if n < 0 or pos + 4 + n > len(data):
-            raise CorruptRecordError(f"xerial snappy block of {n} bytes overruns the data")
-        block = bytes(cramjam.snappy.decompress_raw(data[pos + 4 : pos + 4 + n]))
-        total += len(block)
-        if total > MAX_BATCH_BYTES:
-            raise CorruptRecordError("decompressed records section exceeds MAX_BATCH_BYTES")
-        out.append(block)
-        pos += 4 + n
-    return b"".join(out)
+    """The records section decompressed into a bounded buffer (raftlog/decompress.py):
+    at most DECOMPRESSED_BATCH_BYTES_MAX bytes, a bomb stops there."""
+    return bounded_decompress(codec, data)
 
 
 def _compress(codec: int, data: bytes) -> bytes:
@@ -224,6 +189,10 @@ def read_header(buf, pos: int = 0) -> KafkaBatchHeader:
             h.record_count and h.last_offset_delta + 1 < h.record_count):
         raise CorruptRecordError(f"record count {h.record_count} does not fit last offset "
                                  f"delta {h.last_offset_delta} at {pos}")
+    if h.record_count > RECORDS_PER_BATCH_MAX:
+        raise CorruptRecordError(f"batch at {pos} holds {h.record_count} records, more than "
+                                 f"the limit of {RECORDS_PER_BATCH_MAX} (raftlog/limits.py): "
+                                 "send smaller batches")
     return h
 
 
@@ -355,6 +324,9 @@ def _parse_headers(data: bytes, pos: int, hc: int, stop: int) -> tuple[tuple, in
     rv = _read_varint
     if hc < 0 or hc > stop - pos:
         raise CorruptRecordError(f"header count {hc} overruns its record")
+    if hc > HEADERS_PER_RECORD_MAX:
+        raise CorruptRecordError(f"record has {hc} headers, more than the limit of "
+                                 f"{HEADERS_PER_RECORD_MAX} (raftlog/limits.py)")
     pairs = []
     for _ in range(hc):
         hkl, pos = rv(data, pos)
@@ -638,8 +610,11 @@ def section_records(region, header, topic: str = "", partition: int = 0) -> list
         CorruptRecordError: the section does not parse.
     """
     codec = header.attributes & COMPRESSION_MASK
-    data = _decompress(codec, region) if codec else bytes(region)
     n = header.record_count
+    if n > RECORDS_PER_BATCH_MAX:
+        raise CorruptRecordError(f"batch of {n} records: more than the limit of "
+                                 f"{RECORDS_PER_BATCH_MAX} (raftlog/limits.py)")
+    data = _decompress(codec, region) if codec else bytes(region)
     if n * 7 > len(data):
         raise CorruptRecordError(f"record count {n} does not fit {len(data)} bytes")
     try:

@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 from raftlog.errors import LocalProtocolError, RemoteProtocolError
 from raftlog.framing import FrameBuffer
 from raftlog.kafka_messages import ADVERTISED, DATA_VERSIONS, SCHEMAS
+from raftlog.limits import ENTRIES_PER_REQUEST_MAX
 
 #: Largest frame the codec accepts by default (Kafka's socket.request.max.bytes).
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
@@ -49,6 +50,12 @@ API_VERSIONS_KEY = 18
 class KafkaDecodeError(RemoteProtocolError):
     """Bytes from a Kafka client do not follow Kafka's protocol (short, lying lengths,
     bad varints, invalid UTF-8, unknown layout). The only error decoding raises."""
+
+
+class RequestTooLarge(KafkaDecodeError):
+    """A request with more array entries than ``limits.ENTRIES_PER_REQUEST_MAX``,
+    refused while decoding, before any entry is read. The listener closes the
+    connection, as a Kafka broker does with a request it cannot parse."""
 
 
 class UnsupportedRequest(RemoteProtocolError):
@@ -78,14 +85,19 @@ class KafkaRequest(NamedTuple):
 
 
 class Reader:
-    """A cursor over untrusted bytes. Every read checks bounds first."""
+    """A cursor over untrusted bytes. Every read checks bounds first.
 
-    __slots__ = ("buf", "pos", "end")
+    ``entries_left``: array elements still allowed (None: no limit, for responses);
+    every array read takes its length from it before reading an element."""
 
-    def __init__(self, buf, pos: int = 0, end: int | None = None):
+    __slots__ = ("buf", "pos", "end", "entries_left")
+
+    def __init__(self, buf, pos: int = 0, end: int | None = None,
+                 entries_left: int | None = None):
         self.buf = buf
         self.pos = pos
         self.end = len(buf) if end is None else end
+        self.entries_left = entries_left
 
     def _take(self, n: int) -> int:
         p = self.pos
@@ -193,6 +205,13 @@ class Reader:
             raise KafkaDecodeError(f"negative array length {n} at position {self.pos}")
         if n > self.end - self.pos:
             raise KafkaDecodeError(f"array of {n} elements in {self.end - self.pos} bytes")
+        if self.entries_left is not None and n > 0:
+            self.entries_left -= n
+            if self.entries_left < 0:
+                raise RequestTooLarge(
+                    f"request has more than {ENTRIES_PER_REQUEST_MAX} array entries "
+                    f"(an array of {n} at position {self.pos}; raftlog/limits.py): "
+                    "split it into several requests")
         return n
 
     def _tag_count(self) -> int:
@@ -480,8 +499,9 @@ def _read_struct(r: Reader, plan: _Plan) -> dict:
             if known is None:
                 r.pos = end  # a tag we do not know: skip it, as Kafka does
                 continue
-            sub = Reader(r.buf, r.pos, end)
+            sub = Reader(r.buf, r.pos, end, r.entries_left)
             out[known[0]] = known[1](sub)
+            r.entries_left = sub.entries_left
             if sub.pos != end:
                 raise KafkaDecodeError(f"tagged field {tag} has {end - sub.pos} bytes left over")
             r.pos = end
@@ -575,7 +595,8 @@ def decode_body(api_key: int, version: int, kind: str, buf, pos: int = 0, *,
     """
     _check_served(api_key, version)
     plan = _plan_of(api_key, kind, version)
-    r = Reader(buf, pos)
+    # (a request's arrays share one entry budget; responses are ours or a broker's)
+    r = Reader(buf, pos, entries_left=ENTRIES_PER_REQUEST_MAX if kind == "request" else None)
     try:
         out = _read_struct(r, plan)
     except KafkaDecodeError:
@@ -785,7 +806,8 @@ class FrameDecoder(FrameBuffer):
         end = pos + 4 + size
         if len(buf) < end:
             return None
-        payload = bytes(buf[pos + 4 : end])
+        with memoryview(buf) as view:  # (one copy: a bytearray slice would be another)
+            payload = bytes(view[pos + 4 : end])
         self._consumed(end)
         return payload
 

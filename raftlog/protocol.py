@@ -27,6 +27,8 @@ from typing import Any, NamedTuple
 
 import cbor2
 
+from raftlog import limits as L
+from raftlog.cbor_scan import TooManyEntries, check_entries
 from raftlog.errors import ErrorCode, LocalProtocolError, RemoteProtocolError
 from raftlog.framing import FrameBuffer
 
@@ -126,12 +128,26 @@ def encode_frame_head(header: dict, body_length: int) -> bytes:
     return PREFIX.pack(4 + len(h) + body_length, len(h)) + h
 
 
-class FrameDecoder(FrameBuffer):
-    """Incremental frame decoder. Never raises anything but RemoteProtocolError."""
+#: A request header's CBOR may hold this many array elements and map pairs in all
+#: (limits.py): checked while reading it, before cbor2 builds anything.
+REQUEST_HEADER_ENTRIES_MAX = L.ENTRIES_PER_REQUEST_MAX * L.CBOR_ITEMS_PER_ENTRY_MAX
+#: Headers up to this size are decoded without that walk (cbor2 takes well under a
+#: millisecond for them, and they cannot hold many entries).
+SCAN_HEADER_BYTES_MIN = 64 * 1024
 
-    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES):
+
+class FrameDecoder(FrameBuffer):
+    """Incremental frame decoder. Never raises anything but RemoteProtocolError.
+
+    ``entries_max`` (the server's: REQUEST_HEADER_ENTRIES_MAX; None for responses): a
+    header over SCAN_HEADER_BYTES_MIN holding more CBOR entries is refused before it is
+    decoded."""
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 entries_max: int | None = None):
         assert max_frame_bytes > PREFIX_SIZE
         super().__init__(max_frame_bytes)
+        self.entries_max = entries_max
 
     def next_frame(self) -> Frame | None:
         """The next complete frame, or None when more data is needed."""
@@ -153,6 +169,12 @@ class FrameDecoder(FrameBuffer):
         if hlen > length - 4 or hlen > MAX_HEADER_BYTES or hlen == 0:
             raise RemoteProtocolError(f"header length {hlen} does not fit frame of {length} bytes")
         hstart = pos + PREFIX_SIZE
+        if self.entries_max is not None and hlen > SCAN_HEADER_BYTES_MIN:
+            try:
+                with memoryview(buf) as view:
+                    check_entries(view[hstart : hstart + hlen], self.entries_max)
+            except TooManyEntries as e:
+                raise RemoteProtocolError(f"request header: {e}") from None
         try:
             with memoryview(buf) as view:
                 header = cbor2.loads(view[hstart : hstart + hlen])
@@ -215,7 +237,7 @@ def _opt(f):
     return check
 
 
-def _list(f, max_len: int = 100_000):
+def _list(f, max_len: int = L.ENTRIES_PER_REQUEST_MAX):
     def check(v):
         if type(v) is not list:
             raise ValueError("must be a list")
@@ -351,24 +373,24 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     Api.PRODUCE: {
         "acks": (_int, 1),
         "timeout_ms": (_nonneg, 30_000),
-        "parts": (_list(_PRODUCE_PART, 10_000), REQUIRED),
+        "parts": (_list(_PRODUCE_PART, L.PARTITIONS_PER_PRODUCE_MAX), REQUIRED),
     },
     Api.FETCH: {
         "replica_id": (_int, -1),
         "max_wait_ms": (_nonneg, 500),
         "min_bytes": (_nonneg, 1),
         "max_bytes": (_nonneg, 50 * 1024 * 1024),
-        "parts": (_list(_FETCH_PART, 10_000), REQUIRED),
+        "parts": (_list(_FETCH_PART, L.PARTITIONS_PER_FETCH_MAX), REQUIRED),
         # A follower's fetch session (KIP-227's idea, one per connection): 0 none,
         # FETCH_SESSION_FULL starts one with ``parts``, FETCH_SESSION_INCREMENTAL
         # names only what changed (``parts`` upserted, ``forgotten`` dropped) and the
         # answer holds only partitions with news. See node/fetch_session.py.
         "session": (_one_of(0, FETCH_SESSION_FULL, FETCH_SESSION_INCREMENTAL), 0),
-        "forgotten": (_list(_tuple(_TOPIC, _nonneg), 10_000), []),
+        "forgotten": (_list(_tuple(_TOPIC, _nonneg), L.PARTITIONS_PER_FETCH_MAX), []),
     },
-    Api.LIST_OFFSETS: {"parts": (_list(_LIST_PART, 10_000), REQUIRED)},
+    Api.LIST_OFFSETS: {"parts": (_list(_LIST_PART, L.ENTRIES_PER_REQUEST_MAX), REQUIRED)},
     Api.METADATA: {
-        "topics": (_opt(_list(_TOPIC)), None),
+        "topics": (_opt(_list(_TOPIC, L.TOPICS_PER_REQUEST_MAX)), None),
         "include_configs": (_bool, False),
     },
     Api.CREATE_TOPICS: {
@@ -404,7 +426,7 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     Api.OFFSETS_FOR_LEADER_EPOCH: {
         "replica_id": (_int, -1),
         # [topic, partition, leader_epoch]
-        "parts": (_list(_tuple(_TOPIC, _nonneg, _int), 10_000), REQUIRED),
+        "parts": (_list(_tuple(_TOPIC, _nonneg, _int), L.ENTRIES_PER_REQUEST_MAX), REQUIRED),
     },
     Api.ELECT_LEADERS: {"parts": (_opt(_list(_tuple(_TOPIC, _nonneg))), None)},
     # parts: [topic, partition, target replicas] ([] cancels); throttle: bytes/s, 0 = none
@@ -416,7 +438,7 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     Api.LIST_PARTITION_REASSIGNMENTS: {"parts": (_opt(_list(_tuple(_TOPIC, _nonneg))), None)},
     Api.UNREGISTER_BROKER: {"broker_id": (_nonneg, REQUIRED), "timeout_ms": (_nonneg, 30_000)},
     # topics: only these (None: every partition the node hosts)
-    Api.DESCRIBE_LOG_DIRS: {"topics": (_opt(_list(_TOPIC, 10_000)), None)},
+    Api.DESCRIBE_LOG_DIRS: {"topics": (_opt(_list(_TOPIC, L.ENTRIES_PER_REQUEST_MAX)), None)},
     Api.INIT_PRODUCER_ID: {"timeout_ms": (_nonneg, 30_000)},
     Api.FIND_COORDINATOR: {"key": (_str, REQUIRED)},
     Api.JOIN_GROUP: {
@@ -425,7 +447,7 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         # shown by DescribeGroups (the node adds the member's host from the connection)
         "client_id": (_client_id, ""),
         "group_instance_id": (_opt(_str), None),
-        "session_timeout_ms": (_nonneg, 10_000),
+        "session_timeout_ms": (_nonneg, L.ENTRIES_PER_REQUEST_MAX),
         "rebalance_timeout_ms": (_nonneg, 300_000),
         "protocols": (_list(_tuple(_str, _any), 16), REQUIRED),
     },
@@ -433,7 +455,7 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "group": (_str, REQUIRED),
         "generation": (_int, REQUIRED),
         "member_id": (_str, REQUIRED),
-        "assignments": (_list(_tuple(_str, _any), 10_000), []),
+        "assignments": (_list(_tuple(_str, _any), L.ENTRIES_PER_REQUEST_MAX), []),
     },
     Api.HEARTBEAT: {
         "group": (_str, REQUIRED),
@@ -459,7 +481,7 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     Api.BROKER_HEARTBEAT: {"broker_id": (_nonneg, REQUIRED), "incarnation_id": (_str, REQUIRED)},
     Api.SASL_HANDSHAKE: {"mechanism": (_str, REQUIRED)},
     Api.SASL_AUTHENTICATE: {"auth": (_sasl_bytes, REQUIRED)},
-    Api.DESCRIBE_USER_SCRAM_CREDENTIALS: {"users": (_opt(_list(_str, 10_000)), None)},
+    Api.DESCRIBE_USER_SCRAM_CREDENTIALS: {"users": (_opt(_list(_str, L.ENTRIES_PER_REQUEST_MAX)), None)},
     # upsertions: [user, mechanism, salt, iterations, stored key, server key] (the client
     # derives them: the password never leaves it); deletions: [user, mechanism]
     Api.ALTER_USER_SCRAM_CREDENTIALS: {
@@ -468,7 +490,7 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "timeout_ms": (_nonneg, 30_000),
     },
     Api.DESCRIBE_ACLS: dict(_ACL_FILTER),
-    Api.CREATE_ACLS: {"acls": (_list(_ACL, 10_000), REQUIRED), "timeout_ms": (_nonneg, 30_000)},
+    Api.CREATE_ACLS: {"acls": (_list(_ACL, L.ENTRIES_PER_REQUEST_MAX), REQUIRED), "timeout_ms": (_nonneg, 30_000)},
     Api.DELETE_ACLS: {**_ACL_FILTER, "timeout_ms": (_nonneg, 30_000)},
 }
 
