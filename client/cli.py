@@ -57,6 +57,12 @@ def cmd_up(args) -> int:
             f"{i}@{args.host}:{args.port + 100 + i - 1}" for i in range(1, controllers + 1)
         )
         overrides = {"controller.quorum.voters": voters, "raft.password": _password(data_dir)}
+    security, client_props = {}, None
+    if args.security:  # SASL_SSL, SCRAM admin, ACLs: client/cli_up_security.py
+        from .cli_up_security import security_overrides
+
+        security, client_props = security_overrides(data_dir, args.nodes, host=args.host,
+                                                    port=args.port, kafka_port=args.kafka_port)
     procs = []
     for i in range(1, args.nodes + 1):
         node_dir = os.path.join(data_dir, f"node-{i}")
@@ -66,6 +72,7 @@ def cmd_up(args) -> int:
             own["metrics.listener"] = f"{args.host}:{args.metrics_port + i - 1}"
         if args.kafka_port is not None:  # node i: Kafka clients on KAFKA_PORT+i-1
             own["kafka.listener"] = f"{args.host}:{args.kafka_port + i - 1}"
+        own.update(security.get(i, {}))
         cmd = localnode.node_command(node_id=i, host=args.host, port=args.port + i - 1,
                                      data_dir=node_dir, overrides={**overrides, **own})
         proc = localnode.spawn(cmd, new_session=True)  # output: this terminal
@@ -90,7 +97,7 @@ def cmd_up(args) -> int:
                                               max(0.0, deadline - time.monotonic()), p)]
     problem = (f"node(s) {', '.join(map(str, silent))} did not start listening"
                if silent else _wait_registered(servers, args.nodes, deadline,
-                                               lambda: bool(stopping)))
+                                               lambda: bool(stopping), client_props))
     if problem is not None and not stopping:
         print(f"raftlog up: not up after {args.wait_timeout:g} s: {problem} "
               "(their output is above); stopping", file=sys.stderr, flush=True)
@@ -101,7 +108,9 @@ def cmd_up(args) -> int:
     if not stopping:  # (Ctrl-C during the start-up wait: just stop)
         print(
             f"raftlog is up: bootstrap servers {servers}, data in {data_dir}\n"
-            f"  raftlog topics create demo --bootstrap-server {args.host}:{args.port}\n"
+            f"  raftlog topics create demo --bootstrap-server {args.host}:{args.port}"
+            + (f" --command-config {client_props}\n  client properties (SASL_SSL, user "
+               f"admin): {client_props}\n" if client_props else "\n") +
             f'  Producer(bootstrap_servers="{servers}")\n'
             + (f"  metrics: http://{args.host}:{args.metrics_port}/metrics"
                f"{f' .. port {args.metrics_port + args.nodes - 1}' if args.nodes > 1 else ''}\n"
@@ -145,16 +154,20 @@ def unready_brokers(expected: int, brokers) -> list[str]:
 
 
 def _wait_registered(servers: str, expected: int, deadline: float,
-                     stopped=lambda: False) -> str | None:
+                     stopped=lambda: False, command_config: str | None = None) -> str | None:
     """Wait until every node is registered and unfenced in the metadata (so a topic
     with replication factor ``expected`` can be created at once); None when it is,
-    else what is missing at the deadline (or when ``stopped()``)."""
+    else what is missing at the deadline (or when ``stopped()``). ``command_config``:
+    the client properties to connect with (``up --security``)."""
     from .admin import Admin
+    from .security import load_command_config
+
+    options = load_command_config(command_config) if command_config else {}
 
     why = ["no node answered DescribeCluster"]
     while True:
         try:
-            with Admin(servers, request_timeout_ms=2000) as admin:
+            with Admin(servers, request_timeout_ms=2000, **options) as admin:
                 why = unready_brokers(expected, admin.describe_cluster().brokers)
         except Exception as e:  # noqa: BLE001 -- still starting: say what the last try saw
             why = [f"DescribeCluster failed: {e}"]
@@ -673,6 +686,10 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--kafka-port", type=int, default=None,
                     help="also serve Kafka's wire protocol: node i on KAFKA_PORT+i-1 "
                          "(default: off)")
+    up.add_argument("--security", action="store_true",
+                    help="SASL_SSL on every listener, SCRAM user admin, ACLs: TLS material "
+                         "from `raftlog tls init DATA_DIR/tls` (made if missing); writes "
+                         "DATA_DIR/client.properties for --command-config")
     up.set_defaults(fn=cmd_up)
 
     node = sub.add_parser(
@@ -735,6 +752,9 @@ def build_parser() -> argparse.ArgumentParser:
     _security_parsers(sub, with_bootstrap)
 
     from .cli_ops import add_parsers as _ops_parsers
+    from .cli_tls import add_parsers as _tls_parsers
+
+    _tls_parsers(sub)
 
     _ops_parsers(sub, with_bootstrap)
 
