@@ -34,6 +34,8 @@ def test_runnable_blocks_end_by_themselves():
             f"{b.where}: `while True:` never ends: bound the loop or mark the block"
         assert not re.search(r"(^|[;&|]\s*)raftlog\s+(up|node)\b", code, re.M), \
             f"{b.where}: `raftlog up/node` runs until Ctrl-C: mark it <!-- background: ... -->"
+        assert not re.search(r"-m\s+pytest|\bpytest\b", code), \
+            f"{b.where}: the test suite would run itself: mark it <!-- norun: ... -->"
 
 
 def test_the_python_quickstart_runs_after_the_cli_quickstart():
