@@ -37,10 +37,10 @@ def _cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_up_security_serves_sasl_ssl_only_to_the_admin_it_prints(tmp_path):
-    data, port = str(tmp_path / "data"), free_port()
+    data, port, kport = str(tmp_path / "data"), free_port(), free_port()
     boot = f"127.0.0.1:{port}"
     props = os.path.join(data, "client.properties")
-    proc = _up(data, port)
+    proc = _up(data, port, "--kafka-port", str(kport))
     try:
         banner = [proc.stdout.readline() for _ in range(3)]
         assert banner[0].startswith("raftlog is up"), (banner, proc.poll())
@@ -62,6 +62,15 @@ def test_up_security_serves_sasl_ssl_only_to_the_admin_it_prints(tmp_path):
             assert [r.value for r in c.poll(timeout_ms=10_000)] == [b"paid"]
         finally:
             c.close()
+        # a Kafka client on the Kafka listener: SASL_SSL too, same user
+        confluent_kafka = pytest.importorskip("confluent_kafka")
+        kp = confluent_kafka.Producer({
+            "bootstrap.servers": f"127.0.0.1:{kport}", "security.protocol": "SASL_SSL",
+            "ssl.ca.location": login["ssl_cafile"], "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": "admin", "sasl.password": login["sasl_plain_password"]})
+        delivered = []
+        kp.produce("payments", b"from librdkafka", on_delivery=lambda e, m: delivered.append(e))
+        assert kp.flush(30) == 0 and delivered == [None]
         # nobody else: no TLS, or a wrong password, gets nothing
         assert _cli("topics", "list", "--bootstrap-server", boot).returncode == 1
         bad = {**login, "sasl_plain_password": "wrong-password-123"}
@@ -77,6 +86,6 @@ def test_up_security_serves_sasl_ssl_only_to_the_admin_it_prints(tmp_path):
         assert proc.stdout.readline().startswith("raftlog is up")
         assert open(os.path.join(data, "tls", "ca.pem")).read() == ca
         with Producer(boot, **load_command_config(props)) as p:
-            assert p.send("payments", b"again").result(timeout=10).offset == 1
+            assert p.send("payments", b"again").result(timeout=10).offset == 2
     finally:
         _stop(proc)
