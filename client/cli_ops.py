@@ -10,6 +10,7 @@ import time
 from raftlog.errors import RaftlogError
 
 from . import dumplog
+from .security import security_kwargs
 from .status import build_status, format_status, human_bytes, table
 
 #: DescribeLogDirs answer time allowed per node in ``cluster status`` (a paused node
@@ -21,7 +22,7 @@ CLEAR_SCREEN = "\x1b[H\x1b[2J"
 def _admin(args):
     from .admin import Admin
 
-    return Admin(args.bootstrap_server)
+    return Admin(args.bootstrap_server, **security_kwargs(args))  # (--command-config)
 
 
 # --------------------------------------------------------------------------- cluster status

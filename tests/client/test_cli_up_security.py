@@ -55,6 +55,9 @@ def test_up_security_serves_sasl_ssl_only_to_the_admin_it_prints(tmp_path):
         r = _cli("produce", "--topic", "payments", "--bootstrap-server", boot,
                  "--command-config", props, stdin="paid\n")
         assert r.returncode == 0, r.stderr
+        for ops in (["cluster", "status", "--json"], ["log-dirs", "describe", "--json"]):
+            r = _cli(*ops, "--bootstrap-server", boot, "--command-config", props)
+            assert r.returncode == 0 and "payments" in r.stdout, (ops, r.stderr)
         # the SDK with the same settings
         c = Consumer(boot, auto_offset_reset="earliest", **login)
         try:
