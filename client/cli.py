@@ -312,6 +312,10 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--kafka-port", type=int, default=None,
                     help="also serve Kafka's wire protocol: node i on KAFKA_PORT+i-1 "
                          "(default: off)")
+    up.add_argument("--security", action="store_true",
+                    help="SASL_SSL on every listener, SCRAM user admin, ACLs: TLS material "
+                         "from `raftlog tls init DATA_DIR/tls` (made if missing); writes "
+                         "DATA_DIR/client.properties for --command-config")
     up.set_defaults(fn=cmd_up)
 
     node = sub.add_parser(
@@ -385,6 +389,9 @@ def build_parser() -> argparse.ArgumentParser:
     _security_parsers(sub, with_bootstrap)
 
     from .cli_ops import add_parsers as _ops_parsers
+    from .cli_tls import add_parsers as _tls_parsers
+
+    _tls_parsers(sub)
 
     _ops_parsers(sub, with_bootstrap)
 

@@ -227,9 +227,11 @@ class Starting:
     """The start-up wait: every node listening, answering, registered and unfenced;
     fails at once when a node exits."""
 
-    def __init__(self, args, procs, outputs, deadline: float, stopped, security=None):
+    def __init__(self, args, procs, outputs, deadline: float, stopped, security=None,
+                 admin_options: dict | None = None):
         self.args, self.procs, self.outputs = args, procs, outputs
         self.deadline, self.stopped, self.security = deadline, stopped, security
+        self.admin_options = admin_options or {}
 
     def _exited(self) -> str | None:
         for i, p in enumerate(self.procs, 1):
@@ -264,8 +266,7 @@ class Starting:
         from .admin import Admin
 
         try:
-            extra = {"security": self.security} if self.security is not None else {}
-            with Admin(servers, request_timeout_ms=2000, **extra) as admin:
+            with Admin(servers, request_timeout_ms=2000, **self.admin_options) as admin:
                 why = unready_brokers(a.nodes, admin.describe_cluster().brokers)
         except Exception as e:  # noqa: BLE001 -- still starting: say what the last try saw
             return f"DescribeCluster failed: {e}"
@@ -300,7 +301,7 @@ def cmd_up(args) -> int:
         return _run(args, data_dir)
 
 
-def _spawn_nodes(args, data_dir: str) -> tuple[list, list[NodeOutput]]:
+def _spawn_nodes(args, data_dir: str, security: dict) -> tuple[list, list[NodeOutput]]:
     controllers = args.nodes if args.controllers is None else args.controllers
     secret = password(data_dir) if args.nodes > 1 else None
     procs, outputs = [], []
@@ -308,7 +309,9 @@ def _spawn_nodes(args, data_dir: str) -> tuple[list, list[NodeOutput]]:
         node_dir = os.path.join(data_dir, f"node-{i}")
         os.makedirs(node_dir, mode=0o700, exist_ok=True)
         config = os.path.join(node_dir, "server.properties")
-        write_properties(config, node_properties(args, i, node_dir, controllers, secret))
+        props = node_properties(args, i, node_dir, controllers, secret)
+        props.update(security.get(i, {}))  # (up --security: SASL_SSL, the admin's secret)
+        write_properties(config, props)
         log_path = os.path.join(node_dir, "node.log")
         out = NodeOutput(log_path)
         proc = localnode.spawn(localnode.node_command(config=config), log_path,
@@ -319,7 +322,16 @@ def _spawn_nodes(args, data_dir: str) -> tuple[list, list[NodeOutput]]:
 
 
 def _run(args, data_dir: str) -> int:
-    procs, outputs = _spawn_nodes(args, data_dir)
+    security, client_props, client_security, admin_options = {}, None, None, {}
+    if getattr(args, "security", False):  # SASL_SSL, SCRAM admin, ACLs
+        from .cli_up_security import security_overrides
+        from .security import ClientSecurity, load_command_config
+
+        security, client_props = security_overrides(data_dir, args.nodes, host=args.host,
+                                                    port=args.port, kafka_port=args.kafka_port)
+        admin_options = load_command_config(client_props)
+        client_security = ClientSecurity.from_options(**admin_options)
+    procs, outputs = _spawn_nodes(args, data_dir, security)
     stop_echo = threading.Event()
     echo = threading.Thread(target=_echo_loop, args=(outputs, stop_echo), daemon=True,
                             name="raftlog-up-echo")
@@ -336,7 +348,8 @@ def _run(args, data_dir: str) -> int:
     signal.signal(signal.SIGINT, forward)
     try:
         deadline = time.monotonic() + args.wait_timeout
-        why, fatal = Starting(args, procs, outputs, deadline, lambda: bool(stopping)).wait()
+        why, fatal = Starting(args, procs, outputs, deadline, lambda: bool(stopping),
+                              client_security, admin_options).wait()
         if why is not None and not stopping:
             print(f"raftlog up: {why}" if fatal else
                   f"raftlog up: not up after {args.wait_timeout:g} s: {why}",
@@ -348,7 +361,7 @@ def _run(args, data_dir: str) -> int:
                 p.wait()
             return 1
         if not stopping:  # (Ctrl-C during the start-up wait: just stop)
-            print(_banner(args, data_dir), flush=True)
+            print(_banner(args, data_dir, client_props), flush=True)
         rcs = [p.wait() for p in procs]
     finally:
         stop_echo.set()
@@ -357,11 +370,14 @@ def _run(args, data_dir: str) -> int:
     return bad[0] if bad else 0
 
 
-def _banner(args, data_dir: str) -> str:
+def _banner(args, data_dir: str, client_props: str | None = None) -> str:
     servers = ",".join(f"{args.host}:{args.port + i}" for i in range(args.nodes))
     return (
         f"raftlog is up: bootstrap servers {servers}, data in {data_dir}\n"
-        f"  raftlog topics create demo --bootstrap-server {args.host}:{args.port}\n"
+        f"  raftlog topics create demo --bootstrap-server {args.host}:{args.port}"
+        + (f" --command-config {client_props}\n  client properties (SASL_SSL, user "
+           f"admin): {client_props}\n" if client_props else "\n")
+        +
         f'  Producer(bootstrap_servers="{servers}")\n'
         + (f"  metrics: http://{args.host}:{args.metrics_port}/metrics"
            f"{f' .. port {args.metrics_port + args.nodes - 1}' if args.nodes > 1 else ''}\n"
