@@ -128,7 +128,8 @@ def node_factory(tmp_path):
     started: list[NodeProcess] = []
 
     def make(**extra) -> NodeProcess:
-        n = NodeProcess(str(tmp_path / f"node-{len(started) + 1}"), free_port(), extra=extra)
+        n = NodeProcess(str(tmp_path / f"factory-node-{len(started) + 1}"), free_port(),
+                        extra=extra)  # (not node-1: the `node` fixture's data dir)
         started.append(n.start())
         return n
 
