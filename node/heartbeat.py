@@ -146,6 +146,8 @@ class Heartbeats:
         out = self.liveness.fence_decisions(state, now)
         for b in state.brokers.values():
             last = self.liveness.last_heartbeat_ms.get(b.broker_id)
+            if b.broker_id in self.liveness.refused:
+                continue  # crashed: its last heartbeat is from before; only a new one counts
             if b.fenced and last is not None and now - last <= self.config.broker_heartbeat_interval_ms * 3:
                 out.append(R.UnfenceBroker(b.broker_id, b.incarnation_id))
         return out
