@@ -133,7 +133,9 @@ def _settle(admin: Admin, timeout_s: float = 60.0) -> None:
     while time.monotonic() < deadline:
         try:
             p = admin.describe_topic(TOPIC).partitions[0]
-            if len(p.isr) == 3 and p.leader >= 0:
+            # (and led by its preferred replica: the automatic rebalance moves it back
+            # there after a restart, and a round must kill the leader, not a follower)
+            if len(p.isr) == 3 and p.leader == p.replicas[0]:
                 return
         except Exception:  # noqa: BLE001 -- nodes restarting
             pass
