@@ -82,34 +82,19 @@ def node_properties(args, i: int, node_dir: str, controllers: int,
     return props
 
 
-def write_private(path: str, text: str) -> None:
-    """Replace ``path`` with ``text``, readable by the owner only (it may hold secrets)."""
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o600)  # (an older file of ours may have had other bits)
-    os.replace(tmp, path)
-
-
 def write_properties(path: str, props: dict[str, str]) -> None:
     lines = ["# Written by `raftlog up` (rewritten at each start); restart this node alone",
              f"# with: raftlog node --config {path}"]
     lines += [f"{k}={v}" for k, v in props.items()]
-    write_private(path, "\n".join(lines) + "\n")
+    filemodes.write_private(path, "\n".join(lines) + "\n")
 
 
 def password(data_dir: str) -> str:
     """The local cluster's Raft password: created once, readable by the owner only."""
-    path = os.path.join(data_dir, "raft.password")
-    if not os.path.exists(path):
-        import secrets
+    import secrets
 
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_hex(16))
-    with open(path) as f:
-        return f.read().strip()
+    return filemodes.stored_secret(os.path.join(data_dir, "raft.password"),
+                                   lambda: secrets.token_hex(16))
 
 
 class NodeOutput:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 import secrets
 
+from raftlog import filemodes
+
 from .cli_tls import DEFAULT_HOSTS, node_keystore, tls_init
 
 ADMIN_USER = "admin"
@@ -23,26 +25,6 @@ MECHANISM = "SCRAM-SHA-512"
 PASSWORD_FILE = "admin.password"
 CLIENT_PROPERTIES_FILE = "client.properties"
 TLS_DIR = "tls"
-
-
-def _admin_password(data_dir: str) -> str:
-    """Created once (0600), then read back: a restart keeps the stored credential valid."""
-    path = os.path.join(data_dir, PASSWORD_FILE)
-    if not os.path.exists(path):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_urlsafe(24))
-    with open(path, encoding="utf-8") as f:
-        password = f.read().strip()
-    assert password, path
-    return password
-
-
-def _write_private(path: str, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.chmod(path, 0o600)  # (an older file keeps its mode through O_TRUNC)
 
 
 def security_overrides(data_dir: str, n_nodes: int, *, host: str = "127.0.0.1",
@@ -63,7 +45,8 @@ def security_overrides(data_dir: str, n_nodes: int, *, host: str = "127.0.0.1",
     assert n_nodes >= 1, n_nodes
     hosts = DEFAULT_HOSTS if host in DEFAULT_HOSTS else (*DEFAULT_HOSTS, host)
     tls = tls_init(os.path.join(data_dir, TLS_DIR), n_nodes, hosts)
-    password = _admin_password(data_dir)
+    password = filemodes.stored_secret(os.path.join(data_dir, PASSWORD_FILE),
+                                       lambda: secrets.token_urlsafe(24))
     nodes = {}
     for i in range(1, n_nodes + 1):
         own = {
@@ -81,7 +64,7 @@ def security_overrides(data_dir: str, n_nodes: int, *, host: str = "127.0.0.1",
             own["kafka.listener"] = f"SASL_SSL://{host}:{kafka_port + i - 1}"
         nodes[i] = own
     props = os.path.join(data_dir, CLIENT_PROPERTIES_FILE)
-    _write_private(props, "\n".join([
+    filemodes.write_private(props, "\n".join([
         "# written by raftlog up --security: raftlog ... --command-config THIS_FILE",
         "security.protocol=SASL_SSL",
         f"ssl.truststore.location={tls.cafile}",

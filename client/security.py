@@ -17,10 +17,9 @@ from __future__ import annotations
 import os
 import socket
 import ssl
-import stat
 from dataclasses import dataclass
 
-from raftlog import scram
+from raftlog import filemodes, scram
 from raftlog.errors import ApiError, ErrorCode
 from raftlog.tls import TlsConfigError, client_context, describe_handshake_error
 
@@ -243,10 +242,10 @@ def _check_private(path: str, secrets: list[str]) -> None:
     if not secrets:
         return
     try:
-        mode = os.stat(path).st_mode
+        readable = filemodes.world_readable(path)
     except OSError as e:
         raise SecurityConfigError(f"cannot stat {path}: {e.strerror}") from None
-    if mode & stat.S_IROTH:
+    if readable:
         names = ", ".join(SECRET_OPTIONS[k] for k in secrets)
         raise SecurityConfigError(f"{path} holds a password ({names}) but every user can read "
                                   f"it: chmod 600 {path}")

@@ -12,9 +12,9 @@ from __future__ import annotations
 import functools
 import ipaddress
 import os
-import stat
 from dataclasses import dataclass, field, fields
 
+from raftlog import filemodes
 from raftlog import listeners as L
 from raftlog.errors import ConfigError, did_you_mean
 
@@ -694,10 +694,10 @@ def check_secret_file(path: str, secret_keys: list[str]) -> None:
     if not secret_keys:
         return
     try:
-        mode = os.stat(path).st_mode
+        readable = filemodes.world_readable(path)
     except OSError as e:
         raise ConfigError(f"cannot stat config file {path}: {e.strerror}") from None
-    if mode & stat.S_IROTH:
+    if readable:
         raise ConfigError(f"{path} holds {', '.join(secret_keys)} but is world-readable: "
                           f"chmod o-r {path}")
 

@@ -84,3 +84,32 @@ def open_entries(path: str) -> list[tuple[str, int]]:
         if not stat.S_ISLNK(st.st_mode) and st.st_mode & OPEN_BITS:
             out.append((p, stat.S_IMODE(st.st_mode)))
     return out
+
+
+def write_private(path: str, text: str) -> None:
+    """Replace ``path`` with ``text``, readable by the owner only (it may hold secrets):
+    written to a 0600 temp file, then renamed over it (an older file's mode goes too)."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.chmod(tmp, 0o600)  # (an older temp file keeps its mode through O_TRUNC)
+    os.replace(tmp, path)
+
+
+def stored_secret(path: str, make) -> str:
+    """The secret in ``path``: created once from ``make()`` (mode 0600), then read back,
+    so a restart keeps what was stored with it (a Raft password, a SCRAM credential)."""
+    if not os.path.exists(path):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(make())
+    with open(path, encoding="utf-8") as f:
+        secret = f.read().strip()
+    assert secret, path
+    return secret
+
+
+def world_readable(path: str) -> bool:
+    """Whether every user may read ``path``. Raises OSError (it cannot be stat'ed)."""
+    return bool(os.stat(path).st_mode & stat.S_IROTH)
