@@ -402,11 +402,12 @@ class Nemesis:
                     target[rnd.randrange(len(target))] = rnd.choice(others)
                 else:  # as many nodes as replicas: the same ones, another leader first
                     target = current[1:] + current[:1]
-            # a cancelled move is throttled (64 KiB/s) so that it is still under way
-            _start(admin, {tp: target}, 65536 if how == "cancel" else 0)
+            # a move to be cancelled is throttled to 1 KiB/s, so that it is still under
+            # way when the cancel arrives (at 64 KiB/s a young log was copied whole
+            # before it: nothing was left to cancel)
+            _start(admin, {tp: target}, CANCEL_THROTTLE if how == "cancel" else 0)
             desc = f"reassign {tp[0]}-{tp[1]} {current} -> {target}"
             if how == "cancel":
-                time.sleep(0.2)
                 r = admin.alter_partition_reassignments({tp: None})[0]
                 desc += " cancelled" if r.error == 0 else f" (cancel: {r.message})"
 
@@ -439,6 +440,11 @@ class Nemesis:
         except Exception as e:
             self.history.info(op, repr(e))
         self.log("nemesis: healed")
+
+
+#: Bytes/s a move that the ``cancel`` fault cancels may copy: a log of a few seconds of
+#: the workload's writes takes minutes at this rate.
+CANCEL_THROTTLE = 1024
 
 
 def _start(admin, moves: dict, throttle: int = 0) -> None:
