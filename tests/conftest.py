@@ -12,7 +12,20 @@ import pytest
 from raftlog.localnode import free_port, free_ports, node_command, spawn, wait_listening
 
 #: (free_port and free_ports are imported by the test modules from here)
-__all__ = ["free_port", "free_ports", "wait_for_port", "NodeProcess"]
+__all__ = ["free_port", "free_ports", "wait_for_port", "NodeProcess", "kafka_python_read"]
+
+
+def kafka_python_read(consumer, n: int, timeout_s: float = 30.0) -> list:
+    """The first ``n`` messages a kafka-python ``consumer`` polls, waiting for them up to
+    ``timeout_s`` (not ``consumer_timeout_ms``: on a loaded machine a consumer's join and
+    first fetch can take longer than its idle timeout, and it then returns nothing)."""
+    import time
+
+    got, deadline = [], time.monotonic() + timeout_s
+    while len(got) < n and time.monotonic() < deadline:
+        for recs in consumer.poll(timeout_ms=200).values():
+            got += recs
+    return got
 
 
 def wait_for_port(host: str, port: int, timeout_s: float = 20.0, proc=None) -> None:

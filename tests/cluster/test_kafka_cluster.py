@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from ..conftest import free_ports
+from ..conftest import free_ports, kafka_python_read
 from .cluster import LocalCluster, until
 
 kafka = pytest.importorskip("kafka")
@@ -82,10 +82,10 @@ def test_kafka_clients_against_three_nodes(tmp_path):
         assert set(seen) == set(range(300))  # every record; none lost
         desc = admin.describe_groups(["g3"])["g3"]
         assert desc["error"] is None
-        kc = KafkaConsumer(bootstrap_servers=bootstrap, consumer_timeout_ms=3000)
+        kc = KafkaConsumer(bootstrap_servers=bootstrap)
         kc.assign([KTP("rg", i) for i in range(3)])
         kc.seek_to_beginning()
-        assert sorted(int(m.value) for m in kc) == list(range(300))
+        assert sorted(int(m.value) for m in kafka_python_read(kc, 300)) == list(range(300))
         kc.close()
         admin.close()
     finally:

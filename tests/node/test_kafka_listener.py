@@ -11,7 +11,7 @@ import pytest
 
 from raftlog.client import Admin, Consumer, Producer, TopicPartition
 from raftlog.kafka_wire import FrameDecoder, decode_response, encode_request
-from tests.conftest import NodeProcess, free_ports
+from tests.conftest import NodeProcess, free_ports, kafka_python_read
 
 kafka = pytest.importorskip("kafka")
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer  # noqa: E402
@@ -53,9 +53,8 @@ def test_kafka_python_idempotent_acks_all_producer_and_consumer(knode):
     for part in (0, 1):  # offsets dense and in send order per partition
         assert sorted(m.offset for m in metas if m.partition == part) == \
             list(range(sum(m.partition == part for m in metas)))
-    c = KafkaConsumer("kp", bootstrap_servers=knode.kafka, auto_offset_reset="earliest",
-                      consumer_timeout_ms=3000)
-    got = [(m.key, m.value, m.headers) for m in c]
+    c = KafkaConsumer("kp", bootstrap_servers=knode.kafka, auto_offset_reset="earliest")
+    got = [(m.key, m.value, m.headers) for m in kafka_python_read(c, len(sent))]
     c.close()
     assert sorted(got) == sorted(sent)
     admin.close()
@@ -80,10 +79,11 @@ def test_records_cross_listeners_unchanged(knode):
         (0, b"from-kafka", b"v1", (("h", b"x"), ("e", b""))),
         (1, b"from-raftlog", b"v2", (("a", b"1"), ("n", None)))]
     assert recs[0].timestamp == 1_600_000_000_123
-    kc = KafkaConsumer(bootstrap_servers=knode.kafka, consumer_timeout_ms=3000)
+    kc = KafkaConsumer(bootstrap_servers=knode.kafka)
     kc.assign([KTP("cross", 0)])
     kc.seek_to_beginning()
-    seen = [(m.offset, m.key, m.value, tuple(m.headers), m.timestamp) for m in kc]
+    seen = [(m.offset, m.key, m.value, tuple(m.headers), m.timestamp)
+            for m in kafka_python_read(kc, 2)]
     by_time = kc.offsets_for_times({KTP("cross", 0): 1_600_000_000_124})  # (ListOffsets)
     kc.close()
     assert by_time[KTP("cross", 0)].offset == 1  # the first record at or after that time
@@ -101,11 +101,11 @@ def test_kafka_python_group_commits_and_resumes(knode):
     def member():
         return KafkaConsumer("grp", bootstrap_servers=knode.kafka, group_id="g-kp",
                              auto_offset_reset="earliest", enable_auto_commit=False,
-                             consumer_timeout_ms=3000, session_timeout_ms=6000,
+                             session_timeout_ms=6000,
                              heartbeat_interval_ms=500)
 
     c = member()
-    first = [m.value for m in c]
+    first = [m.value for m in kafka_python_read(c, 40)]
     assert sorted(first, key=int) == [b"%d" % i for i in range(40)]
     assert c.assignment() == {KTP("grp", 0), KTP("grp", 1)}
     c.commit()
@@ -118,7 +118,7 @@ def test_kafka_python_group_commits_and_resumes(knode):
         p.send("grp", value=b"%d" % i, partition=i % 2)
     p.close()
     c = member()
-    resumed = [m.value for m in c]  # only what came after the commit
+    resumed = [m.value for m in kafka_python_read(c, 4)]  # only what came after the commit
     c.close()
     assert sorted(resumed) == [b"40", b"41", b"42", b"43"]
     admin.close()
