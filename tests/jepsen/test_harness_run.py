@@ -1,4 +1,6 @@
-"""A short real run: 3 node processes, kill + pause + partition, queue workload (about 55 s)."""
+"""A short real run: 3 node processes, kill + pause + partition, queue workload (about
+35 s; seed 7 kills one node and the leader, pauses one and a minority, isolates the
+leader; test_security_run.py cuts a majority from a minority)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import pytest
 def test_short_run_is_valid(tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "raftlog.jepsen", "run", "--nodes", "3", "--workload", "queue",
-           "--nemesis", "kill,pause,partition", "--time", "40", "--rate", "100", "--seed", "7",
+           "--nemesis", "kill,pause,partition", "--time", "25", "--rate", "100", "--seed", "7",
            "--hold", "2,4", "--quiet", "1.5,3", "--out", str(out)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=170)
     results = json.loads((out / "results.json").read_text())

@@ -17,7 +17,7 @@ COMMON = ("--workload", "metadata", "--topics", "3", "--senders", "4")
 def test_metadata_run_with_kill_pause_and_partition_is_linearizable(tmp_path):
     # the schedule of test_harness_run's queue run: every kind of fault, each injected
     rc, results, err = run_harness(tmp_path / "run", *COMMON, "--nemesis",
-                                   "kill,pause,partition", "--time", "40", "--rate", "40",
+                                   "kill,pause,partition", "--time", "25", "--rate", "40",
                                    "--seed", "7", "--hold", "2,4", "--quiet", "1.5,3")
     assert rc == 0 and results["valid"] is True, (results.get("anomalies"), err)
     st = results["stats"]

@@ -15,7 +15,7 @@ import pytest
 def test_sasl_ssl_run_with_kill_and_partition_is_valid(tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "raftlog.jepsen", "run", "--nodes", "3", "--workload", "queue",
-           "--nemesis", "kill,partition", "--time", "30", "--rate", "100", "--seed", "19",
+           "--nemesis", "kill,partition", "--time", "20", "--rate", "100", "--seed", "19",
            "--hold", "2,4", "--quiet", "1.5,3", "--security-protocol", "SASL_SSL",
            "--out", str(out)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=170)
