@@ -486,15 +486,7 @@ class _ProducerIO:
         )
         self.pending = keep
         for b in expired:
-            self._fail(
-                b,
-                DeliveryTimeoutError(
-                    f"{b.topic}-{b.partition}: not acknowledged within delivery_timeout_ms "
-                    f"({self.p.delivery_timeout_s * 1000:.0f} ms) after {b.attempts} attempt(s)"
-                    + (f"; last error: {b.last_error}" if b.last_error is not None else ""),
-                    b.last_error,
-                ),
-            )
+            self._fail(b, self._delivery_timeout(b))
         if sendable and self.in_order and not self._ensure_producer_id():
             self.pending = deque(sorted([*sendable, *self.pending], key=lambda b: b.seq))
             return
@@ -548,6 +540,14 @@ class _ProducerIO:
                     self.p._complete(b, -1)
             else:
                 q.append((time.monotonic(), chunk))
+
+    def _delivery_timeout(self, b: ProducerBatch) -> DeliveryTimeoutError:
+        return DeliveryTimeoutError(
+            f"{b.topic}-{b.partition}: not acknowledged within delivery_timeout_ms "
+            f"({self.p.delivery_timeout_s * 1000:.0f} ms) after {b.attempts} attempt(s)"
+            + (f"; last error: {b.last_error}" if b.last_error is not None else ""),
+            b.last_error,
+        )
 
     def _encode(self, b: ProducerBatch) -> bytes:
         """The batch's bytes. With idempotence, the first encoding stamps the producer
@@ -758,6 +758,11 @@ class _ProducerIO:
                 0.0 if isinstance(err, LeaderMovedError) else self.p.retry_backoff_s)
             self.pending.append(b)
             return
+        if retriable and b.attempts <= self.p.retries and b.storage_errors == 0:
+            # a retriable error that came after the delivery timeout: the batch timed
+            # out, as one still queued for its retry would have (the error is last_error;
+            # a storage error keeps its KafkaStorageError and what it says was written)
+            err = self._delivery_timeout(b)
         self._fail(b, err)
 
     def _fail(self, b: ProducerBatch, err: BaseException) -> None:
