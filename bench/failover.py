@@ -80,10 +80,10 @@ class Cluster:
 
 
 class Stamps:
-    """A paced producer thread: send times and acknowledgement times."""
+    """A paced producer thread: (send time, acknowledgement time) of every record."""
 
     def __init__(self, bootstrap: str, rate: int):
-        self.acks: list[float] = []
+        self.acks: list[tuple[float, float]] = []
         self.errors = 0
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -94,25 +94,27 @@ class Stamps:
         with Producer(bootstrap) as p:
             interval, nxt = 1.0 / rate, time.monotonic()
             while not self._stop.is_set():
+                sent = time.monotonic()
                 fut = p.send(TOPIC, b"x" * 100, partition=0)
-                fut.add_done_callback(self._done)
+                fut.add_done_callback(lambda f, sent=sent: self._done(f, sent))
                 nxt += interval
                 time.sleep(max(0.0, nxt - time.monotonic()))
 
-    def _done(self, fut) -> None:
+    def _done(self, fut, sent: float) -> None:
         now = time.monotonic()
         with self._lock:
             if fut.exception() is None:
-                self.acks.append(now)
+                self.acks.append((sent, now))
             else:
                 self.errors += 1
 
     def first_ack_after(self, t: float, timeout_s: float = ROUND_TIMEOUT_S) -> float:
-        """Seconds from ``t`` to the first acknowledgement after it."""
+        """Seconds from ``t`` to the first acknowledgement of a record sent after it (an
+        answer the old leader wrote just before the fault is not a failover)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             with self._lock:
-                later = [a for a in self.acks[-5000:] if a > t]
+                later = [a for sent, a in self.acks[-5000:] if sent > t]
             if later:
                 return min(later) - t
             time.sleep(0.005)
@@ -124,19 +126,31 @@ class Stamps:
         self._thread.join(30)
 
 
-def _leader(admin: Admin) -> int:
-    return admin.describe_topic(TOPIC).partitions[0].leader
+def _views(c: Cluster) -> set:
+    """(leader, leader epoch, ISR, preferred replica) of the partition as each node
+    reports it (one Admin per node: a node that was just paused or restarted may
+    answer from a stale copy for a moment, and must not pick a round's victim)."""
+    out = set()
+    for port in c.ports.values():
+        with Admin(f"127.0.0.1:{port}") as admin:
+            p = admin.describe_topic(TOPIC).partitions[0]
+            out.add((p.leader, p.leader_epoch, tuple(sorted(p.isr)), p.replicas[0]))
+    return out
 
 
-def _settle(admin: Admin, timeout_s: float = 60.0) -> None:
+def _settle(c: Cluster, timeout_s: float = 60.0) -> int:
+    """Wait until every node reports one view: three in-sync replicas, led by the
+    preferred replica; returns that leader."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            p = admin.describe_topic(TOPIC).partitions[0]
-            # (and led by its preferred replica: the automatic rebalance moves it back
-            # there after a restart, and a round must kill the leader, not a follower)
-            if len(p.isr) == 3 and p.leader == p.replicas[0]:
-                return
+            views = _views(c)
+            # (led by its preferred replica: the automatic rebalance moves it back there
+            # after a restart, and a round must kill the leader, not a follower)
+            if len(views) == 1:
+                leader, _epoch, isr, preferred = next(iter(views))
+                if len(isr) == 3 and leader == preferred:
+                    return leader
         except Exception:  # noqa: BLE001 -- nodes restarting
             pass
         time.sleep(0.1)
@@ -151,12 +165,12 @@ def bench(kills: int, pauses: int, rate: int, extra: dict | None = None) -> dict
         while len(admin.describe_cluster().brokers) < 3 and time.monotonic() < deadline:
             time.sleep(0.1)
         admin.create_topic(TOPIC, partitions=1, replication_factor=3)
-        _settle(admin)
+        admin.close()
+        leader = _settle(c)
         s = Stamps(c.bootstrap, rate)
         s.first_ack_after(time.monotonic())
         kill_s, pause_s = [], []
         for _ in range(kills):
-            leader = _leader(admin)
             t = time.monotonic()
             c.procs[leader].send_signal(signal.SIGKILL)
             kill_s.append(s.first_ack_after(t))
@@ -164,9 +178,9 @@ def bench(kills: int, pauses: int, rate: int, extra: dict | None = None) -> dict
                   file=sys.stderr, flush=True)
             c.procs[leader].wait()
             c.start(leader)
-            _settle(admin)
+            leader = _settle(c)
+            s.first_ack_after(time.monotonic())  # the producer writes to that leader again
         for _ in range(pauses):
-            leader = _leader(admin)
             t = time.monotonic()
             c.procs[leader].send_signal(signal.SIGSTOP)
             try:
@@ -175,9 +189,9 @@ def bench(kills: int, pauses: int, rate: int, extra: dict | None = None) -> dict
                       file=sys.stderr, flush=True)
             finally:
                 c.procs[leader].send_signal(signal.SIGCONT)
-            _settle(admin)
+            leader = _settle(c)
+            s.first_ack_after(time.monotonic())
         s.stop()
-        admin.close()
         out = {"rate": rate, "acks": len(s.acks), "errors": s.errors, "kills": kills,
                "kill_to_ack_s": [round(x, 3) for x in kill_s],
                "pause_to_ack_s": [round(x, 3) for x in pause_s]}

@@ -60,6 +60,7 @@ class ProducerBatch:
         "last_error",
         "storage_errors",
         "storage_refusals",
+        "leader_epoch",
     )
 
     def __init__(self, topic: str, partition: int, deadline: float, ts_ms: int, seq: int = 0):
@@ -82,6 +83,7 @@ class ProducerBatch:
         self.last_error: BaseException | None = None  # the latest retriable error it met
         self.storage_errors = 0  # KAFKA_STORAGE_ERROR answers so far (see producer.py)
         self.storage_refusals = 0  # of those, answers that appended nothing
+        self.leader_epoch = -1  # the partition's leader epoch its latest attempt went under
 
     def __len__(self) -> int:
         return len(self.values) if self.values is not None else -1

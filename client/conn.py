@@ -26,6 +26,9 @@ MAX_METADATA_ATTEMPTS = 10
 METADATA_BACKOFF_S = 0.1
 #: How long a lookup of an unknown topic keeps refreshing metadata before failing.
 UNKNOWN_TOPIC_WAIT_S = 2.0
+#: How long a node stays a suspect (metadata is asked elsewhere first) after a request
+#: to it went unanswered for too long (client/stale.py), unless it answers meanwhile.
+SUSPECT_S = 10.0
 
 
 def parse_servers(servers: str | list[str]) -> list[tuple[str, int]]:
@@ -127,9 +130,9 @@ class BrokerConnection:
             n = self.sock.recv_into(self._rbuf)
         except OSError as e:
             self.close()
-            raise BrokerNotAvailableError(
-                f"receive from {self.host}:{self.port} failed: {e}"
-            ) from None
+            err = BrokerNotAvailableError(f"receive from {self.host}:{self.port} failed: {e}")
+            err.timed_out = isinstance(e, TimeoutError)  # (socket.timeout is TimeoutError)
+            raise err from None
         if not n:
             self.close()
             raise BrokerNotAvailableError(
@@ -208,11 +211,21 @@ class Cluster:
         metadata_attempts: int = MAX_METADATA_ATTEMPTS,
         unknown_topic_wait_s: float = UNKNOWN_TOPIC_WAIT_S,
         security=None,
+        metadata_timeout_s: float | None = None,
     ):
-        """``metadata_attempts`` and ``unknown_topic_wait_s`` bound how long one lookup
-        blocks; a background I/O thread with its own retry loop sets them to 1 and 0."""
+        """``metadata_attempts``, ``unknown_topic_wait_s`` and ``metadata_timeout_s``
+        (default ``timeout_s``) bound how long one lookup blocks; a background I/O
+        thread with its own retry loop sets them to 1, 0 and a few seconds."""
         self.bootstrap = parse_servers(bootstrap_servers)
         self.timeout_s = timeout_s
+        self.metadata_timeout_s = timeout_s if metadata_timeout_s is None else metadata_timeout_s
+        #: bumped by every metadata answer (the I/O threads compare in-flight requests
+        #: with a newer view: client/stale.py)
+        self.version = 0
+        #: (host, port) -> monotonic time until which metadata is asked elsewhere first:
+        #: nodes that left a request unanswered too long (a hung node still accepts
+        #: connections, and a metadata request to it would block for the timeout)
+        self.suspects: dict[tuple[str, int], float] = {}
         self.security = security  # client/security.py ClientSecurity or None
         self.metadata_attempts = metadata_attempts
         self.unknown_topic_wait_s = unknown_topic_wait_s
@@ -228,7 +241,9 @@ class Cluster:
     def any_connection(self, avoid=()) -> BrokerConnection:
         """A live connection to some node: a known broker first, else a bootstrap server.
         Nodes at the (host, port) addresses in ``avoid`` (just found not ready) are
-        taken only when no other node is reachable."""
+        taken only when no other node is reachable, and so are suspects (``suspect``)."""
+        now = time.monotonic()
+        avoid = set(avoid) | {a for a, until in self.suspects.items() if until > now}
         for conn in self._conns.values():  # (not one with pipelined requests in flight)
             if (not conn.in_flight and (conn.host, conn.port) not in avoid
                     and not conn.closed_by_node()):
@@ -249,6 +264,15 @@ class Cluster:
             except BrokerNotAvailableError as e:
                 errors.append(str(e))
         raise BrokerNotAvailableError("no node reachable: " + "; ".join(errors))
+
+    def suspect(self, addr: tuple[str, int], for_s: float = SUSPECT_S) -> None:
+        """``addr`` left a request unanswered too long: ask others for metadata first."""
+        self.suspects[addr] = time.monotonic() + for_s
+
+    def clear_suspect(self, addr: tuple[str, int]) -> None:
+        """``addr`` answered: it is not hung."""
+        if self.suspects:
+            self.suspects.pop(addr, None)
 
     def open_connection(self, broker_id: int) -> BrokerConnection | None:
         """The connection to ``broker_id`` if one is open (never connects)."""
@@ -281,13 +305,17 @@ class Cluster:
         last: Exception | None = None
         avoid: set = set()
         for attempt in range(self.metadata_attempts):
+            conn = None
             try:
                 conn = self.any_connection(avoid)
-                frame = conn.request(Api.METADATA, {"topics": topics}, timeout_s=self.timeout_s)
+                frame = conn.request(Api.METADATA, {"topics": topics},
+                                     timeout_s=self.metadata_timeout_s)
                 self._update(frame.header)
                 return frame.header
             except BrokerNotAvailableError as e:
                 last = e
+                if conn is not None and getattr(e, "timed_out", False):
+                    self.suspect((conn.host, conn.port))  # hung: ask another next time
             except ApiError as e:
                 if e.code is not ErrorCode.BROKER_NOT_AVAILABLE:
                     raise
@@ -301,6 +329,7 @@ class Cluster:
         raise BrokerNotAvailableError(f"metadata refresh failed: {last}")
 
     def _update(self, h: dict) -> None:
+        self.version += 1
         self.brokers = {b.node_id: (b.host, b.port) for b in h["brokers"]}
         self.controller_id = h.get("controller_id", -1)
         self.cluster_id = h.get("cluster_id", "")

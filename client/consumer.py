@@ -36,6 +36,7 @@ from .errors import (
 from .offsets import list_offsets_strict, requests_by_leader
 from .options import check_options
 from .security import ClientSecurity
+from .stale import IO_METADATA_TIMEOUT_S, Recheck, ResponseClock, moved
 from .types import ConsumerGroupMetadata, OffsetAndTimestamp, TopicPartition
 
 #: Record lists buffered ahead of poll() at most.
@@ -601,12 +602,18 @@ class _Fetcher:
             metadata_attempts=1,
             unknown_topic_wait_s=0,
             security=consumer.security,
+            metadata_timeout_s=min(consumer.request_timeout_s, IO_METADATA_TIMEOUT_S),
         )
+        #: A fetch unanswered far longer than its long-poll wait: look whether its
+        #: partitions moved off a hung leader (client/stale.py).
+        self.clock = ResponseClock(cap_s=consumer.request_timeout_s / 2)
+        self.recheck = Recheck(FETCH_ERROR_BACKOFF_S)
+        self._seen_version = self.cluster.version
         # ListOffsets for out-of-range resets on connections with no fetch in flight
         self.offsets_cluster = Cluster(consumer._cluster.bootstrap, consumer.request_timeout_s,
                                        security=consumer.security)
         self.sel = selectors.DefaultSelector()
-        #: leader id -> (conn, generation, partitions, positions, sent_at)
+        #: leader id -> (conn, generation, partitions, positions, sent_at, leader epochs)
         self.in_flight: dict[int, tuple] = {}
         # A byte on this pair wakes whoever is in select (poll() taking the I/O over,
         # close()).
@@ -706,7 +713,8 @@ class _Fetcher:
             ],
         }
         conn.send(Api.FETCH, fields)
-        self.in_flight[leader] = (conn, gen, tps, positions, time.monotonic())
+        epochs = [_epoch(self.cluster, tp) for tp in tps]
+        self.in_flight[leader] = (conn, gen, tps, positions, time.monotonic(), epochs)
         try:
             self.sel.register(conn.sock, selectors.EVENT_READ, leader)
         except KeyError:
@@ -738,15 +746,44 @@ class _Fetcher:
     def _check_timeouts(self) -> None:
         limit = self.cluster.timeout_s
         now = time.monotonic()
-        for conn, *_, sent_at in list(self.in_flight.values()):
+        for conn, _gen, _tps, _pos, sent_at, _epochs in list(self.in_flight.values()):
             if now - sent_at > limit:
+                self.cluster.suspect((conn.host, conn.port))
                 raise BrokerNotAvailableError(
                     f"{conn.host}:{conn.port} did not answer a fetch within {limit}s"
                 )
+        self._check_stale(now)
+
+    def _check_stale(self, now: float) -> None:
+        """A fetch unanswered far longer than its long-poll wait: refresh its partitions'
+        metadata (from another node) every FETCH_ERROR_BACKOFF_S while it waits; when
+        the metadata shows them led elsewhere at a newer epoch, drop the connection to
+        the stale node (the next FETCH goes to the new leader). See client/stale.py."""
+        wait_s = self.c.fetch_max_wait_ms / 1000
+        overdue = [(conn, tps) for conn, _gen, tps, _pos, sent_at, _e in self.in_flight.values()
+                   if self.clock.overdue(sent_at, now, wait_s)]
+        if overdue and self.recheck.due(now):
+            for conn, _ in overdue:
+                self.cluster.suspect((conn.host, conn.port))
+            try:
+                self.cluster.refresh(sorted({tp.topic for _, tps in overdue for tp in tps}))
+            except (ApiError, BrokerNotAvailableError):
+                pass  # no other node answered: look again after the next interval
+        if self.cluster.version == self._seen_version:
+            return
+        self._seen_version = self.cluster.version
+        for leader, (conn, _gen, tps, _pos, _at, epochs) in list(self.in_flight.items()):
+            sent = ((tp.topic, tp.partition, e) for tp, e in zip(tps, epochs))
+            if moved(self.cluster.topics, leader, sent) is not None:
+                del self.in_flight[leader]
+                self._unregister(conn)
+                conn.close()
 
     def _on_response(self, leader: int, frame) -> None:
-        conn, gen, tps, positions, _ = self.in_flight.pop(leader)
+        conn, gen, tps, positions, sent_at, _ = self.in_flight.pop(leader)
         self._unregister(conn)
+        self.clock.observe(time.monotonic() - sent_at - self.c.fetch_max_wait_ms / 1000)
+        self.cluster.clear_suspect((conn.host, conn.port))
         h = frame.header
         if h.get("error"):
             raise api_error(h["error"], h.get("message", ""))
@@ -797,6 +834,11 @@ class _Fetcher:
             if gen == c._generation:
                 c._positions[tp] = off
                 c._reset_fetch_locked()
+
+
+def _epoch(cluster: Cluster, tp: TopicPartition) -> int:
+    meta = (cluster.topics.get(tp.topic) or {}).get(tp.partition)
+    return meta.leader_epoch if meta is not None else -1
 
 
 def _decode_fetch(frame, tps: list, positions: dict) -> tuple[list, list, list]:

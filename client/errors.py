@@ -13,6 +13,12 @@ class BrokerNotAvailableError(ClientError):
     """No broker could be reached (all bootstrap servers or the leader are down)."""
 
 
+class LeaderMovedError(BrokerNotAvailableError):
+    """A request waited on a node that newer metadata no longer names as its partition's
+    leader (a hung or partitioned old leader): the connection was dropped and the
+    request goes to the new leader (client/stale.py)."""
+
+
 class ProducerClosedError(ClientError):
     """send() after close()."""
 

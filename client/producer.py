@@ -33,6 +33,7 @@ from .errors import (
     BrokerNotAvailableError,
     DeliveryTimeoutError,
     KafkaStorageError,
+    LeaderMovedError,
     UnknownTopicOrPartitionError,
     api_error,
 )
@@ -40,6 +41,7 @@ from .future import RecordFuture
 from .options import check_options
 from .partitioner import StickyPartitioner, partition_for_key
 from .security import ClientSecurity
+from .stale import IO_METADATA_TIMEOUT_S, Recheck, ResponseClock, moved
 
 #: In-flight requests per connection at most with idempotence (what the nodes retain).
 MAX_IN_FLIGHT_IDEMPOTENT = BATCHES_RETAINED
@@ -165,6 +167,7 @@ class Producer:
         self._io_cluster = Cluster(
             bootstrap_servers, self.request_timeout_s, metadata_attempts=1, unknown_topic_wait_s=0,
             security=self.security,
+            metadata_timeout_s=min(self.request_timeout_s, IO_METADATA_TIMEOUT_S),
         )
         self._sticky = StickyPartitioner()
 
@@ -391,6 +394,11 @@ class _ProducerIO:
         #: retention is no error), so a second batch must not overtake a failed first.
         self.acked: set[tuple[str, int]] = set()
         self._pid_retry_at = 0.0
+        #: A request unanswered far longer than usual: look whether its partitions moved
+        #: (client/stale.py), every retry_backoff_ms while it waits.
+        self.clock = ResponseClock(cap_s=self.p.request_timeout_s / 2)
+        self.recheck = Recheck(max(self.p.retry_backoff_s, 0.01))
+        self._seen_version = self.cluster.version
 
     def loop(self) -> None:
         lock = self.p._io_lock
@@ -478,15 +486,7 @@ class _ProducerIO:
         )
         self.pending = keep
         for b in expired:
-            self._fail(
-                b,
-                DeliveryTimeoutError(
-                    f"{b.topic}-{b.partition}: not acknowledged within delivery_timeout_ms "
-                    f"({self.p.delivery_timeout_s * 1000:.0f} ms) after {b.attempts} attempt(s)"
-                    + (f"; last error: {b.last_error}" if b.last_error is not None else ""),
-                    b.last_error,
-                ),
-            )
+            self._fail(b, self._delivery_timeout(b))
         if sendable and self.in_order and not self._ensure_producer_id():
             self.pending = deque(sorted([*sendable, *self.pending], key=lambda b: b.seq))
             return
@@ -497,6 +497,7 @@ class _ProducerIO:
             except (ApiError, BrokerNotAvailableError) as e:
                 self._retry_or_fail(b, e)
                 continue
+            b.leader_epoch = self.cluster.topics[b.topic][b.partition].leader_epoch
             by_leader.setdefault(leader, []).append(b)
         for leader, batches in by_leader.items():
             self._send_to(leader, batches)
@@ -539,6 +540,14 @@ class _ProducerIO:
                     self.p._complete(b, -1)
             else:
                 q.append((time.monotonic(), chunk))
+
+    def _delivery_timeout(self, b: ProducerBatch) -> DeliveryTimeoutError:
+        return DeliveryTimeoutError(
+            f"{b.topic}-{b.partition}: not acknowledged within delivery_timeout_ms "
+            f"({self.p.delivery_timeout_s * 1000:.0f} ms) after {b.attempts} attempt(s)"
+            + (f"; last error: {b.last_error}" if b.last_error is not None else ""),
+            b.last_error,
+        )
 
     def _encode(self, b: ProducerBatch) -> bytes:
         """The batch's bytes. With idempotence, the first encoding stamps the producer
@@ -624,7 +633,9 @@ class _ProducerIO:
 
     def _on_response(self, conn: BrokerConnection, frame) -> None:
         q = self.in_flight.get(conn)
-        _, chunk = q.popleft()
+        sent_at, chunk = q.popleft()
+        self.clock.observe(time.monotonic() - sent_at)
+        self.cluster.clear_suspect((conn.host, conn.port))
         if not q:
             self._unregister(conn)
         for b in chunk:
@@ -671,20 +682,56 @@ class _ProducerIO:
         lost = [b for _, chunk in self.in_flight.pop(conn, ()) for b in chunk]
         for b in lost:
             self._landed(b)
+        # (in creation order: with idempotence they are re-sent in sequence order)
         for b in lost + list(extra):
             self._retry_or_fail(b, err)
-        self.cluster.topics.clear()  # leaders may have moved
+        if not isinstance(err, LeaderMovedError):
+            self.cluster.topics.clear()  # leaders may have moved
 
     def _check_request_timeouts(self) -> None:
         now = time.monotonic()
         for conn, q in list(self.in_flight.items()):
             if q and now - q[0][0] > self.p.request_timeout_s:
+                self.cluster.suspect((conn.host, conn.port))
                 self._on_connection_lost(
                     conn,
                     BrokerNotAvailableError(
                         f"{conn.host}:{conn.port} did not answer within request_timeout_ms"
                     ),
                 )
+        self._check_stale(now)
+
+    def _check_stale(self, now: float) -> None:
+        """A request outstanding far longer than usual: refresh its partitions' metadata
+        (from another node) every retry_backoff_ms while it waits. Whenever the metadata
+        is newer than last looked at (that refresh, or one after NOT_LEADER on another
+        request), drop each connection whose requests' partitions have a new leader,
+        and send their batches there (client/stale.py)."""
+        overdue = [conn for conn, q in self.in_flight.items()
+                   if q and self.clock.overdue(q[0][0], now)]
+        if overdue and self.recheck.due(now):
+            for conn in overdue:
+                self.cluster.suspect((conn.host, conn.port))
+            topics = sorted({b.topic for conn in overdue
+                             for _, chunk in self.in_flight[conn] for b in chunk})
+            try:
+                self.cluster.refresh(topics)
+            except (ApiError, BrokerNotAvailableError):
+                pass  # no other node answered: look again after the next interval
+        if self.cluster.version == self._seen_version:
+            return
+        self._seen_version = self.cluster.version
+        for conn, q in list(self.in_flight.items()):
+            if not q:
+                continue
+            m = moved(self.cluster.topics, conn.node_id,
+                      ((b.topic, b.partition, b.leader_epoch) for _, chunk in q for b in chunk))
+            if m is not None:
+                topic, partition, leader, epoch = m
+                self._on_connection_lost(conn, LeaderMovedError(
+                    f"node {conn.node_id} ({conn.host}:{conn.port}) left a request "
+                    f"unanswered and no longer leads {topic}-{partition} (node {leader} "
+                    f"does, epoch {epoch}): sent there instead"))
 
     def _retry_or_fail(self, b: ProducerBatch, err: Exception) -> None:
         retriable = isinstance(err, BrokerNotAvailableError) or (
@@ -703,12 +750,19 @@ class _ProducerIO:
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                 ErrorCode.LEADER_NOT_AVAILABLE,
                 ErrorCode.FENCED_LEADER_EPOCH,
-            ):
+            ) and not isinstance(err, LeaderMovedError):
                 # the leader moved or died: look it up again before the retry
                 self.cluster.topics.pop(b.topic, None)
-            b.retry_at = time.monotonic() + self.p.retry_backoff_s
+            # (a batch taken off a stale leader goes to the new one at once: KIP-951)
+            b.retry_at = time.monotonic() + (
+                0.0 if isinstance(err, LeaderMovedError) else self.p.retry_backoff_s)
             self.pending.append(b)
             return
+        if retriable and b.attempts <= self.p.retries and b.storage_errors == 0:
+            # a retriable error that came after the delivery timeout: the batch timed
+            # out, as one still queued for its retry would have (the error is last_error;
+            # a storage error keeps its KafkaStorageError and what it says was written)
+            err = self._delivery_timeout(b)
         self._fail(b, err)
 
     def _fail(self, b: ProducerBatch, err: BaseException) -> None:

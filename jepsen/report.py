@@ -1,4 +1,5 @@
-"""results.json, report.html and the timeline PNG (latency over time, nemesis shaded)."""
+"""results.json, report.html and the timeline PNG: latency over time, and successful
+operations per second (jepsen/availability.py), faults shaded on both panels."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import html
 import json
 import os
 
+from .availability import BIN_S, fault_windows, ok_per_second
 from .checkers import pairs
 
 
@@ -23,22 +25,7 @@ def latency_points(history: list[dict]) -> list[tuple[float, float, str, str]]:
 def nemesis_windows(history: list[dict]) -> list[tuple[float, float, str]]:
     """(start s, end s, label) of every fault, from the nemesis process's ops: a ``start``
     op opens a window, the next ``stop`` closes it (the end of the run otherwise)."""
-    end = history[-1]["time"] / 1e9 if history else 0.0
-    windows, open_ = [], None
-    for inv, comp in pairs(history):
-        if inv["process"] != "nemesis":
-            continue
-        t = (comp or inv)["time"] / 1e9
-        if inv["f"] == "start" and comp is not None and comp["type"] == "ok":
-            if open_ is not None:
-                windows.append((open_[0], t, open_[1]))
-            open_ = (t, str(comp.get("value")))
-        elif inv["f"] == "stop" and open_ is not None:
-            windows.append((open_[0], t, open_[1]))
-            open_ = None
-    if open_ is not None:
-        windows.append((open_[0], end, open_[1]))
-    return windows
+    return [(w["start"], w["end"], w["what"]) for w in fault_windows(history)]
 
 
 def percentiles(xs: list[float]) -> dict:
@@ -79,9 +66,11 @@ def plot_timeline(history: list[dict], path: str) -> str | None:
     except ImportError:
         return None
     pts = latency_points(history)
-    fig, ax = plt.subplots(figsize=(12, 5), dpi=100)
+    fig, (ax, ax_ok) = plt.subplots(2, 1, figsize=(12, 8), dpi=100, sharex=True,
+                                    gridspec_kw={"height_ratios": [5, 3]})
     for a, b, label in nemesis_windows(history):
-        ax.axvspan(a, b, color="tab:red", alpha=0.12)
+        for panel in (ax, ax_ok):
+            panel.axvspan(a, b, color="tab:red", alpha=0.12)
         ax.text(a, 1.0, label[:30], transform=ax.get_xaxis_transform(), fontsize=7,
                 va="top", rotation=90, color="tab:red")
     colors = {"ok": "tab:blue", "info": "tab:orange", "fail": "tab:red"}
@@ -95,11 +84,20 @@ def plot_timeline(history: list[dict], path: str) -> str | None:
         ax.scatter(xs, ys, s=4, c=colors.get(typ, "gray"), marker=markers.get(f, "o"),
                    label=f"{f} {typ}", alpha=0.6, linewidths=0)
     ax.set_yscale("log")
-    ax.set_xlabel("time since start (s)")
     ax.set_ylabel("latency (ms)")
     ax.set_title("operation latency; shaded: faults")
     if groups:
         ax.legend(loc="upper right", fontsize=7, markerscale=3)
+    rates = ok_per_second(history)
+    for f, bins in rates.items():  # (the last bin drawn to its end)
+        xs = [t for t, _ in bins] + [bins[-1][0] + BIN_S]
+        ys = [n for _, n in bins] + [bins[-1][1]]
+        ax_ok.step(xs, ys, where="post", label=f"{f} ok", linewidth=1)
+    ax_ok.set_xlabel("time since start (s)")
+    ax_ok.set_ylabel("ok operations / s")
+    ax_ok.set_title("successful operations per second (availability); shaded: faults")
+    if rates:
+        ax_ok.legend(loc="upper right", fontsize=7)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -112,6 +110,39 @@ def write_results(out_dir: str, results: dict) -> str:
         json.dump(results, f, indent=2, sort_keys=True, default=repr)
         f.write("\n")
     return path
+
+
+def _availability_html(av: dict | None) -> list[str]:
+    """The availability table: per fault kind, then per window (jepsen/availability.py)."""
+    if not av or not av.get("fault_free"):
+        return []
+    e = html.escape
+
+    def pct(x):
+        return "-" if x is None else f"{100 * x:.0f}%"
+
+    def row(name, d, extra=""):
+        send = (d.get("by_f") or {}).get("send", {})
+        return (f"<tr><td>{e(name)}</td><td>{extra}</td><td>{d['seconds']:.1f}</td>"
+                f"<td>{d['ok_per_s']}</td><td>{pct(d.get('availability'))}</td>"
+                f"<td>{pct(send.get('availability'))}</td><td>{pct(d['ok_fraction'])}</td></tr>")
+
+    out = ["<h2>Availability</h2>",
+           "<p>ok operations per second during each fault, as a share of the fault-free "
+           "rate (send: sends only); ok fraction: of the operations started in the span, "
+           "the share that succeeded.</p>",
+           "<table><tr><th>span</th><th>windows / what</th><th>seconds</th><th>ok/s</th>"
+           "<th>availability</th><th>send availability</th><th>ok fraction</th></tr>",
+           row("fault-free", av["fault_free"])]
+    for kind, d in av.get("by_kind", {}).items():
+        out.append(row(f"all {kind}", d, str(d["windows"])))
+    if av.get("faults"):
+        out.append(row("all faults", av["faults"]))
+    out.append(row("overall", av["overall"]))
+    for w in av.get("windows", []):
+        out.append(row(f"{w['kind']} @{w['start']:.1f}s", w, e(w["what"][:60])))
+    out.append("</table>")
+    return out
 
 
 def write_report(out_dir: str, history: list[dict], results: dict) -> str:
@@ -143,6 +174,7 @@ def write_report(out_dir: str, history: list[dict], results: dict) -> str:
             parts.append(f"<h3>{e(name)}</h3><pre>{e(json.dumps(ex[:5], indent=1, default=repr))}</pre>")
     else:
         parts.append("<p>none</p>")
+    parts += _availability_html(results.get("availability"))
     if png:
         parts.append("<h2>Timeline</h2><img src='timeline.png' width=1200>")
     else:

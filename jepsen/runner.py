@@ -11,6 +11,7 @@ import threading
 import time
 
 from . import checkers, report
+from .availability import availability
 from .disks import DISK_MB
 from .history import History
 from .lazyfs import LazyFSUnavailable
@@ -621,7 +622,7 @@ def run(args) -> int:
                         f"{counts['lost-unsynced']} lost-unsynced {unsynced_by_kind}; "
                         f"see notes")
     results = {"valid": valid, "anomalies": trimmed, "stats": st, "warnings": warnings,
-               "notes": notes,
+               "notes": notes, "availability": availability(ops),
                "allowed_anomalies": sorted(checkers.ALLOWED.get(args.workload, ())),
                "config": config, "schedule": events}
     report.write_results(out, results)
@@ -644,6 +645,10 @@ def run(args) -> int:
         log(f"lost-unsynced: {counts['lost-unsynced']} {unsynced_by_kind} -- the documented "
             f"loss of a power loss of every node with flush.messages not 1 (not counted "
             f"against validity)")
+    av = results["availability"]
+    if av.get("by_kind"):
+        log("availability (ok operations/s vs fault-free): " + ", ".join(
+            f"{k} {v['availability']}" for k, v in av["by_kind"].items()))
     log(f"{'VALID' if valid else 'INVALID'}: anomalies {counts or 'none'}; "
         f"{st['acknowledged_sends']} acknowledged sends; results in {out}/results.json")
     return 0 if valid else 1

@@ -30,3 +30,13 @@ def test_short_run_is_valid(tmp_path):
     assert {e["kind"] for e in results["schedule"]} == {"kill", "pause", "partition"}
     assert len(st["nemesis"]) == len(results["schedule"]), "a scheduled fault was not injected"
     assert all(r["reached"] for r in st["final_reads"].values())
+    # availability: every injected fault has its window, each kind its summary, compared
+    # with a fault-free rate the run did achieve
+    av = results["availability"]
+    assert av["fault_free"]["ok_per_s"] > 0 and av["fault_free"]["seconds"] > 0
+    assert len(av["windows"]) == len(st["nemesis"])
+    assert set(av["by_kind"]) == {e["kind"] for e in results["schedule"]}
+    for w in av["windows"]:
+        assert w["availability"] is not None and w["availability"] >= 0, w
+    assert av["overall"]["ok"] >= st["acknowledged_sends"]
+    assert "<h2>Availability</h2>" in (out / "report.html").read_text()
