@@ -149,3 +149,17 @@ def node_factory(tmp_path):
     yield make
     for n in started:
         n.stop()
+
+
+#: Tests that run one after another on one pytest-xdist worker (the README's test command
+#: runs two workers): multi-process clusters, Spark, the harness, ansible and the README's
+#: own blocks (which use the README's fixed ports), so that at most one of them loads the
+#: machine at a time while the other worker takes the many short tests.
+SERIAL_DIRS = ("jepsen", "deploy", "docs")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        parts = item.nodeid.split("/")
+        if item.get_closest_marker("slow") or (len(parts) > 1 and parts[1] in SERIAL_DIRS):
+            item.add_marker(pytest.mark.xdist_group("serial"))
