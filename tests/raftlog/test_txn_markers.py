@@ -180,3 +180,36 @@ def test_a_log_refuses_control_and_transactional_batches_from_producers(tmp_path
             log.append(data)
     assert log.log_end_offset == 1
     log.close()
+
+
+def test_compaction_keeps_every_marker_and_the_transactional_bit(tmp_path):
+    from raftlog.config import LogConfig
+
+    log = PartitionLog.open(str(tmp_path / "p"), LogConfig(segment_bytes=1024,
+                                                           cleanup_policy="compact"))
+    commit_key = encode_marker(EndTxnMarker(ControlType.COMMIT, 0))[0]
+    offset, batches = 0, []
+    for i in range(12):  # transactional pairs (k, <commit key>) each closed by a marker
+        batches.append(rl.encode_batch([b"v%d" % i, b"w%d" % i], [b"k", commit_key],
+                                       base_offset=offset, leader_epoch=1, producer_id=3,
+                                       producer_epoch=i, base_sequence=0, transactional=True))
+        batches.append(rl.encode_control_batch(EndTxnMarker(ControlType(i % 2), 1),
+                                               producer_id=3, producer_epoch=i + 1,
+                                               timestamp=1, base_offset=offset + 2,
+                                               leader_epoch=1))
+        offset += 3
+    for b in batches:
+        log.append_as_follower(b)
+    log.roll()
+    log.maybe_increment_high_watermark(log.log_end_offset)
+    assert log.compact()["records_removed"] > 0
+    markers, data = [], []
+    for h, raw in log.iter_batches():
+        if h.is_control:
+            markers.append((h.base_offset, rl.read_control_marker(raw, 0, h)))
+        else:
+            assert h.is_transactional
+            data += [r.offset for r in rl.decode_batch(raw)]
+    assert markers == [(3 * i + 2, EndTxnMarker(ControlType(i % 2), 1)) for i in range(12)]
+    assert data == [33, 34]  # only the last of each key (the markers' key is not theirs)
+    log.close()
