@@ -213,3 +213,30 @@ def test_compaction_keeps_every_marker_and_the_transactional_bit(tmp_path):
     assert markers == [(3 * i + 2, EndTxnMarker(ControlType(i % 2), 1)) for i in range(12)]
     assert data == [33, 34]  # only the last of each key (the markers' key is not theirs)
     log.close()
+
+
+@settings(max_examples=300, deadline=None)
+@given(m=_marker, data=st.data(), kafka=st.booleans())
+def test_mutated_control_batches_raise_only_corrupt_record_error(m, data, kafka):
+    """Flip bytes of a marker batch (CRC fixed up or not) and cut it: reading it either
+    fails with CorruptRecordError or yields a valid marker of a valid control batch."""
+    if kafka:
+        raw = bytearray(kb.encode_control_batch(m, producer_id=4, producer_epoch=2, timestamp=9))
+    else:
+        raw = bytearray(rl.encode_control_batch(m, producer_id=4, producer_epoch=2, timestamp=9))
+    for _ in range(data.draw(st.integers(1, 3))):
+        raw[data.draw(st.integers(8, len(raw) - 1))] = data.draw(st.integers(0, 255))
+    if data.draw(st.booleans()):
+        if kafka:
+            raw[17:21] = crc32c.crc32c(bytes(raw[21:])).to_bytes(4, "big")
+        else:
+            raw = bytearray(_recrc_native(raw))
+    blob = bytes(raw[: data.draw(st.integers(0, len(raw)))])
+    mod, read = (kb, kb.read_control_marker) if kafka else (rl, rl.read_control_marker)
+    try:
+        for pos, h in mod.iter_batches(blob):
+            got = read(blob, pos, h)
+            assert h.attributes & mod.CONTROL if kafka else h.is_control
+            assert got.coordinator_epoch >= 0
+    except CorruptRecordError:
+        pass
