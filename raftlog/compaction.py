@@ -7,6 +7,8 @@ Survivors keep their original offsets (batches are re-encoded with explicit offs
 deltas); keyless records are kept; a tombstone (value None) is dropped once its
 timestamp is older than ``delete.retention.ms``. A batch with no survivor is
 dropped whole, which leaves a gap in the offsets (readers and followers skip it).
+Control batches (transaction markers) are kept as they are and take no part in the
+offset map; a transactional batch stays transactional.
 
 The offset map is bounded (``MAX_MAP_KEYS`` plus one segment's keys, as Kafka's
 dedupe buffer): once it is full, only the segments mapped so far are cleaned this
@@ -72,7 +74,9 @@ def _offset_map(snaps: list[_Snapshot]) -> tuple[dict, list[_Snapshot]]:
     mapped segments with it is correct)."""
     latest: dict[bytes, int] = {}
     for i, snap in enumerate(snaps):
-        for _pos, _h, _data, recs in _batches(snap):
+        for _pos, h, _data, recs in _batches(snap):
+            if h.attributes & records.ATTR_CONTROL:
+                continue  # (a marker's key is no record key)
             latest.update((r.key, r.offset) for r in recs if r.key is not None)
         if len(latest) >= MAX_MAP_KEYS:
             return latest, snaps[: i + 1]
@@ -153,7 +157,12 @@ def _rewrite(snap: _Snapshot, latest: dict, horizon: int) -> tuple[LogSegment, i
     removed, pending, pending_bytes, fd = 0, [], 0, -1
     try:
         for pos, h, data, recs in _batches(snap):
-            keep = [r for r in recs if _keep(r, latest, horizon)]
+            # A transaction marker is kept whole: its key is the control type, shared by
+            # every marker. (Removing markers once the data they close is gone, aborted
+            # data, and cleaning only below the last stable offset come with the wiring
+            # of transactions, #33.)
+            keep = recs if h.attributes & records.ATTR_CONTROL else [
+                r for r in recs if _keep(r, latest, horizon)]
             if fd < 0:
                 if len(keep) == len(recs):
                     continue  # nothing changed so far: no file yet
@@ -225,4 +234,5 @@ def _reencode(h: records.BatchHeader, keep: list) -> bytes:
         # sequence numbers follow offsets within a batch: keep them mapped to the survivors
         base_sequence=(h.base_sequence + skipped) % 2**31 if h.base_sequence >= 0 else -1,
         timestamp_type=h.timestamp_type,
+        transactional=h.is_transactional,
     )

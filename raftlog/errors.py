@@ -138,6 +138,12 @@ class ErrorCode(enum.IntEnum):
     INCONSISTENT_GROUP_PROTOCOL = 44
     OFFSET_METADATA_TOO_LARGE = 45
     GROUP_MAX_SIZE_REACHED = 46
+    # Transactions (issue 33)
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
+    CONCURRENT_TRANSACTIONS = 51
+    TRANSACTION_COORDINATOR_FENCED = 52
     SASL_AUTHENTICATION_FAILED = 58  # (Kafka's number)
     REASSIGNMENT_IN_PROGRESS = 60  # (Kafka's numbers)
     NO_REASSIGNMENT_IN_PROGRESS = 85
@@ -147,6 +153,9 @@ class ErrorCode(enum.IntEnum):
     UNSUPPORTED_SASL_MECHANISM = 92
     ILLEGAL_SASL_STATE = 93
     RESOURCE_NOT_FOUND = 94
+    PRODUCER_FENCED = 95  # (transactions, issue 33: Kafka's 90, 105 and 120)
+    TRANSACTIONAL_ID_NOT_FOUND = 96
+    TRANSACTION_ABORTABLE = 97
 
     @property
     def retriable(self) -> bool:
@@ -172,6 +181,7 @@ _RETRIABLE = frozenset(
         ErrorCode.REBALANCE_IN_PROGRESS,
         ErrorCode.BROKER_NOT_AVAILABLE,
         ErrorCode.UNSTABLE_OFFSET_COMMIT,
+        ErrorCode.CONCURRENT_TRANSACTIONS,
     }
 )
 

@@ -193,6 +193,8 @@ def read_header(buf, pos: int = 0) -> KafkaBatchHeader:
         raise CorruptRecordError(f"batch at {pos} holds {h.record_count} records, more than "
                                  f"the limit of {RECORDS_PER_BATCH_MAX} (raftlog/limits.py): "
                                  "send smaller batches")
+    if h.attributes & (TRANSACTIONAL | CONTROL):
+        rl.check_transactional_fields(h, pos)
     return h
 
 
@@ -394,15 +396,23 @@ def encode_batch(values, keys=None, *, timestamps, headers=None, offset_deltas=N
                  base_offset: int = 0, partition_leader_epoch: int = -1,
                  compression: int = NONE, log_append_time: int | None = None,
                  producer_id: int = -1, producer_epoch: int = -1,
-                 base_sequence: int = -1) -> bytes:
+                 base_sequence: int = -1, transactional: bool = False,
+                 control: bool = False) -> bytes:
     """One Kafka record batch v2 from parallel sequences (CRC set).
 
     ``log_append_time`` set makes a LogAppendTime batch whose max timestamp is it.
-    Pure encoding: nothing is durable.
+    ``transactional`` and ``control`` set those attribute bits (a control batch is
+    transactional too: :func:`encode_control_batch`). Pure encoding: nothing is durable.
     """
     n = len(values)
     if n == 0:
         raise ValueError("a batch needs at least one record")
+    flags = (TRANSACTIONAL if transactional or control else 0) | (CONTROL if control else 0)
+    if flags and (producer_id < 0 or producer_epoch < 0):
+        raise ValueError(f"a transactional batch needs a producer id and epoch, not "
+                         f"{producer_id}/{producer_epoch}")
+    if control and (n != 1 or base_sequence != -1):
+        raise ValueError("a control batch holds one record and no sequence")
     keys = keys if keys is not None else [None] * n
     headers = headers if headers is not None else [()] * n
     offset_deltas = offset_deltas if offset_deltas is not None else range(n)
@@ -410,7 +420,7 @@ def encode_batch(values, keys=None, *, timestamps, headers=None, offset_deltas=N
     section = _encode_records(offset_deltas, timestamps, keys, values, headers, base_ts)
     if compression:
         section = _compress(compression, section)
-    attrs = compression
+    attrs = compression | flags
     max_ts = max(timestamps)
     if log_append_time is not None:
         attrs |= TIMESTAMP_TYPE
@@ -422,6 +432,36 @@ def encode_batch(values, keys=None, *, timestamps, headers=None, offset_deltas=N
         raise ValueError(f"batch of {size} bytes exceeds MAX_BATCH_BYTES")
     return struct.pack(">qiibI", base_offset, size - LOG_OVERHEAD, partition_leader_epoch,
                        MAGIC, _crc32c.crc32c(body)) + body
+
+
+def encode_control_batch(marker, *, producer_id: int, producer_epoch: int, timestamp: int,
+                         base_offset: int = 0, partition_leader_epoch: int = -1) -> bytes:
+    """The Kafka control batch of one transaction marker (raftlog/txn_markers.py), as
+    Kafka's brokers write it: transactional and control bits, sequence -1, one record."""
+    from raftlog.txn_markers import encode_marker
+
+    key, value = encode_marker(marker)
+    return encode_batch([value], [key], timestamps=[timestamp], base_offset=base_offset,
+                        partition_leader_epoch=partition_leader_epoch,
+                        producer_id=producer_id, producer_epoch=producer_epoch,
+                        control=True)
+
+
+def read_control_marker(buf, pos: int, h: KafkaBatchHeader):
+    """The :class:`~raftlog.txn_markers.EndTxnMarker` of the (CRC-checked) Kafka
+    control batch at ``buf[pos:]``.
+
+    Raises:
+        CorruptRecordError: not a control batch, or its record is not a marker.
+    """
+    from raftlog.txn_markers import decode_marker
+
+    if not h.attributes & CONTROL:
+        raise CorruptRecordError(f"batch at offset {h.base_offset} is not a control batch")
+    r = decode_records(buf, pos, h)
+    if len(r.keys) != 1 or r.offset_deltas[0] != 0:
+        raise CorruptRecordError("a control batch holds one record at offset delta 0")
+    return decode_marker(r.keys[0], r.values[0])
 
 
 # --------------------------------------------------------------------------- conversion
@@ -515,7 +555,8 @@ _K_HEAD = struct.Struct(">qiibI")
 assert _RL_HEAD.size + _RL_TAIL.size == rl.HEADER_SIZE == HEADER_SIZE
 
 
-def to_raftlog(buf, *, require_sequential: bool = True) -> tuple[bytes, int]:
+def to_raftlog(buf, *, require_sequential: bool = True,
+               allow_transactional: bool = False) -> tuple[bytes, int]:
     """Every Kafka batch in ``buf`` (a Produce request's records) as raftlog batches.
 
     Returns (raftlog batches concatenated, record count). Empty batches are dropped.
@@ -525,15 +566,30 @@ def to_raftlog(buf, *, require_sequential: bool = True) -> tuple[bytes, int]:
     broker does) but not re-encoded, and a Kafka consumer gets it back byte for byte.
     Other batches (``require_sequential=False``) are converted to raftlog's layout.
 
+    ``allow_transactional`` keeps a transactional batch (its bit survives; it must carry
+    a producer id, epoch and sequence). It is off by default: the caller that sets it
+    must first have verified the producer's ongoing transaction (KIP-890). A control
+    batch is always refused: only a transaction coordinator writes markers (through
+    WriteTxnMarkers, never Produce), as in Kafka.
+
     Raises:
-        CorruptRecordError: not valid Kafka batches, control or transactional batches
-            (raftlog has no transactions), or an unknown codec.
+        CorruptRecordError: not valid Kafka batches, a control batch, a transactional
+            one unless allowed, or an unknown codec.
     """
     out, count = [], 0
     with memoryview(buf) as view:
         for pos, h in iter_batches(buf):
-            if h.attributes & (CONTROL | TRANSACTIONAL):
-                raise CorruptRecordError("transactional and control batches are not supported")
+            if h.attributes & CONTROL:
+                raise CorruptRecordError("clients may not write control batches: markers come "
+                                         "from the transaction coordinator")
+            txn = h.attributes & TRANSACTIONAL
+            if txn:
+                if not allow_transactional:
+                    raise CorruptRecordError("transactional batches are not accepted here")
+                if h.base_sequence < 0:
+                    raise CorruptRecordError(
+                        f"transactional batch at {pos} has sequence {h.base_sequence}: a "
+                        "transactional producer is idempotent")
             n = h.record_count
             if n == 0:
                 continue
@@ -561,7 +617,7 @@ def to_raftlog(buf, *, require_sequential: bool = True) -> tuple[bytes, int]:
             if not (_I64_MIN <= first + span[0] and first + span[1] <= _I64_MAX):
                 raise CorruptRecordError(f"batch at {pos}: a record timestamp overflows int64")
             log_append = h.attributes & TIMESTAMP_TYPE
-            tail = _RL_TAIL.pack(rl.ATTR_KAFKA_RECORDS | codec | log_append, n - 1, first,
+            tail = _RL_TAIL.pack(rl.ATTR_KAFKA_RECORDS | codec | log_append | txn, n - 1, first,
                                  h.max_timestamp if log_append else first + span[1],
                                  h.producer_id, h.producer_epoch, h.base_sequence, n)
             crc = _crc32c.crc32c(section, _crc32c.crc32c(tail))
@@ -584,6 +640,7 @@ def _converted(buf, pos: int, h: KafkaBatchHeader, r: KafkaRecords,
         raise CorruptRecordError(f"last offset delta {h.last_offset_delta} does not "
                                  f"match the records' {deltas[-1]}")
     log_append = bool(h.attributes & TIMESTAMP_TYPE)
+    transactional = bool(h.attributes & TRANSACTIONAL)
     ts = r.timestamps
     uniform = log_append or ts.count(ts[0]) == len(ts)
     try:
@@ -596,7 +653,8 @@ def _converted(buf, pos: int, h: KafkaBatchHeader, r: KafkaRecords,
             base_offset=0, leader_epoch=-1,  # (the leader stamps both)
             producer_id=h.producer_id, producer_epoch=h.producer_epoch,
             base_sequence=h.base_sequence, offset_deltas=deltas,
-            timestamp_type=rl.LOG_APPEND_TIME if log_append else rl.CREATE_TIME)
+            timestamp_type=rl.LOG_APPEND_TIME if log_append else rl.CREATE_TIME,
+            transactional=transactional)
     except (struct.error, OverflowError, ValueError) as e:  # timestamps past int64 ...
         raise CorruptRecordError(f"batch at {pos} does not fit a raftlog batch: {e}") from None
 
@@ -668,8 +726,10 @@ def from_raftlog_pieces(buf, *, compression: int | None = None, start_offset: in
         if attrs & rl.ATTR_KAFKA_RECORDS and (
                 compression is None or compression == attrs & COMPRESSION_MASK):
             section = view[pos + rl.HEADER_SIZE : pos + h.size]
-            # Kafka's bits 0-3 (codec, timestamp type) are raftlog's for these batches
-            tail = _K_TAIL.pack(attrs & (COMPRESSION_MASK | TIMESTAMP_TYPE),
+            # Kafka's bits 0-5 (codec, timestamp type, transactional, control) are
+            # raftlog's for these batches
+            tail = _K_TAIL.pack(attrs & (COMPRESSION_MASK | TIMESTAMP_TYPE | TRANSACTIONAL
+                                         | CONTROL),
                                 h.last_offset_delta, h.first_timestamp, h.max_timestamp,
                                 h.producer_id, h.producer_epoch, h.base_sequence,
                                 h.record_count)
@@ -697,13 +757,14 @@ def from_raftlog_pieces(buf, *, compression: int | None = None, start_offset: in
             base_offset=base, partition_leader_epoch=h.leader_epoch, compression=codec,
             log_append_time=h.max_timestamp if log_append else None,
             producer_id=h.producer_id, producer_epoch=h.producer_epoch,
-            base_sequence=h.base_sequence))
+            base_sequence=h.base_sequence, transactional=bool(attrs & rl.ATTR_TRANSACTIONAL),
+            control=bool(attrs & rl.ATTR_CONTROL)))
     return out
 
 
 __all__ = [
     "MAGIC", "KafkaBatchHeader", "KafkaRecords", "read_header", "iter_batches",
     "decode_records", "encode_batch", "to_raftlog", "from_raftlog", "from_raftlog_pieces",
-    "section_records",
+    "section_records", "encode_control_batch", "read_control_marker",
     "NONE", "GZIP", "SNAPPY", "LZ4", "ZSTD",
 ]

@@ -289,6 +289,12 @@ class PartitionLog:
         if not headers:
             raise CorruptRecordError("no record batch in the appended bytes")
         first = headers[0][1]
+        if any(h.attributes & (records.ATTR_TRANSACTIONAL | records.ATTR_CONTROL)
+               for _, h in headers):
+            # (markers come from a transaction coordinator, and a transactional batch
+            # needs its ongoing transaction verified first: neither is wired yet)
+            raise CorruptRecordError("transactional and control batches are not accepted "
+                                     "from producers yet")
         if first.producer_id >= 0:
             if len(headers) != 1:
                 raise ApiError(ErrorCode.INVALID_REQUEST,

@@ -80,8 +80,12 @@ COMPRESSION_MASK = 0x07
 NO_COMPRESSION, GZIP, LZ4, ZSTD = 0, 1, 3, 4
 COMPRESSION_NAMES = {"none": NO_COMPRESSION, "gzip": GZIP, "lz4": LZ4, "zstd": ZSTD}
 ATTR_LOG_APPEND_TIME = 0x08
-ATTR_TRANSACTIONAL = 0x10  # reserved
-ATTR_CONTROL = 0x20  # reserved
+#: the batch belongs to a transaction (KIP-98): its records are undecided until a
+#: marker of the same producer closes them; producer id and epoch are set
+ATTR_TRANSACTIONAL = 0x10
+#: a control batch (always transactional too): one transaction marker record
+#: (raftlog/txn_markers.py), never a consumer's record
+ATTR_CONTROL = 0x20
 ATTR_OFFSET_DELTAS = 0x40
 ATTR_HEADERS = 0x80
 ATTR_UNIFORM_TS = 0x100
@@ -150,6 +154,14 @@ class BatchHeader(namedtuple("BatchHeader", _BATCH_HEADER_FIELDS)):
         return LOG_APPEND_TIME if self.attributes & ATTR_LOG_APPEND_TIME else CREATE_TIME
 
     @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & ATTR_CONTROL)
+
+    @property
     def last_sequence(self) -> int:
         if self.base_sequence < 0:
             return NO_SEQUENCE
@@ -183,7 +195,33 @@ def read_header(buf, pos: int = 0) -> BatchHeader:
         raise CorruptRecordError(f"negative base offset {h.base_offset} at position {pos}")
     if h.attributes & ~ATTR_KNOWN & 0xFFFF:
         raise CorruptRecordError(f"unknown attribute bits {h.attributes:#x} at position {pos}")
+    if h.attributes & (ATTR_TRANSACTIONAL | ATTR_CONTROL):
+        check_transactional_fields(h, pos)
     return h
+
+
+def check_transactional_fields(h, pos: int = 0) -> None:
+    """The rules of a transactional or control batch header (raftlog's or Kafka's:
+    both have these fields and bits): a producer id and epoch; a control batch is
+    transactional, holds one record at offset delta 0 and has no sequence.
+
+    Raises:
+        CorruptRecordError: a rule is broken.
+    """
+    if h.producer_id < 0 or h.producer_epoch < 0:
+        raise CorruptRecordError(
+            f"transactional batch at position {pos} has producer id {h.producer_id} epoch "
+            f"{h.producer_epoch}: a transaction needs both")
+    if h.attributes & ATTR_CONTROL:
+        if not h.attributes & ATTR_TRANSACTIONAL:
+            raise CorruptRecordError(f"control batch at position {pos} is not transactional")
+        if h.record_count != 1 or h.last_offset_delta != 0:
+            raise CorruptRecordError(
+                f"control batch at position {pos} holds {h.record_count} records (last "
+                f"offset delta {h.last_offset_delta}): a marker batch holds exactly one")
+        if h.base_sequence != NO_SEQUENCE:
+            raise CorruptRecordError(
+                f"control batch at position {pos} has sequence {h.base_sequence}, not -1")
 
 
 def batch_crc(buf, pos: int, header: BatchHeader) -> int:
@@ -346,6 +384,8 @@ def encode_batch(
     base_sequence: int = NO_SEQUENCE,
     offset_deltas: Sequence[int] | None = None,
     timestamp_type: int = CREATE_TIME,
+    transactional: bool = False,
+    control: bool = False,
 ) -> bytes:
     """Build one batch from parallel sequences.
 
@@ -358,6 +398,9 @@ def encode_batch(
         headers: per-record header lists (or None), or None for no headers.
         offset_deltas: strictly increasing offset deltas starting at 0 (only
             compaction writes them); default ``range(n)``.
+        transactional: set ATTR_TRANSACTIONAL (needs a producer id and epoch).
+        control: set ATTR_CONTROL (and ATTR_TRANSACTIONAL): a marker batch; use
+            :func:`encode_control_batch`.
 
     Returns:
         The batch bytes, CRC set. Nothing is durable: this is pure encoding.
@@ -369,6 +412,15 @@ def encode_batch(
         raise ValueError(f"a batch holds at most {RECORDS_PER_BATCH_MAX} records, not {n} "
                          "(raftlog/limits.py): use a smaller batch_size")
     attrs = compression | (ATTR_LOG_APPEND_TIME if timestamp_type == LOG_APPEND_TIME else 0)
+    if transactional or control:
+        if producer_id < 0 or producer_epoch < 0:
+            raise ValueError(f"a transactional batch needs a producer id and epoch, not "
+                             f"{producer_id}/{producer_epoch}")
+        attrs |= ATTR_TRANSACTIONAL
+    if control:
+        if n != 1 or base_sequence != NO_SEQUENCE or offset_deltas is not None:
+            raise ValueError("a control batch holds one record and no sequence")
+        attrs |= ATTR_CONTROL
     parts: list[bytes] = []
     if offset_deltas is not None:
         assert len(offset_deltas) == n and offset_deltas[0] == 0
@@ -595,6 +647,34 @@ def _parse_headers(obj, n: int) -> list[tuple]:
     return out
 
 
+def encode_control_batch(marker, *, producer_id: int, producer_epoch: int,
+                         timestamp: int, base_offset: int = 0,
+                         leader_epoch: int = -1) -> bytes:
+    """The control batch of one transaction marker (raftlog/txn_markers.py): key and
+    value in Kafka's bytes, ATTR_TRANSACTIONAL | ATTR_CONTROL, sequence -1."""
+    from raftlog.txn_markers import encode_marker
+
+    key, value = encode_marker(marker)
+    return encode_batch([value], [key], timestamp=timestamp, base_offset=base_offset,
+                        leader_epoch=leader_epoch, producer_id=producer_id,
+                        producer_epoch=producer_epoch, transactional=True, control=True)
+
+
+def read_control_marker(buf, pos: int, header: BatchHeader):
+    """The :class:`~raftlog.txn_markers.EndTxnMarker` of the (CRC-checked) control
+    batch at ``buf[pos:]``.
+
+    Raises:
+        CorruptRecordError: not a control batch, or its record is not a marker.
+    """
+    from raftlog.txn_markers import decode_marker
+
+    if not header.attributes & ATTR_CONTROL:
+        raise CorruptRecordError(f"batch at offset {header.base_offset} is not a control batch")
+    (rec,) = decode_records(buf, pos, header)
+    return decode_marker(rec.key, rec.value)
+
+
 def decode_batch(buf, topic: str = "", partition: int = 0) -> list[Record]:
     """Verify and decode exactly one batch (``buf`` holds it and nothing else)."""
     h = read_header(buf, 0)
@@ -611,12 +691,13 @@ def decode_batches(
     below ``start_offset`` (a fetch may return a batch that starts earlier).
 
     A trailing partial batch is ignored when ``allow_partial`` (fetch responses
-    are cut at a byte limit, as in Kafka).
+    are cut at a byte limit, as in Kafka). Control batches (transaction markers) are
+    skipped: they are no records of the partition's data, as for Kafka's consumers.
     """
     out: list[Record] = []
     for pos, h in iter_batches(buf, verify=True, allow_partial=allow_partial):
-        if h.last_offset < start_offset or h.record_count == 0:
-            continue
+        if h.last_offset < start_offset or h.record_count == 0 or h.attributes & ATTR_CONTROL:
+            continue  # (a transaction marker is not a record of the partition's data)
         recs = decode_records(buf, pos, h, topic, partition)
         if h.base_offset < start_offset:
             recs = list(compress(recs, map(ge, map(_offset_of, recs), repeat(start_offset))))
@@ -649,6 +730,9 @@ __all__ = [
     "iter_batches",
     "stamp",
     "encode_batch",
+    "encode_control_batch",
+    "read_control_marker",
+    "check_transactional_fields",
     "decode_batch",
     "decode_batches",
     "decode_records",
