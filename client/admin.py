@@ -495,9 +495,16 @@ class Admin:
         h = self._call(Api.LIST_PARTITION_REASSIGNMENTS, {"parts": parts})
         return list(h["reassignments"])
 
-    def create_partitions(self, topic: str, count: int) -> None:
-        """Grow ``topic`` to ``count`` partitions."""
-        self._call(Api.CREATE_PARTITIONS, {"topic": topic, "count": count})
+    def create_partitions(self, topic: str, count: int, assignments=None, *,
+                          validate_only: bool = False) -> None:
+        """Grow ``topic`` to ``count`` partitions. ``assignments``: the replica broker
+        ids of each new partition (``count`` minus the current count lists, each as
+        long as the topic's replication factor); None lets the controller place them.
+        ``validate_only``: check, change nothing."""
+        fields = {"topic": topic, "count": count, "validate_only": validate_only}
+        if assignments is not None:
+            fields["assignments"] = [list(r) for r in assignments]
+        self._call(Api.CREATE_PARTITIONS, fields)
 
     # ------------------------------------------------------------------ consumer groups
 

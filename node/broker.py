@@ -35,6 +35,7 @@ from .replica_manager import ReplicaManager
 from .routes import SERVED_APIS
 from .topics import (
     TopicInfo,
+    check_assignments,
     create_topic,
     legal_topic_name,
     validate_topic_config,
@@ -316,6 +317,9 @@ class Broker:
             for k, v in sorted(cfg.to_dict().items())]}, []
 
     def create_partitions(self, req: Request) -> Response:
+        """Grow a topic to ``count`` partitions, placed by the controller or as
+        ``assignments`` say (one replica list per new partition, as many replicas as
+        the topic's first partition has); ``validate_only``: check, change nothing."""
         name, count = req.fields["topic"], req.fields["count"]
         info = self.store.topics.get(name)
         if info is None:
@@ -326,7 +330,13 @@ class Broker:
                 f"topic {name!r} has {len(info.partitions)} partitions; the new count {count} "
                 "must be larger (partitions cannot be removed)",
             )
-        self.store.add_partitions(name, count)
+        assignments = req.fields.get("assignments")
+        if assignments is not None:
+            rf = len(info.partitions[0].replicas) if info.partitions else None
+            assignments = check_assignments(assignments, [b.node_id for b in self.store.brokers()],
+                                            count - len(info.partitions), rf)
+        if not req.fields.get("validate_only"):
+            self.store.add_partitions(name, count, assignments)
         return {}, []
 
 

@@ -126,6 +126,9 @@ class KafkaApis:
             32: self.describe_configs, 60: self.describe_cluster,
             17: self.sasl_handshake, 36: self.sasl_authenticate,
         }
+        from .kafka_admin_handlers import KafkaAdminApis  # (it imports this module)
+
+        self.handlers.update(KafkaAdminApis(self).handlers())
         assert set(self.handlers) == set(SUPPORTED)
 
     async def _quorum(self, method, req: Request):

@@ -90,6 +90,32 @@ def create_topic(store, config, events, name: str, partitions: int, replication_
     return info
 
 
+def check_assignments(assignments, brokers, count: int, replication_factor: int | None = None,
+                      what: str = "partition") -> tuple:
+    """Manual replica assignments (one list of broker ids per partition) as a tuple of
+    tuples, or ApiError(INVALID_REPLICA_ASSIGNMENT) naming what is wrong (Kafka's
+    rules): ``count`` lists, each non-empty, distinct, of registered brokers
+    (``brokers``: their ids) and all of one length (``replication_factor`` if given)."""
+    def bad(msg):
+        return ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, msg)
+
+    rows = tuple(tuple(r) for r in assignments)
+    if len(rows) != count:
+        raise bad(f"{len(rows)} replica assignments given for {count} new {what}(s)")
+    known = set(brokers)
+    for i, replicas in enumerate(rows):
+        if not replicas or len(set(replicas)) != len(replicas):
+            raise bad(f"{what} {i}: replicas {list(replicas)} must be non-empty and distinct")
+        unknown = [b for b in replicas if b not in known]
+        if unknown:
+            raise bad(f"{what} {i}: replicas {list(replicas)} name unknown broker(s) {unknown} "
+                      f"(registered: {sorted(known)})")
+    rf = replication_factor if replication_factor is not None else len(rows[0]) if rows else 0
+    if any(len(r) != rf for r in rows):
+        raise bad(f"every {what} needs {rf} replicas: {[list(r) for r in rows]}")
+    return rows
+
+
 def legal_topic_name(name: str) -> bool:
     try:
         validate_topic_name(name)

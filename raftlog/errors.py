@@ -147,6 +147,9 @@ class ErrorCode(enum.IntEnum):
     UNSUPPORTED_SASL_MECHANISM = 92
     ILLEGAL_SASL_STATE = 93
     RESOURCE_NOT_FOUND = 94
+    # Kafka admin APIs (issue 37)
+    INVALID_REPLICA_ASSIGNMENT = 95
+    GROUP_SUBSCRIBED_TO_TOPIC = 96
 
     @property
     def retriable(self) -> bool:

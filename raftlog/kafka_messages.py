@@ -10,7 +10,7 @@ tagged versions, default, sub-fields)``; see raftlog/kafka_wire.py.
 # ruff: noqa: E501
 
 #: api name -> (api key, min version, max version) served
-ADVERTISED = {'Produce': (0, 3, 9), 'Fetch': (1, 4, 12), 'ListOffsets': (2, 1, 7), 'Metadata': (3, 0, 12), 'OffsetCommit': (8, 0, 8), 'OffsetFetch': (9, 0, 7), 'FindCoordinator': (10, 0, 4), 'JoinGroup': (11, 0, 7), 'Heartbeat': (12, 0, 4), 'LeaveGroup': (13, 0, 4), 'SyncGroup': (14, 0, 5), 'DescribeGroups': (15, 0, 5), 'ListGroups': (16, 0, 4), 'SaslHandshake': (17, 0, 1), 'ApiVersions': (18, 0, 3), 'CreateTopics': (19, 0, 7), 'DeleteTopics': (20, 0, 5), 'InitProducerId': (22, 0, 4), 'DescribeConfigs': (32, 0, 4), 'SaslAuthenticate': (36, 0, 2), 'DescribeCluster': (60, 0, 1)}
+ADVERTISED = {'Produce': (0, 3, 9), 'Fetch': (1, 4, 12), 'ListOffsets': (2, 1, 7), 'Metadata': (3, 0, 12), 'OffsetCommit': (8, 0, 8), 'OffsetFetch': (9, 0, 7), 'FindCoordinator': (10, 0, 4), 'JoinGroup': (11, 0, 7), 'Heartbeat': (12, 0, 4), 'LeaveGroup': (13, 0, 4), 'SyncGroup': (14, 0, 5), 'DescribeGroups': (15, 0, 5), 'ListGroups': (16, 0, 4), 'SaslHandshake': (17, 0, 1), 'ApiVersions': (18, 0, 3), 'CreateTopics': (19, 0, 7), 'DeleteTopics': (20, 0, 5), 'InitProducerId': (22, 0, 4), 'DescribeConfigs': (32, 0, 4), 'SaslAuthenticate': (36, 0, 2), 'DescribeCluster': (60, 0, 1), 'CreatePartitions': (37, 0, 3)}
 
 #: (api key, 'request' | 'response') or (name, 'data') -> {'name', 'flexible_from', 'fields'}
 #: data schema name -> (min version, max version)
@@ -537,6 +537,24 @@ SCHEMAS = {(0, 'request'): {'name': 'ProduceRequest',
                                  ('rack', 'string', 0, 32767, (0, 32767), None, None, None, None))),
                                ('cluster_authorized_operations', 'int32', 0, 32767, None, None,
                                 None, -2147483648, None))},
+ (37, 'request'): {'name': 'CreatePartitionsRequest',
+                   'flexible_from': 2,
+                   'fields': (('topics', '[]struct', 0, 32767, None, None, None, (),
+                               (('name', 'string', 0, 32767, None, None, None, '', None),
+                                ('count', 'int32', 0, 32767, None, None, None, 0, None),
+                                ('assignments', '[]struct', 0, 32767, (0, 32767), None, None, (),
+                                 (('broker_ids', '[]int32', 0, 32767, None, None, None, (),
+                                   None),)))),
+                              ('timeout_ms', 'int32', 0, 32767, None, None, None, 0, None),
+                              ('validate_only', 'bool', 0, 32767, None, None, None, False, None))},
+ (37, 'response'): {'name': 'CreatePartitionsResponse',
+                    'flexible_from': 2,
+                    'fields': (('throttle_time_ms', 'int32', 0, 32767, None, None, None, 0, None),
+                               ('results', '[]struct', 0, 32767, None, None, None, (),
+                                (('name', 'string', 0, 32767, None, None, None, '', None),
+                                 ('error_code', 'int16', 0, 32767, None, None, None, 0, None),
+                                 ('error_message', 'string', 0, 32767, (0, 32767), None, None, None,
+                                  None))))},
  ('ConsumerProtocolSubscription', 'data'): {'name': 'ConsumerProtocolSubscription',
                                             'flexible_from': None,
                                             'fields': (('topics', '[]string', 0, 32767, None, None,

@@ -415,6 +415,9 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "topic": (_str, REQUIRED),
         "count": (_int, REQUIRED),
         "timeout_ms": (_nonneg, 30_000),
+        # the replicas of each new partition (None: placed by the controller)
+        "assignments": (_opt(_list(_list(_int, 64), 10_000)), None),
+        "validate_only": (_bool, False),
     },
     Api.ALTER_CONFIGS: {
         "topic": (_str, REQUIRED),

@@ -45,6 +45,8 @@ ADVERTISED = {
     "DescribeConfigs": (32, 0, 4),
     "SaslAuthenticate": (36, 0, 2),
     "DescribeCluster": (60, 0, 1),
+    # admin APIs (#37)
+    "CreatePartitions": (37, 0, 3),
 }
 
 #: data schemas (no api key) -> (min version, max version): the consumer protocol's

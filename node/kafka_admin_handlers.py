@@ -1,0 +1,65 @@
+"""Kafka admin API handlers (issue 37): Kafka request bodies in, Kafka response bodies
+out, each by the native handler of the same API (node/broker.py, node/security.py,
+node/group_handlers.py) through its native route's ACL check (node/routes.py,
+``kafka_handlers._req``), as node/kafka_handlers.py does for the rest.
+
+Per-resource refusals are answered per resource with Kafka's error code
+(raftlog.kafka_errors); nothing here decides what the native path does not.
+"""
+
+from __future__ import annotations
+
+from raftlog.errors import ApiError, ErrorCode
+from raftlog.kafka_errors import to_kafka
+from raftlog.protocol import Api
+
+from .kafka_handlers import Context, _req
+
+_E = {c: to_kafka(c) for c in ErrorCode}
+
+
+def _error_row(e: ApiError) -> tuple[int, str]:
+    return _E[e.code], e.message
+
+
+class KafkaAdminApis:
+    """The admin half of the Kafka listener's API table (merged into KafkaApis')."""
+
+    def __init__(self, apis):
+        self.apis = apis
+        self.broker = apis.broker
+        self.replicas = apis.replicas
+        self.config = apis.config
+
+    def handlers(self) -> dict:
+        """{Kafka api key: handler} of the APIs served here."""
+        return {37: self.create_partitions}
+
+    async def _quorum(self, method, req):
+        return await self.apis._quorum(method, req)
+
+    # ------------------------------------------------------------------ topics
+
+    async def create_partitions(self, v: int, body: dict, ctx: Context) -> dict:
+        """Each topic grown in turn; a refusal is that topic's: UNKNOWN_TOPIC_OR_PARTITION,
+        INVALID_PARTITIONS (not larger), INVALID_REPLICA_ASSIGNMENT, or
+        TOPIC_AUTHORIZATION_FAILED (ALTER on the topic)."""
+        results, seen = [], set()
+        for t in body["topics"]:
+            name = t["name"]
+            try:
+                if name in seen:
+                    raise ApiError(ErrorCode.INVALID_REQUEST, f"topic {name!r} named twice")
+                seen.add(name)
+                assignments = (None if t["assignments"] is None
+                               else [list(a["broker_ids"]) for a in t["assignments"]])
+                req = _req(Api.CREATE_PARTITIONS, ctx, {
+                    "topic": name, "count": t["count"], "assignments": assignments,
+                    "timeout_ms": max(body["timeout_ms"], 0),
+                    "validate_only": body["validate_only"]})
+                await self._quorum(self.broker.create_partitions, req)
+                code, msg = 0, None
+            except ApiError as e:
+                code, msg = _error_row(e)
+            results.append({"name": name, "error_code": code, "error_message": msg})
+        return {"throttle_time_ms": 0, "results": results}

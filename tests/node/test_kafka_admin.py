@@ -1,0 +1,120 @@
+"""Kafka admin APIs (issue 37) on the Kafka listener of a real node process, with
+confluent-kafka's AdminClient and kafka-python's KafkaAdminClient: each call
+round-trips, and its refusals carry Kafka's error code."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from raftlog.client import Admin
+from tests.conftest import NodeProcess, free_ports
+
+ck = pytest.importorskip("confluent_kafka")
+kafka = pytest.importorskip("kafka")
+from confluent_kafka import KafkaError, KafkaException  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # noqa: E402
+from kafka import KafkaAdminClient  # noqa: E402
+from kafka.admin import NewPartitions as KNewPartitions  # noqa: E402
+
+#: Kafka error codes the tests expect
+UNKNOWN_TOPIC_OR_PARTITION, INVALID_PARTITIONS, INVALID_REPLICA_ASSIGNMENT = 3, 37, 39
+INVALID_CONFIG = 40
+
+
+@pytest.fixture(scope="module")
+def knode(tmp_path_factory):
+    port, kport = free_ports(2)
+    n = NodeProcess(str(tmp_path_factory.mktemp("kadmin") / "node-1"), port, extra={
+        "kafka.listener": f"127.0.0.1:{kport}",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "2",
+        "group.initial.rebalance.delay.ms": "0",
+    })
+    n.start()
+    n.kafka = f"127.0.0.1:{kport}"
+    yield n
+    n.stop()
+    assert "kafka_handler_failed" not in n.log_text()
+
+
+def ck_admin(node) -> AdminClient:
+    return AdminClient({"bootstrap.servers": node.kafka})
+
+
+def kp_admin(node) -> KafkaAdminClient:
+    return KafkaAdminClient(bootstrap_servers=node.kafka, request_timeout_ms=10_000)
+
+
+def ck_code(fut, timeout=20) -> int:
+    """The Kafka error code a confluent-kafka admin future ends with (0: success)."""
+    try:
+        fut.result(timeout)
+        return 0
+    except KafkaException as e:
+        return e.args[0].code()
+
+
+def create(node, name: str, partitions: int = 1, config=None) -> None:
+    a = ck_admin(node)
+    for f in a.create_topics([NewTopic(name, partitions, 1, config=config or {})]).values():
+        f.result(20)
+
+
+def until(cond, timeout_s: float = 10.0):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = cond()
+        if got:
+            return got
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+# ---------------------------------------------------------------------- CreatePartitions
+
+
+def test_create_partitions_confluent(knode):
+    create(knode, "cp1", 1)
+    a = ck_admin(knode)
+    assert ck_code(a.create_partitions([NewPartitions("cp1", 3)])["cp1"]) == 0
+    assert len(Admin(knode.bootstrap).describe_topic("cp1").partitions) == 3
+    # validate_only changes nothing
+    fs = a.create_partitions([NewPartitions("cp1", 5)], validate_only=True)
+    assert ck_code(fs["cp1"]) == 0
+    assert len(Admin(knode.bootstrap).describe_topic("cp1").partitions) == 3
+    # manual assignments: one replica list per new partition, on known brokers
+    assert ck_code(a.create_partitions([NewPartitions("cp1", 4, [[1]])])["cp1"]) == 0
+    assert Admin(knode.bootstrap).describe_topic("cp1").partitions[3].replicas == (1,)
+    assert ck_code(a.create_partitions([NewPartitions("cp1", 5, [[7]])])["cp1"]) == \
+        INVALID_REPLICA_ASSIGNMENT
+    assert ck_code(a.create_partitions([NewPartitions("cp1", 6, [[1]])])["cp1"]) == \
+        INVALID_REPLICA_ASSIGNMENT  # one list for two new partitions
+    # refusals: fewer or as many partitions, an unknown topic
+    assert ck_code(a.create_partitions([NewPartitions("cp1", 2)])["cp1"]) == INVALID_PARTITIONS
+    assert ck_code(a.create_partitions([NewPartitions("cp1", 4)])["cp1"]) == INVALID_PARTITIONS
+    assert ck_code(a.create_partitions([NewPartitions("nope", 4)])["nope"]) == \
+        UNKNOWN_TOPIC_OR_PARTITION
+    assert len(Admin(knode.bootstrap).describe_topic("cp1").partitions) == 4
+
+
+def test_create_partitions_kafka_python(knode):
+    create(knode, "cp2", 1)
+    a = kp_admin(knode)
+    try:
+        a.create_partitions({"cp2": KNewPartitions(2)})
+        assert len(Admin(knode.bootstrap).describe_topic("cp2").partitions) == 2
+        with pytest.raises(kafka.errors.InvalidPartitionsError):
+            a.create_partitions({"cp2": KNewPartitions(1)})
+    finally:
+        a.close()
+
+
+def test_sdk_create_partitions_with_assignments(knode):
+    with Admin(knode.bootstrap) as a:
+        a.create_topic("cp3", partitions=1)
+        a.create_partitions("cp3", 3, assignments=[[1], [1]])
+        assert [p.replicas for p in a.describe_topic("cp3").partitions] == [(1,), (1,), (1,)]
+        with pytest.raises(Exception, match="unknown broker"):
+            a.create_partitions("cp3", 4, assignments=[[9]])
