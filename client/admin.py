@@ -436,6 +436,23 @@ class Admin:
             },
         )
 
+    def alter_configs(self, topic: str, config: Mapping, *, validate_only: bool = False) -> None:
+        """Make ``topic``'s own configs exactly ``config`` (Kafka's AlterConfigs: keys
+        left out return to their defaults). ``validate_only``: check, change nothing.
+        InvalidConfig (INVALID_CONFIG) names a bad key or value."""
+        self._call(Api.ALTER_CONFIGS, {
+            "topic": topic, "config": {k: str(v) for k, v in config.items()},
+            "replace": True, "validate_only": validate_only})
+
+    def incremental_alter_configs(self, topic: str, ops, *, validate_only: bool = False) -> None:
+        """Change ``topic``'s configs key by key (Kafka's IncrementalAlterConfigs):
+        ``ops`` is a list of ``(key, op, value)``, op one of "set", "delete" (value
+        ignored), "append" and "subtract" (list configs such as cleanup.policy). All
+        are checked together and applied only if the result is valid."""
+        self._call(Api.ALTER_CONFIGS, {
+            "topic": topic, "config": {}, "validate_only": validate_only,
+            "ops": [[k, op, None if v is None else str(v)] for k, op, v in ops]})
+
     def describe_configs(self, topic: str | None = None,
                          broker_id: int | None = None) -> list:
         """Effective configs as ConfigEntry(name, value, source), sorted by name: of

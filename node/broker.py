@@ -36,6 +36,7 @@ from .routes import SERVED_APIS
 from .topics import (
     TopicInfo,
     check_assignments,
+    config_changes,
     create_topic,
     legal_topic_name,
     validate_topic_config,
@@ -287,12 +288,21 @@ class Broker:
         return {"results": results}, []
 
     def alter_configs(self, req: Request) -> Response:
-        name = req.fields["topic"]
+        """Set and remove a topic's configs: ``config`` (None removes a key), with
+        ``replace`` every key left out removed, then ``ops`` (set/delete/append/
+        subtract); the result is checked whole (INVALID_CONFIG names the key) before
+        anything changes; ``validate_only``: check only."""
+        name, f = req.fields["topic"], req.fields
         info = self.store.topics.get(name)
         if info is None:
             raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
-        validate_topic_config({**info.config, **req.fields["config"]}, self.config.log_defaults)
-        self.store.set_config(name, req.fields["config"])
+        effective = validate_topic_config(info.config, self.config.log_defaults).to_dict()
+        changes = config_changes(info.config, effective, f["config"], f.get("replace", False),
+                                 f.get("ops", ()))
+        validate_topic_config({**info.config, **changes}, self.config.log_defaults)
+        changes = {k: v for k, v in changes.items() if info.config.get(k) != v}
+        if not f.get("validate_only"):
+            self.store.set_config(name, changes)
         return {}, []
 
     def describe_configs(self, req: Request) -> Response:

@@ -16,6 +16,10 @@ from raftlog.protocol import Api
 from .kafka_handlers import Context, _req
 
 _E = {c: to_kafka(c) for c in ErrorCode}
+#: Kafka's config resource types
+RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
+#: IncrementalAlterConfigs' ConfigOperation codes (Kafka's AlterConfigOp.OpType)
+CONFIG_OPS = {0: "set", 1: "delete", 2: "append", 3: "subtract"}
 
 
 def _error_row(e: ApiError) -> tuple[int, str]:
@@ -33,7 +37,8 @@ class KafkaAdminApis:
 
     def handlers(self) -> dict:
         """{Kafka api key: handler} of the APIs served here."""
-        return {37: self.create_partitions}
+        return {37: self.create_partitions, 33: self.alter_configs,
+                44: self.incremental_alter_configs}
 
     async def _quorum(self, method, req):
         return await self.apis._quorum(method, req)
@@ -63,3 +68,46 @@ class KafkaAdminApis:
                 code, msg = _error_row(e)
             results.append({"name": name, "error_code": code, "error_message": msg})
         return {"throttle_time_ms": 0, "results": results}
+
+    # ------------------------------------------------------------------ configs
+
+    async def alter_configs(self, v: int, body: dict, ctx: Context) -> dict:
+        """Kafka's AlterConfigs: each topic's configs become exactly those given (keys
+        left out return to their defaults)."""
+        return await self._alter(body, ctx, lambda res: {
+            "config": {c["name"]: c["value"] for c in res["configs"]}, "replace": True})
+
+    async def incremental_alter_configs(self, v: int, body: dict, ctx: Context) -> dict:
+        """SET, DELETE, APPEND and SUBTRACT (list configs: cleanup.policy) per key."""
+        def fields(res):
+            ops = []
+            for c in res["configs"]:
+                op = CONFIG_OPS.get(c["config_operation"])
+                if op is None:
+                    raise ApiError(ErrorCode.INVALID_REQUEST,
+                                   f"config operation {c['config_operation']} is unknown")
+                ops.append([c["name"], op, c["value"]])
+            return {"config": {}, "ops": ops}
+        return await self._alter(body, ctx, fields)
+
+    async def _alter(self, body: dict, ctx: Context, fields_of) -> dict:
+        out = []
+        for res in body["resources"]:
+            name, rtype = res["resource_name"], res["resource_type"]
+            try:
+                if rtype == RESOURCE_BROKER:
+                    raise ApiError(ErrorCode.INVALID_REQUEST,
+                                   "broker configs are read-only: they come from each node's "
+                                   "server.properties (restart the node to change them)")
+                if rtype != RESOURCE_TOPIC:
+                    raise ApiError(ErrorCode.INVALID_REQUEST,
+                                   f"resource type {rtype} has no configs here; use TOPIC (2)")
+                req = _req(Api.ALTER_CONFIGS, ctx, {
+                    "topic": name, **fields_of(res), "validate_only": body["validate_only"]})
+                await self._quorum(self.broker.alter_configs, req)
+                code, msg = 0, None
+            except ApiError as e:
+                code, msg = _error_row(e)
+            out.append({"error_code": code, "error_message": msg, "resource_type": rtype,
+                        "resource_name": name})
+        return {"throttle_time_ms": 0, "responses": out}

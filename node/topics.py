@@ -116,6 +116,46 @@ def check_assignments(assignments, brokers, count: int, replication_factor: int 
     return rows
 
 
+#: IncrementalAlterConfigs operations (Kafka's AlterConfigOp.OpType, by name)
+CONFIG_OPS = ("set", "delete", "append", "subtract")
+#: topic configs whose values are comma-separated lists (APPEND/SUBTRACT apply)
+LIST_CONFIGS = frozenset({"cleanup.policy"})
+
+
+def config_changes(current: dict, effective: dict, config: dict, replace: bool = False,
+                   ops=()) -> dict:
+    """The changes ({key: value, or None to remove}) that turn a topic's own configs
+    ``current`` into what an alter asks: ``config`` set (None removes), with
+    ``replace`` every other key removed (Kafka's AlterConfigs), then ``ops``
+    ([key, op, value], Kafka's IncrementalAlterConfigs; APPEND/SUBTRACT on a list
+    config start from its ``effective`` value). ApiError(INVALID_CONFIG) for an
+    unknown op or a list op on a config that is no list."""
+    out = dict(config)
+    if replace:
+        out.update({k: None for k in current if k not in config})
+    for key, op, value in ops:
+        if op not in CONFIG_OPS:
+            raise ApiError(ErrorCode.INVALID_CONFIG, f"config operation {op!r} on {key!r} is "
+                           f"not one of {', '.join(CONFIG_OPS)}")
+        if op == "set":
+            out[key] = value
+        elif op == "delete":
+            out[key] = None
+        else:
+            if key not in LIST_CONFIGS:
+                raise ApiError(ErrorCode.INVALID_CONFIG, f"{op} applies to list configs "
+                               f"({', '.join(sorted(LIST_CONFIGS))}), not to {key!r}")
+            now = out[key] if key in out else current.get(key, effective.get(key))
+            items = [x.strip() for x in (now or "").split(",") if x.strip()]
+            given = [x.strip() for x in (value or "").split(",") if x.strip()]
+            if op == "append":
+                items += [x for x in given if x not in items]
+            else:
+                items = [x for x in items if x not in given]
+            out[key] = ",".join(items)
+    return out
+
+
 def legal_topic_name(name: str) -> bool:
     try:
         validate_topic_name(name)

@@ -74,6 +74,9 @@ class LogConfig:
                 raise ConfigError(f"unknown topic config {key!r}{did_you_mean(key, KEYS)}; "
                                   f"known: {', '.join(KEYS)}")
             kw[name] = _convert(key, value, kind)
+        if "cleanup_policy" in kw:  # a list: "compact, delete" is "compact,delete"
+            kw["cleanup_policy"] = ",".join(sorted({p.strip() for p in
+                                                    kw["cleanup_policy"].split(",")}))
         return cls(**kw)
 
     def to_dict(self) -> dict[str, str]:

@@ -421,8 +421,15 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     },
     Api.ALTER_CONFIGS: {
         "topic": (_str, REQUIRED),
+        # key -> value to set, or None to remove
         "config": (_str_map, REQUIRED),
         "timeout_ms": (_nonneg, 30_000),
+        # True: keys left out of ``config`` are removed (Kafka's AlterConfigs)
+        "replace": (_bool, False),
+        # [key, op, value]: op "set", "delete", "append" or "subtract" (Kafka's
+        # IncrementalAlterConfigs), applied after ``config``
+        "ops": (_list(_tuple(_str, _str, _opt(_str)), 1000), []),
+        "validate_only": (_bool, False),
     },
     # topic: that topic's configs; None: the answering node's (its topic defaults)
     Api.DESCRIBE_CONFIGS: {"topic": (_opt(_str), None)},

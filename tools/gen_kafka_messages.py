@@ -47,6 +47,8 @@ ADVERTISED = {
     "DescribeCluster": (60, 0, 1),
     # admin APIs (#37)
     "CreatePartitions": (37, 0, 3),
+    "AlterConfigs": (33, 0, 2),
+    "IncrementalAlterConfigs": (44, 0, 1),
 }
 
 #: data schemas (no api key) -> (min version, max version): the consumer protocol's

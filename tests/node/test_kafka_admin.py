@@ -13,9 +13,18 @@ from tests.conftest import NodeProcess, free_ports
 
 ck = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")
-from confluent_kafka import KafkaError, KafkaException  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # noqa: E402
+from confluent_kafka import KafkaException  # noqa: E402
+from confluent_kafka.admin import (  # noqa: E402
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+)
 from kafka import KafkaAdminClient  # noqa: E402
+from kafka.admin import ConfigResource as KConfigResource  # noqa: E402
+from kafka.admin import ConfigResourceType as KConfigResourceType  # noqa: E402
 from kafka.admin import NewPartitions as KNewPartitions  # noqa: E402
 
 #: Kafka error codes the tests expect
@@ -118,3 +127,90 @@ def test_sdk_create_partitions_with_assignments(knode):
         assert [p.replicas for p in a.describe_topic("cp3").partitions] == [(1,), (1,), (1,)]
         with pytest.raises(Exception, match="unknown broker"):
             a.create_partitions("cp3", 4, assignments=[[9]])
+
+
+# ---------------------------------------------------------------------- configs
+
+
+def own_configs(node, topic: str) -> dict:
+    return {e.name: e.value for e in Admin(node.bootstrap).describe_configs(topic)
+            if e.source == "topic"}
+
+
+def test_incremental_alter_configs_confluent(knode):
+    create(knode, "cfg1", 1, {"retention.ms": "100000", "flush.ms": "5000"})
+    a = ck_admin(knode)
+
+    def alter(*entries, validate_only=False):
+        res = ConfigResource(ConfigResource.Type.TOPIC, "cfg1", incremental_configs=list(entries))
+        (fut,) = a.incremental_alter_configs([res], validate_only=validate_only).values()
+        return ck_code(fut)
+
+    S, D, A, SUB = (AlterConfigOpType.SET, AlterConfigOpType.DELETE, AlterConfigOpType.APPEND,
+                    AlterConfigOpType.SUBTRACT)
+    assert alter(ConfigEntry("retention.ms", "200000", incremental_operation=S),
+                 ConfigEntry("flush.ms", None, incremental_operation=D),
+                 ConfigEntry("cleanup.policy", "compact", incremental_operation=A)) == 0
+    assert own_configs(knode, "cfg1") == {"retention.ms": "200000",
+                                          "cleanup.policy": "compact,delete"}
+    assert alter(ConfigEntry("cleanup.policy", "delete", incremental_operation=SUB)) == 0
+    assert own_configs(knode, "cfg1")["cleanup.policy"] == "compact"
+    # validate_only: nothing changes
+    assert alter(ConfigEntry("retention.ms", "5", incremental_operation=S),
+                 validate_only=True) == 0
+    assert own_configs(knode, "cfg1")["retention.ms"] == "200000"
+    # refusals: a bad value, an unknown key, APPEND to a config that is no list, unknown topic
+    assert alter(ConfigEntry("retention.ms", "soon", incremental_operation=S)) == INVALID_CONFIG
+    assert alter(ConfigEntry("retention.mss", "1", incremental_operation=S)) == INVALID_CONFIG
+    assert alter(ConfigEntry("retention.ms", "1", incremental_operation=A)) == INVALID_CONFIG
+    assert own_configs(knode, "cfg1") == {"retention.ms": "200000", "cleanup.policy": "compact"}
+    res = ConfigResource(ConfigResource.Type.TOPIC, "nope", incremental_configs=[
+        ConfigEntry("retention.ms", "1", incremental_operation=S)])
+    (fut,) = a.incremental_alter_configs([res]).values()
+    assert ck_code(fut) == UNKNOWN_TOPIC_OR_PARTITION
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_alter_configs_replaces_the_set(knode):
+    create(knode, "cfg2", 1, {"retention.ms": "100000", "flush.ms": "5000"})
+    a = ck_admin(knode)
+    res = ConfigResource(ConfigResource.Type.TOPIC, "cfg2",
+                         set_config={"retention.bytes": "1000000"})
+    (fut,) = a.alter_configs([res]).values()  # (deprecated, still sent by librdkafka)
+    assert ck_code(fut) == 0
+    assert own_configs(knode, "cfg2") == {"retention.bytes": "1000000"}
+    bad = ConfigResource(ConfigResource.Type.TOPIC, "cfg2", set_config={"min.insync.replicas": "0"})
+    (fut,) = a.alter_configs([bad]).values()
+    assert ck_code(fut) == INVALID_CONFIG
+    # kafka-python's alter_configs, incremental and not
+    k = kp_admin(knode)
+    try:
+        for incremental in (False, True):
+            got = k.alter_configs([KConfigResource(KConfigResourceType.TOPIC, "cfg2",
+                                                   configs={"retention.ms": "300000"})],
+                                  raise_on_unknown=False, incremental=incremental)
+            assert str(got["topic"]["cfg2"]) == "OK"
+            assert own_configs(knode, "cfg2")["retention.ms"] == "300000"
+            got = k.alter_configs([KConfigResource(KConfigResourceType.TOPIC, "nope",
+                                                   configs={"retention.ms": "300000"})],
+                                  raise_on_unknown=False, incremental=incremental)
+            assert "Error 3" in str(got["topic"]["nope"])  # UNKNOWN_TOPIC_OR_PARTITION
+    finally:
+        k.close()
+
+
+def test_sdk_alter_configs(knode):
+    with Admin(knode.bootstrap) as a:
+        a.create_topic("cfg3", partitions=1, config={"retention.ms": "100000"})
+        a.incremental_alter_configs("cfg3", [("cleanup.policy", "set", "compact"),
+                                             ("flush.ms", "set", 1000)])
+        assert own_configs(knode, "cfg3") == {"retention.ms": "100000",
+                                              "cleanup.policy": "compact", "flush.ms": "1000"}
+        a.incremental_alter_configs("cfg3", [("flush.ms", "delete", None),
+                                             ("cleanup.policy", "append", "delete")])
+        assert own_configs(knode, "cfg3") == {"retention.ms": "100000",
+                                              "cleanup.policy": "compact,delete"}
+        a.alter_configs("cfg3", {"retention.bytes": 5000})
+        assert own_configs(knode, "cfg3") == {"retention.bytes": "5000"}
+        with pytest.raises(Exception, match="retention.bytes"):
+            a.alter_configs("cfg3", {"retention.bytes": "lots"}, validate_only=True)
