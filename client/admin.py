@@ -711,6 +711,31 @@ class Admin:
         if r.error:
             raise api_error(r.error, r.message or f"group {group_id!r}")
 
+    def delete_groups(self, group_ids: Iterable[str]) -> dict:
+        """Delete several groups (each by its coordinator): ``{group id: None, or the
+        ApiError that refused it}`` (GroupNotEmptyError, GroupIdNotFoundError, ...)."""
+        out: dict = {}
+        for gid in group_ids:
+            try:
+                self.delete_group(gid)
+                out[gid] = None
+            except ApiError as e:
+                out[gid] = e
+        return out
+
+    def delete_consumer_group_offsets(self, group_id: str, partitions: Iterable) -> dict:
+        """Delete the group's committed offsets of ``partitions`` (TopicPartition or
+        (topic, partition)): ``{TopicPartition: None, or the ApiError of that
+        partition}``; a partition of a topic the group's members are subscribed to is
+        refused (GROUP_SUBSCRIBED_TO_TOPIC). Raises GroupIdNotFoundError for an
+        unknown group."""
+        tps = [_tp(p) for p in partitions]
+        h = self._group_request(group_id, Api.OFFSET_DELETE, {
+            "group": group_id, "parts": [[tp.topic, tp.partition] for tp in tps]},
+            retry_lost=False)
+        return {TopicPartition(r.topic, r.partition):
+                (api_error(r.error, r.message) if r.error else None) for r in h["parts"]}
+
     # ------------------------------------------------------------------ group plumbing
 
     def _node_connection(self, host: str, port: int, node_id: int | None = None) -> BrokerConnection:

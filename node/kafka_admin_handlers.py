@@ -13,6 +13,8 @@ from raftlog.errors import ApiError, ErrorCode
 from raftlog.kafka_errors import to_kafka
 from raftlog.protocol import Api
 
+from .authz import DELETE as DELETE_OP
+from .authz import GROUP, READ, TOPIC
 from .kafka_handlers import Context, _req
 
 _E = {c: to_kafka(c) for c in ErrorCode}
@@ -38,7 +40,8 @@ class KafkaAdminApis:
     def handlers(self) -> dict:
         """{Kafka api key: handler} of the APIs served here."""
         return {37: self.create_partitions, 33: self.alter_configs,
-                44: self.incremental_alter_configs}
+                44: self.incremental_alter_configs, 42: self.delete_groups,
+                47: self.offset_delete}
 
     async def _quorum(self, method, req):
         return await self.apis._quorum(method, req)
@@ -111,3 +114,54 @@ class KafkaAdminApis:
             out.append({"error_code": code, "error_message": msg, "resource_type": rtype,
                         "resource_name": name})
         return {"throttle_time_ms": 0, "responses": out}
+
+    # ------------------------------------------------------------------ groups
+
+    async def delete_groups(self, v: int, body: dict, ctx: Context) -> dict:
+        """Each group deleted by its coordinator (this node: the client found it):
+        GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, NOT_COORDINATOR or
+        GROUP_AUTHORIZATION_FAILED (DELETE on the group) per group."""
+        out = []
+        for gid in body["groups_names"]:
+            try:
+                got = await self.apis._group(Api.DELETE_GROUPS, {"groups": [gid]}, ctx)
+                (r,) = got["results"]
+                code = to_kafka(r.error)
+            except ApiError as e:
+                code = _E[e.code]
+            out.append({"group_id": gid, "error_code": code})
+        return {"throttle_time_ms": 0, "results": out}
+
+    async def offset_delete(self, v: int, body: dict, ctx: Context) -> dict:
+        """The group's committed offsets of the named partitions deleted (Kafka's
+        rules): GROUP_ID_NOT_FOUND / GROUP_AUTHORIZATION_FAILED for the whole request;
+        per partition TOPIC_AUTHORIZATION_FAILED (READ on the topic),
+        UNKNOWN_TOPIC_OR_PARTITION, GROUP_SUBSCRIBED_TO_TOPIC."""
+        gid = body["group_id"]
+        codes: dict = {}
+        parts = []
+        topics = self.broker.store.topics
+        for t in body["topics"]:
+            info = topics.get(t["name"])
+            for p in t["partitions"]:
+                key = (t["name"], p["partition_index"])
+                if ctx.acl is not None and not ctx.acl.allowed(READ, TOPIC, key[0]):
+                    codes[key] = _E[ErrorCode.TOPIC_AUTHORIZATION_FAILED]
+                elif info is None or not 0 <= key[1] < len(info.partitions):
+                    codes[key] = _E[ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+                else:
+                    parts.append(key)
+        top = 0
+        try:
+            if ctx.acl is not None and not ctx.acl.allowed(DELETE_OP, GROUP, gid):
+                raise ApiError(ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                               f"{ctx.acl.principal} may not delete group {gid!r}")
+            got = await self.apis._group(Api.OFFSET_DELETE, {"group": gid, "parts": parts}, ctx)
+            codes.update({(r.topic, r.partition): to_kafka(r.error) for r in got["parts"]})
+        except ApiError as e:
+            top = _E[e.code]
+        return {"error_code": top, "throttle_time_ms": 0, "topics": [] if top else [
+            {"name": t["name"], "partitions": [
+                {"partition_index": p["partition_index"],
+                 "error_code": codes.get((t["name"], p["partition_index"]), 0)}
+                for p in t["partitions"]]} for t in body["topics"]]}

@@ -52,6 +52,7 @@ _GROUP_ACL = {
     Api.LIST_GROUPS: Z.nothing,
     Api.DESCRIBE_GROUPS: Z.group_names(Z.DESCRIBE),
     Api.DELETE_GROUPS: Z.group_names(Z.DELETE),
+    Api.OFFSET_DELETE: Z.both(Z.group_field(Z.DELETE), Z.topics_of_parts(Z.READ)),
 }
 
 ROUTES: dict[Api, Route] = {

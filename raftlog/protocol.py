@@ -77,6 +77,9 @@ class Api(enum.IntEnum):
     DESCRIBE_ACLS = 44
     CREATE_ACLS = 45
     DELETE_ACLS = 46
+    # Admin (issue 37)
+    OFFSET_DELETE = 47  # (Kafka's key)
+    DELETE_RECORDS = 48
 
 
 # Special timestamps of ListOffsets, as Kafka.
@@ -487,6 +490,9 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     Api.LIST_GROUPS: {},
     Api.DESCRIBE_GROUPS: {"groups": (_list(_str, 1000), REQUIRED)},
     Api.DELETE_GROUPS: {"groups": (_list(_str, 1000), REQUIRED)},
+    # the committed offsets of [topic, partition] to delete
+    Api.OFFSET_DELETE: {"group": (_str, REQUIRED),
+                        "parts": (_list(_tuple(_TOPIC, _nonneg), 100_000), REQUIRED)},
     Api.ALTER_PARTITION: {"payload": (_any, REQUIRED)},
     Api.BROKER_HEARTBEAT: {"broker_id": (_nonneg, REQUIRED), "incarnation_id": (_str, REQUIRED)},
     Api.SASL_HANDSHAKE: {"mechanism": (_str, REQUIRED)},
@@ -762,6 +768,7 @@ RESPONSE_PARTS: dict[Api, dict[str, Callable[[Any], Any]]] = {
     Api.LIST_GROUPS: {"groups": _rows_of(GroupListing)},
     Api.DESCRIBE_GROUPS: {"groups": _group_descriptions},
     Api.DELETE_GROUPS: {"results": _rows_of(NamedResult)},
+    Api.OFFSET_DELETE: {"parts": _rows_of(PartitionResult)},
     Api.ALTER_USER_SCRAM_CREDENTIALS: {"results": _rows_of(NamedResult)},
 }
 

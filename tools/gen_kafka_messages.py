@@ -49,6 +49,8 @@ ADVERTISED = {
     "CreatePartitions": (37, 0, 3),
     "AlterConfigs": (33, 0, 2),
     "IncrementalAlterConfigs": (44, 0, 1),
+    "DeleteGroups": (42, 0, 2),
+    "OffsetDelete": (47, 0, 0),
 }
 
 #: data schemas (no api key) -> (min version, max version): the consumer protocol's

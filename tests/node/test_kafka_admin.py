@@ -26,10 +26,12 @@ from kafka import KafkaAdminClient  # noqa: E402
 from kafka.admin import ConfigResource as KConfigResource  # noqa: E402
 from kafka.admin import ConfigResourceType as KConfigResourceType  # noqa: E402
 from kafka.admin import NewPartitions as KNewPartitions  # noqa: E402
+from kafka.structs import TopicPartition as KTP  # noqa: E402
 
 #: Kafka error codes the tests expect
 UNKNOWN_TOPIC_OR_PARTITION, INVALID_PARTITIONS, INVALID_REPLICA_ASSIGNMENT = 3, 37, 39
 INVALID_CONFIG = 40
+GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, GROUP_SUBSCRIBED_TO_TOPIC = 69, 68, 86
 
 
 @pytest.fixture(scope="module")
@@ -214,3 +216,81 @@ def test_sdk_alter_configs(knode):
         assert own_configs(knode, "cfg3") == {"retention.bytes": "5000"}
         with pytest.raises(Exception, match="retention.bytes"):
             a.alter_configs("cfg3", {"retention.bytes": "lots"}, validate_only=True)
+
+
+# ---------------------------------------------------------------------- groups
+
+
+def commit(node, group: str, offsets: dict) -> None:
+    with Admin(node.bootstrap) as a:
+        a.alter_group_offsets(group, offsets)
+
+
+def committed(node, group: str) -> dict:
+    with Admin(node.bootstrap) as a:
+        return {(tp.topic, tp.partition): o for tp, o in a.list_group_offsets(group).items()}
+
+
+def test_delete_groups_confluent_and_kafka_python(knode):
+    create(knode, "dg", 1)
+    for g in ("dg1", "dg2", "dg3"):
+        commit(knode, g, {("dg", 0): 5})
+    a = ck_admin(knode)
+    fs = a.delete_consumer_groups(["dg1", "nope-group"])
+    assert ck_code(fs["dg1"]) == 0
+    assert ck_code(fs["nope-group"]) == GROUP_ID_NOT_FOUND
+    assert committed(knode, "dg1") == {}
+    # a group with a member is not deleted
+    c = ck.Consumer({"bootstrap.servers": knode.kafka, "group.id": "dg2",
+                     "session.timeout.ms": 6000})
+    c.subscribe(["dg"])
+    try:
+        until(lambda: c.poll(0.1) is None and c.assignment())
+        assert ck_code(a.delete_consumer_groups(["dg2"])["dg2"]) == NON_EMPTY_GROUP
+    finally:
+        c.close()
+    k = kp_admin(knode)
+    try:
+        assert k.delete_groups(["dg2", "dg3", "nope-group"]) == {
+            "dg2": "OK", "dg3": "OK", "nope-group": "GroupIdNotFoundError"}
+    finally:
+        k.close()
+    assert committed(knode, "dg3") == {}
+    with Admin(knode.bootstrap) as sdk:
+        commit(knode, "dg4", {("dg", 0): 1})
+        got = sdk.delete_groups(["dg4", "nope-group"])
+        assert got["dg4"] is None and got["nope-group"].code.name == "GROUP_ID_NOT_FOUND"
+
+
+def test_offset_delete(knode):
+    """(confluent-kafka's Python AdminClient has no delete_consumer_group_offsets:
+    kafka-python's and the SDK's.)"""
+    create(knode, "od1", 2)
+    create(knode, "od2", 1)
+    commit(knode, "odg", {("od1", 0): 3, ("od1", 1): 4, ("od2", 0): 7})
+    k = kp_admin(knode)
+    c = None
+    try:
+        got = k.delete_group_offsets("odg", [KTP("od1", 0), KTP("nope", 0)])
+        assert {(tp.topic, tp.partition): e.errno for tp, e in got.items()} == {
+            ("od1", 0): 0, ("nope", 0): UNKNOWN_TOPIC_OR_PARTITION}
+        assert committed(knode, "odg") == {("od1", 1): 4, ("od2", 0): 7}
+        with pytest.raises(kafka.errors.GroupIdNotFoundError):
+            k.delete_group_offsets("nope-group", [KTP("od1", 0)])
+        # a member subscribed to od2: its offsets stay; od1's go
+        c = ck.Consumer({"bootstrap.servers": knode.kafka, "group.id": "odg",
+                         "session.timeout.ms": 6000})
+        c.subscribe(["od2"])
+        until(lambda: c.poll(0.1) is None and c.assignment())
+        got = k.delete_group_offsets("odg", [KTP("od2", 0), KTP("od1", 1)])
+        assert {(tp.topic, tp.partition): e.errno for tp, e in got.items()} == {
+            ("od2", 0): GROUP_SUBSCRIBED_TO_TOPIC, ("od1", 1): 0}
+    finally:
+        k.close()
+        if c is not None:
+            c.close()
+    assert committed(knode, "odg") == {("od2", 0): 7}
+    with Admin(knode.bootstrap) as sdk:
+        got = sdk.delete_consumer_group_offsets("odg", [("od2", 0)])
+        assert list(got.values()) == [None]
+    assert committed(knode, "odg") == {}
