@@ -9,13 +9,15 @@ Per-resource refusals are answered per resource with Kafka's error code
 
 from __future__ import annotations
 
+from raftlog import acl as A
+from raftlog import kafka_acl as KA
 from raftlog.errors import ApiError, ErrorCode
 from raftlog.kafka_errors import to_kafka
 from raftlog.protocol import Api
 
 from .authz import DELETE as DELETE_OP
 from .authz import GROUP, READ, TOPIC
-from .kafka_handlers import Context, _req
+from .kafka_handlers import Context, _authorize, _req
 
 _E = {c: to_kafka(c) for c in ErrorCode}
 #: Kafka's config resource types
@@ -41,7 +43,8 @@ class KafkaAdminApis:
         """{Kafka api key: handler} of the APIs served here."""
         return {37: self.create_partitions, 33: self.alter_configs,
                 44: self.incremental_alter_configs, 42: self.delete_groups,
-                47: self.offset_delete}
+                47: self.offset_delete, 29: self.describe_acls, 30: self.create_acls,
+                31: self.delete_acls}
 
     async def _quorum(self, method, req):
         return await self.apis._quorum(method, req)
@@ -165,3 +168,83 @@ class KafkaAdminApis:
                 {"partition_index": p["partition_index"],
                  "error_code": codes.get((t["name"], p["partition_index"]), 0)}
                 for p in t["partitions"]]} for t in body["topics"]]}
+
+    # ------------------------------------------------------------------ ACLs
+
+    async def describe_acls(self, v: int, body: dict, ctx: Context) -> dict:
+        """The bindings matching the filter, grouped by resource (DESCRIBE on the
+        cluster; INVALID_REQUEST for an UNKNOWN code)."""
+        try:
+            _authorize(Api.DESCRIBE_ACLS, ctx, {})
+            bindings = self._matching(body, ctx)
+        except ApiError as e:
+            return {"throttle_time_ms": 0, "error_code": _E[e.code], "error_message": e.message,
+                    "resources": []}
+        by_resource: dict = {}
+        for b in bindings:
+            row = KA.binding_row(b)
+            key = (row["resource_type"], row["resource_name"], row["pattern_type"])
+            by_resource.setdefault(key, []).append(
+                {k: row[k] for k in ("principal", "host", "operation", "permission_type")})
+        return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "resources": [
+            {"resource_type": t, "resource_name": n, "pattern_type": p, "acls": acls}
+            for (t, n, p), acls in by_resource.items()]}
+
+    def _matching(self, f: dict, ctx: Context) -> list:
+        """The bindings a Kafka ACL filter matches (ApiError INVALID_REQUEST for a bad one)."""
+        try:
+            fields, match = KA.native_filter(f)
+        except KA.NoMatch:
+            return []
+        except KA.KafkaAclError as e:
+            raise ApiError(ErrorCode.INVALID_REQUEST, str(e)) from None
+        head, _ = self.broker.security.describe_acls(_req(Api.DESCRIBE_ACLS, ctx, fields))
+        bindings = [A.from_tuple(t) for t in head["acls"]]
+        return [b for b in bindings if match is None or KA.matches_name(b, match)]
+
+    async def create_acls(self, v: int, body: dict, ctx: Context) -> dict:
+        """Every valid creation in one metadata write; a creation raftlog cannot hold
+        (a host other than '*', an operation or resource type it has no twin for)
+        gets INVALID_REQUEST, the others CLUSTER_AUTHORIZATION_FAILED without ALTER
+        on the cluster."""
+        rows: list = []
+        valid = []
+        for c in body["creations"]:
+            try:
+                t = KA.binding_tuple(c)
+                A.from_tuple(t)
+                valid.append(t)
+                rows.append(None)
+            except (KA.KafkaAclError, A.AclError) as e:
+                rows.append((_E[ErrorCode.INVALID_REQUEST], str(e)))
+        ok = (0, None)
+        if valid:
+            try:
+                await self._quorum(self.broker.security.create_acls,
+                                   _req(Api.CREATE_ACLS, ctx, {"acls": valid}))
+            except ApiError as e:
+                ok = _error_row(e)
+        return {"throttle_time_ms": 0, "results": [
+            {"error_code": (r or ok)[0], "error_message": (r or ok)[1]} for r in rows]}
+
+    async def delete_acls(self, v: int, body: dict, ctx: Context) -> dict:
+        """Per filter, the bindings it matched, deleted (ALTER on the cluster)."""
+        out = []
+        for f in body["filters"]:
+            try:
+                _authorize(Api.DELETE_ACLS, ctx, {})
+                gone = []
+                for b in self._matching(f, ctx):
+                    fields = dict(zip(("principal", "resource_type", "resource_name",
+                                       "pattern_type", "operation", "permission"),
+                                      b.as_tuple()))
+                    head, _ = await self._quorum(self.broker.security.delete_acls,
+                                                 _req(Api.DELETE_ACLS, ctx, fields))
+                    gone += [A.from_tuple(t) for t in head["deleted"]]
+                out.append({"error_code": 0, "error_message": None, "matching_acls": [
+                    {"error_code": 0, "error_message": None, **KA.binding_row(b)}
+                    for b in gone]})
+            except ApiError as e:
+                code, msg = _error_row(e)
+                out.append({"error_code": code, "error_message": msg, "matching_acls": []})
+        return {"throttle_time_ms": 0, "filter_results": out}

@@ -51,6 +51,9 @@ ADVERTISED = {
     "IncrementalAlterConfigs": (44, 0, 1),
     "DeleteGroups": (42, 0, 2),
     "OffsetDelete": (47, 0, 0),
+    "DescribeAcls": (29, 0, 3),
+    "CreateAcls": (30, 0, 3),
+    "DeleteAcls": (31, 0, 3),
 }
 
 #: data schemas (no api key) -> (min version, max version): the consumer protocol's
