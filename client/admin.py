@@ -20,7 +20,7 @@ from raftlog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Api
 from .assignors import assignment_from_wire
 from .conn import BrokerConnection, Cluster
 from .errors import BrokerNotAvailableError, GroupNotEmptyError, api_error
-from .offsets import list_offsets, list_offsets_strict
+from .offsets import list_offsets, list_offsets_strict, requests_by_leader
 from .options import check_options
 from .security import ClientSecurity
 from .types import TopicPartition
@@ -522,6 +522,49 @@ class Admin:
         if assignments is not None:
             fields["assignments"] = [list(r) for r in assignments]
         self._call(Api.CREATE_PARTITIONS, fields)
+
+    def delete_records(self, offsets: Mapping, *, rounds: int = 3) -> dict:
+        """Delete the records of each partition before an offset (Kafka's
+        DeleteRecords): ``offsets`` maps TopicPartition or (topic, partition) to the
+        offset (-1: the high watermark). Each leader moves its log start offset
+        durably; followers follow through their fetches. Returns ``{TopicPartition:
+        the new log start offset, or the ApiError of that partition}`` (e.g.
+        OffsetOutOfRangeError past the high watermark). A leader that moved is asked
+        again (up to ``rounds`` rounds): moving a log start twice is harmless."""
+        wanted = {_tp(k): int(v) for k, v in offsets.items()}
+        results: dict = {}
+        pending = dict(wanted)
+        for attempt in range(rounds):
+            retry: dict = {}
+            by_leader, failed = requests_by_leader(self._cluster, pending)
+            for tp, e in failed.items():
+                (retry if e.retriable and e.code is not ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                 else results)[tp] = e
+            for leader, tps in by_leader.items():
+                try:
+                    h = self._cluster.connection(leader).request(
+                        Api.DELETE_RECORDS,
+                        {"parts": [[tp.topic, tp.partition, pending[tp]] for tp in tps]},
+                        timeout_s=self.timeout_s).header
+                except (BrokerNotAvailableError, ApiError) as e:
+                    (retry if getattr(e, "retriable", True) else results).update(
+                        dict.fromkeys(tps, e))
+                    continue
+                for tp, r in zip(tps, h["parts"]):
+                    if r.error:
+                        e = api_error(r.error, r.message or f"delete records of {_tp_name(tp)}")
+                        (retry if e.retriable else results)[tp] = e
+                    else:
+                        results[tp] = r.low_watermark
+            if not retry:
+                break
+            if attempt + 1 == rounds:
+                results.update(retry)
+                break
+            pending = {tp: wanted[tp] for tp in retry}
+            self._cluster.topics.clear()
+            time.sleep(READ_BACKOFF_S * (attempt + 1))
+        return results
 
     # ------------------------------------------------------------------ consumer groups
 

@@ -20,6 +20,7 @@ from raftlog.errors import ApiError, ErrorCode
 from raftlog.protocol import (
     ApiVersionRange,
     ConfigEntry,
+    DeleteRecordsResult,
     EpochEndOffset,
     ListOffsetsPartResult,
     NamedResult,
@@ -101,6 +102,17 @@ class Broker:
                 out.append(ListOffsetsPartResult(topic, partition, 0, off, t))
             except ApiError as e:
                 out.append(ListOffsetsPartResult(topic, partition, int(e.code), -1, -1))
+        return {"parts": out}, []
+
+    def delete_records(self, req: Request) -> Response:
+        """DeleteRecords: each partition's log start offset moved, as its leader."""
+        out = []
+        for topic, partition, offset in req.fields["parts"]:
+            try:
+                start = self.replicas.delete_records(topic, partition, offset)
+                out.append(DeleteRecordsResult(topic, partition, 0, start))
+            except ApiError as e:
+                out.append(DeleteRecordsResult(topic, partition, int(e.code), -1, e.message))
         return {"parts": out}, []
 
     def produce(self, req: Request) -> Response:

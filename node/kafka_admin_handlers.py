@@ -44,7 +44,7 @@ class KafkaAdminApis:
         return {37: self.create_partitions, 33: self.alter_configs,
                 44: self.incremental_alter_configs, 42: self.delete_groups,
                 47: self.offset_delete, 29: self.describe_acls, 30: self.create_acls,
-                31: self.delete_acls}
+                31: self.delete_acls, 21: self.delete_records}
 
     async def _quorum(self, method, req):
         return await self.apis._quorum(method, req)
@@ -74,6 +74,35 @@ class KafkaAdminApis:
                 code, msg = _error_row(e)
             results.append({"name": name, "error_code": code, "error_message": msg})
         return {"throttle_time_ms": 0, "results": results}
+
+    async def delete_records(self, v: int, body: dict, ctx: Context) -> dict:
+        """Each partition's log start offset moved by its leader (this node: the client
+        found it): NOT_LEADER_OR_FOLLOWER, OFFSET_OUT_OF_RANGE (past the high
+        watermark), UNKNOWN_TOPIC_OR_PARTITION, TOPIC_AUTHORIZATION_FAILED (DELETE on
+        the topic) per partition."""
+        parts, codes = [], {}
+        for t in body["topics"]:
+            for p in t["partitions"]:
+                key = (t["name"], p["partition_index"])
+                if key[1] < 0:
+                    codes[key] = _E[ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+                elif ctx.acl is not None and not ctx.acl.allowed(DELETE_OP, TOPIC, key[0]):
+                    codes[key] = _E[ErrorCode.TOPIC_AUTHORIZATION_FAILED]
+                else:
+                    parts.append([key[0], key[1], p["offset"]])
+        lows: dict = {}
+        if parts:
+            head, _ = self.broker.delete_records(_req(Api.DELETE_RECORDS, ctx, {
+                "parts": parts, "timeout_ms": max(body["timeout_ms"], 0)}))
+            for r in head["parts"]:
+                codes[(r.topic, r.partition)] = to_kafka(r.error)
+                lows[(r.topic, r.partition)] = r.low_watermark
+        return {"throttle_time_ms": 0, "topics": [
+            {"name": t["name"], "partitions": [
+                {"partition_index": p["partition_index"],
+                 "low_watermark": lows.get((t["name"], p["partition_index"]), -1),
+                 "error_code": codes[(t["name"], p["partition_index"])]}
+                for p in t["partitions"]]} for t in body["topics"]]}
 
     # ------------------------------------------------------------------ configs
 

@@ -10,7 +10,7 @@ tagged versions, default, sub-fields)``; see raftlog/kafka_wire.py.
 # ruff: noqa: E501
 
 #: api name -> (api key, min version, max version) served
-ADVERTISED = {'Produce': (0, 3, 9), 'Fetch': (1, 4, 12), 'ListOffsets': (2, 1, 7), 'Metadata': (3, 0, 12), 'OffsetCommit': (8, 0, 8), 'OffsetFetch': (9, 0, 7), 'FindCoordinator': (10, 0, 4), 'JoinGroup': (11, 0, 7), 'Heartbeat': (12, 0, 4), 'LeaveGroup': (13, 0, 4), 'SyncGroup': (14, 0, 5), 'DescribeGroups': (15, 0, 5), 'ListGroups': (16, 0, 4), 'SaslHandshake': (17, 0, 1), 'ApiVersions': (18, 0, 3), 'CreateTopics': (19, 0, 7), 'DeleteTopics': (20, 0, 5), 'InitProducerId': (22, 0, 4), 'DescribeConfigs': (32, 0, 4), 'SaslAuthenticate': (36, 0, 2), 'DescribeCluster': (60, 0, 1), 'CreatePartitions': (37, 0, 3), 'AlterConfigs': (33, 0, 2), 'IncrementalAlterConfigs': (44, 0, 1), 'DeleteGroups': (42, 0, 2), 'OffsetDelete': (47, 0, 0), 'DescribeAcls': (29, 0, 3), 'CreateAcls': (30, 0, 3), 'DeleteAcls': (31, 0, 3)}
+ADVERTISED = {'Produce': (0, 3, 9), 'Fetch': (1, 4, 12), 'ListOffsets': (2, 1, 7), 'Metadata': (3, 0, 12), 'OffsetCommit': (8, 0, 8), 'OffsetFetch': (9, 0, 7), 'FindCoordinator': (10, 0, 4), 'JoinGroup': (11, 0, 7), 'Heartbeat': (12, 0, 4), 'LeaveGroup': (13, 0, 4), 'SyncGroup': (14, 0, 5), 'DescribeGroups': (15, 0, 5), 'ListGroups': (16, 0, 4), 'SaslHandshake': (17, 0, 1), 'ApiVersions': (18, 0, 3), 'CreateTopics': (19, 0, 7), 'DeleteTopics': (20, 0, 5), 'InitProducerId': (22, 0, 4), 'DescribeConfigs': (32, 0, 4), 'SaslAuthenticate': (36, 0, 2), 'DescribeCluster': (60, 0, 1), 'CreatePartitions': (37, 0, 3), 'AlterConfigs': (33, 0, 2), 'IncrementalAlterConfigs': (44, 0, 1), 'DeleteGroups': (42, 0, 2), 'OffsetDelete': (47, 0, 0), 'DescribeAcls': (29, 0, 3), 'CreateAcls': (30, 0, 3), 'DeleteAcls': (31, 0, 3), 'DeleteRecords': (21, 0, 2)}
 
 #: (api key, 'request' | 'response') or (name, 'data') -> {'name', 'flexible_from', 'fields'}
 #: data schema name -> (min version, max version)
@@ -705,6 +705,25 @@ SCHEMAS = {(0, 'request'): {'name': 'ProduceRequest',
                                    ('host', 'string', 0, 32767, None, None, None, '', None),
                                    ('operation', 'int8', 0, 32767, None, None, None, 0, None),
                                    ('permission_type', 'int8', 0, 32767, None, None, None, 0,
+                                    None))))))},
+ (21, 'request'): {'name': 'DeleteRecordsRequest',
+                   'flexible_from': 2,
+                   'fields': (('topics', '[]struct', 0, 32767, None, None, None, (),
+                               (('name', 'string', 0, 32767, None, None, None, '', None),
+                                ('partitions', '[]struct', 0, 32767, None, None, None, (),
+                                 (('partition_index', 'int32', 0, 32767, None, None, None, 0, None),
+                                  ('offset', 'int64', 0, 32767, None, None, None, 0, None))))),
+                              ('timeout_ms', 'int32', 0, 32767, None, None, None, 0, None))},
+ (21, 'response'): {'name': 'DeleteRecordsResponse',
+                    'flexible_from': 2,
+                    'fields': (('throttle_time_ms', 'int32', 0, 32767, None, None, None, 0, None),
+                               ('topics', '[]struct', 0, 32767, None, None, None, (),
+                                (('name', 'string', 0, 32767, None, None, None, '', None),
+                                 ('partitions', '[]struct', 0, 32767, None, None, None, (),
+                                  (('partition_index', 'int32', 0, 32767, None, None, None, 0,
+                                    None),
+                                   ('low_watermark', 'int64', 0, 32767, None, None, None, 0, None),
+                                   ('error_code', 'int16', 0, 32767, None, None, None, 0,
                                     None))))))},
  ('ConsumerProtocolSubscription', 'data'): {'name': 'ConsumerProtocolSubscription',
                                             'flexible_from': None,

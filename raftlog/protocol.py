@@ -491,6 +491,9 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     Api.DESCRIBE_GROUPS: {"groups": (_list(_str, 1000), REQUIRED)},
     Api.DELETE_GROUPS: {"groups": (_list(_str, 1000), REQUIRED)},
     # the committed offsets of [topic, partition] to delete
+    # [topic, partition, offset]: records before offset deleted (-1: the high watermark)
+    Api.DELETE_RECORDS: {"parts": (_list(_tuple(_TOPIC, _nonneg, _int), 100_000), REQUIRED),
+                         "timeout_ms": (_nonneg, 30_000)},
     Api.OFFSET_DELETE: {"group": (_str, REQUIRED),
                         "parts": (_list(_tuple(_TOPIC, _nonneg), 100_000), REQUIRED)},
     Api.ALTER_PARTITION: {"payload": (_any, REQUIRED)},
@@ -670,6 +673,16 @@ class PartitionResult(NamedTuple):
     message: str = ""
 
 
+class DeleteRecordsResult(NamedTuple):
+    """DELETE_RECORDS ``parts``: the partition's log start offset after the delete."""
+
+    topic: str
+    partition: int
+    error: int
+    low_watermark: int
+    message: str = ""
+
+
 class CommittedOffsetRow(NamedTuple):
     """OFFSET_FETCH ``parts``: ``offset`` -1 when the group committed none."""
 
@@ -769,6 +782,7 @@ RESPONSE_PARTS: dict[Api, dict[str, Callable[[Any], Any]]] = {
     Api.DESCRIBE_GROUPS: {"groups": _group_descriptions},
     Api.DELETE_GROUPS: {"results": _rows_of(NamedResult)},
     Api.OFFSET_DELETE: {"parts": _rows_of(PartitionResult)},
+    Api.DELETE_RECORDS: {"parts": _rows_of(DeleteRecordsResult)},
     Api.ALTER_USER_SCRAM_CREDENTIALS: {"results": _rows_of(NamedResult)},
 }
 

@@ -54,6 +54,7 @@ ADVERTISED = {
     "DescribeAcls": (29, 0, 3),
     "CreateAcls": (30, 0, 3),
     "DeleteAcls": (31, 0, 3),
+    "DeleteRecords": (21, 0, 2),
 }
 
 #: data schemas (no api key) -> (min version, max version): the consumer protocol's

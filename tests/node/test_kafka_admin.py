@@ -8,12 +8,13 @@ import time
 
 import pytest
 
-from raftlog.client import Admin
+from raftlog.client import Admin, TopicPartition
 from tests.conftest import NodeProcess, free_ports
 
 ck = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")
 from confluent_kafka import KafkaException  # noqa: E402
+from confluent_kafka import TopicPartition as CTP  # noqa: E402
 from confluent_kafka.admin import (  # noqa: E402
     AdminClient,
     AlterConfigOpType,
@@ -294,6 +295,83 @@ def test_offset_delete(knode):
         got = sdk.delete_consumer_group_offsets("odg", [("od2", 0)])
         assert list(got.values()) == [None]
     assert committed(knode, "odg") == {}
+
+
+# ---------------------------------------------------------------------- DeleteRecords
+
+OFFSET_OUT_OF_RANGE = 1
+
+
+def produce(node, topic: str, n: int, partition: int = 0) -> None:
+    p = ck.Producer({"bootstrap.servers": node.kafka, "acks": "all"})
+    for i in range(n):
+        p.produce(topic, b"v%d" % i, partition=partition)
+    assert p.flush(20) == 0
+
+
+def earliest(node, topic: str, partition: int = 0) -> int:
+    with Admin(node.bootstrap) as a:
+        (off,) = a._list_offsets({TopicPartition(topic, partition): -2}).values()
+        return off[0]
+
+
+def consume_offsets(node, topic: str, partition: int = 0) -> list:
+    c = ck.Consumer({"bootstrap.servers": node.kafka, "group.id": f"dr-{topic}",
+                     "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.assign([CTP(topic, partition, ck.OFFSET_BEGINNING)])
+    got, deadline = [], time.monotonic() + 10
+    while time.monotonic() < deadline:
+        m = c.poll(0.2)
+        if m is None and got:
+            break
+        if m is not None and not m.error():
+            got.append(m.offset())
+    c.close()
+    return got
+
+
+def test_delete_records_confluent(knode):
+    create(knode, "dr1", 1)
+    produce(knode, "dr1", 10)
+    a = ck_admin(knode)
+    (fut,) = a.delete_records([CTP("dr1", 0, 4)]).values()
+    assert fut.result(20).low_watermark == 4  # the new low watermark
+    assert earliest(knode, "dr1") == 4
+    assert consume_offsets(knode, "dr1") == list(range(4, 10))
+    # refusals: past the high watermark, an unknown topic; a smaller offset changes nothing
+    fs = a.delete_records([CTP("dr1", 0, 11)])
+    assert ck_code(next(iter(fs.values()))) == OFFSET_OUT_OF_RANGE
+    (fut,) = a.delete_records([CTP("dr1", 0, 2)]).values()
+    assert fut.result(20).low_watermark == 4
+    # (a client finds no leader for an unknown topic: sent raw, the node's answer)
+    from tests.node.test_kafka_security import _call, _connect
+
+    with _connect(knode) as s:
+        _, body = _call(s, 21, 2, 1, {"timeout_ms": 1000, "topics": [
+            {"name": "nope", "partitions": [{"partition_index": 0, "offset": 1}]},
+            {"name": "dr1", "partitions": [{"partition_index": 5, "offset": 1}]}]})
+    assert [t["partitions"][0]["error_code"] for t in body["topics"]] == [
+        UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_OR_PARTITION]
+    # -1: everything up to the high watermark
+    (fut,) = a.delete_records([CTP("dr1", 0, -1)]).values()
+    assert fut.result(20).low_watermark == 10 and earliest(knode, "dr1") == 10
+
+
+def test_delete_records_kafka_python_and_sdk(knode):
+    create(knode, "dr2", 2)
+    produce(knode, "dr2", 6, partition=0)
+    produce(knode, "dr2", 6, partition=1)
+    k = kp_admin(knode)
+    try:
+        got = k.delete_records({KTP("dr2", 0): 3})
+        assert got[KTP("dr2", 0)]["low_watermark"] == 3
+    finally:
+        k.close()
+    with Admin(knode.bootstrap) as a:
+        got = a.delete_records({("dr2", 1): 5, ("dr2", 0): 99})
+        assert got[TopicPartition("dr2", 1)] == 5
+        assert type(got[TopicPartition("dr2", 0)]).__name__ == "OffsetOutOfRangeError"
+    assert (earliest(knode, "dr2", 0), earliest(knode, "dr2", 1)) == (3, 5)
 
 
 # ---------------------------------------------------------------------- ACLs (authorizer on)
