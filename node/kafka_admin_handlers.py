@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from raftlog import acl as A
 from raftlog import kafka_acl as KA
+from raftlog import scram as S
 from raftlog.errors import ApiError, ErrorCode
 from raftlog.kafka_errors import to_kafka
 from raftlog.protocol import Api
@@ -24,6 +25,9 @@ _E = {c: to_kafka(c) for c in ErrorCode}
 RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
 #: IncrementalAlterConfigs' ConfigOperation codes (Kafka's AlterConfigOp.OpType)
 CONFIG_OPS = {0: "set", 1: "delete", 2: "append", 3: "subtract"}
+#: Kafka's ScramMechanism codes
+SCRAM_MECHANISMS = {1: S.SCRAM_SHA_256, 2: S.SCRAM_SHA_512}
+_SCRAM_CODES = {name: code for code, name in SCRAM_MECHANISMS.items()}
 
 
 def _error_row(e: ApiError) -> tuple[int, str]:
@@ -44,7 +48,9 @@ class KafkaAdminApis:
         return {37: self.create_partitions, 33: self.alter_configs,
                 44: self.incremental_alter_configs, 42: self.delete_groups,
                 47: self.offset_delete, 29: self.describe_acls, 30: self.create_acls,
-                31: self.delete_acls, 21: self.delete_records}
+                31: self.delete_acls, 21: self.delete_records,
+                50: self.describe_user_scram_credentials,
+                51: self.alter_user_scram_credentials}
 
     async def _quorum(self, method, req):
         return await self.apis._quorum(method, req)
@@ -277,3 +283,89 @@ class KafkaAdminApis:
                 code, msg = _error_row(e)
                 out.append({"error_code": code, "error_message": msg, "matching_acls": []})
         return {"throttle_time_ms": 0, "filter_results": out}
+
+    # ------------------------------------------------------------------ SCRAM users
+
+    async def describe_user_scram_credentials(self, v: int, body: dict, ctx: Context) -> dict:
+        """Each user's mechanisms and iteration counts (never a salt or key): every
+        user, or those named (RESOURCE_NOT_FOUND: none; DUPLICATE_RESOURCE: named
+        twice); CLUSTER_AUTHORIZATION_FAILED without DESCRIBE on the cluster."""
+        names = None if body["users"] is None else [u["name"] for u in body["users"]]
+        try:
+            head, _ = self.broker.security.describe_users(_req(
+                Api.DESCRIBE_USER_SCRAM_CREDENTIALS, ctx,
+                {"users": None if names is None else sorted(set(names))}))
+        except ApiError as e:
+            return {"throttle_time_ms": 0, "error_code": _E[e.code], "error_message": e.message,
+                    "results": []}
+        found = {u: mechs for u, mechs in head["users"]}
+        results = []
+        for user in (sorted(found) if names is None else list(dict.fromkeys(names))):
+            code, msg, infos = 0, None, []
+            if names is not None and names.count(user) > 1:
+                code, msg = _E[ErrorCode.DUPLICATE_RESOURCE], f"user {user!r} named twice"
+            elif user not in found:
+                code, msg = (_E[ErrorCode.RESOURCE_NOT_FOUND],
+                             f"user {user!r} has no SCRAM credentials")
+            else:
+                infos = [{"mechanism": _SCRAM_CODES.get(m, 0), "iterations": i}
+                         for m, i in found[user]]
+            results.append({"user": user, "error_code": code, "error_message": msg,
+                            "credential_infos": infos})
+        return {"throttle_time_ms": 0, "error_code": 0, "error_message": None,
+                "results": results}
+
+    async def alter_user_scram_credentials(self, v: int, body: dict, ctx: Context) -> dict:
+        """Upsertions (salted passwords: the stored keys are derived here) and deletions,
+        one result per user: UNSUPPORTED_SASL_MECHANISM, UNACCEPTABLE_CREDENTIAL (an
+        empty name, iterations out of range), RESOURCE_NOT_FOUND (deleting what is not
+        there), DUPLICATE_RESOURCE (a user's mechanism altered twice),
+        CLUSTER_AUTHORIZATION_FAILED without ALTER on the cluster."""
+        ops: dict = {}  # user -> ([upsertions], [deletions])
+        bad: dict = {}
+        seen = set()
+        for kind, rows in (("upsert", body["upsertions"]), ("delete", body["deletions"])):
+            for r in rows:
+                user = r["name"]
+                ops.setdefault(user, ([], []))
+                try:
+                    mech = SCRAM_MECHANISMS.get(r["mechanism"])
+                    if mech is None:
+                        raise ApiError(ErrorCode.UNSUPPORTED_SASL_MECHANISM,
+                                       f"SCRAM mechanism code {r['mechanism']} is unknown "
+                                       "(1: SCRAM-SHA-256, 2: SCRAM-SHA-512)")
+                    if not user:
+                        raise ApiError(ErrorCode.UNACCEPTABLE_CREDENTIAL, "empty user name")
+                    if (user, mech) in seen:
+                        raise ApiError(ErrorCode.DUPLICATE_RESOURCE,
+                                       f"user {user!r}'s {mech} credential altered twice")
+                    seen.add((user, mech))
+                    if kind == "delete":
+                        ops[user][1].append([user, mech])
+                        continue
+                    try:
+                        S.check_iterations(r["iterations"])
+                    except S.ScramError as e:
+                        raise ApiError(ErrorCode.UNACCEPTABLE_CREDENTIAL, str(e)) from None
+                    c = S.credential_from_salted(mech, r["salt"], r["iterations"],
+                                                 r["salted_password"])
+                    ops[user][0].append([user, mech, c.salt, c.iterations, c.stored_key,
+                                         c.server_key])
+                except ApiError as e:
+                    bad.setdefault(user, _error_row(e))
+        results = []
+        for user, (ups, dels) in ops.items():
+            code, msg = bad.get(user, (0, None))
+            if not code:
+                try:
+                    head, _ = await self._quorum(
+                        self.broker.security.alter_users,
+                        _req(Api.ALTER_USER_SCRAM_CREDENTIALS, ctx,
+                             {"upsertions": ups, "deletions": dels, "timeout_ms": 30_000}))
+                    failed = next((r for r in head["results"] if r.error), None)
+                    if failed is not None:
+                        code, msg = to_kafka(failed.error), failed.message
+                except ApiError as e:
+                    code, msg = _error_row(e)
+            results.append({"user": user, "error_code": code, "error_message": msg})
+        return {"throttle_time_ms": 0, "results": results}

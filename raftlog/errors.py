@@ -150,6 +150,8 @@ class ErrorCode(enum.IntEnum):
     # Kafka admin APIs (issue 37)
     INVALID_REPLICA_ASSIGNMENT = 95
     GROUP_SUBSCRIBED_TO_TOPIC = 96
+    UNACCEPTABLE_CREDENTIAL = 97
+    DUPLICATE_RESOURCE = 98
 
     @property
     def retriable(self) -> bool:

@@ -55,6 +55,8 @@ ADVERTISED = {
     "CreateAcls": (30, 0, 3),
     "DeleteAcls": (31, 0, 3),
     "DeleteRecords": (21, 0, 2),
+    "DescribeUserScramCredentials": (50, 0, 0),
+    "AlterUserScramCredentials": (51, 0, 0),
 }
 
 #: data schemas (no api key) -> (min version, max version): the consumer protocol's

@@ -480,3 +480,49 @@ def test_admin_calls_refused_without_acls(secure):
     assert ck_code(admin.create_partitions([NewPartitions("at", 2)])["at"]) == 0
     (fut,) = admin.incremental_alter_configs([res]).values()
     assert ck_code(fut) == 0
+
+
+def test_scram_users_round_trip(secure):
+    from confluent_kafka.admin import (
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    from tests.node.test_kafka_security import _authed
+
+    admin, alice = AdminClient(secure.admin_conf), AdminClient(secure.alice_conf)
+    up = UserScramCredentialUpsertion(
+        "bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"bob-pw")
+    (fut,) = admin.alter_user_scram_credentials([up]).values()
+    assert ck_code(fut) == 0
+    _authed(secure, "bob", "bob-pw").close()  # bob logs in with the password set
+    got = admin.describe_user_scram_credentials(["bob"])["bob"].result(20)
+    assert [(i.mechanism, i.iterations) for i in got.scram_credential_infos] == [
+        (ScramMechanism.SCRAM_SHA_256, 4096)]
+    # refusals: too few iterations, deleting what is not there, an unknown user, no ALTER
+    weak = UserScramCredentialUpsertion(
+        "carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 10), b"carol-pw")
+    (fut,) = admin.alter_user_scram_credentials([weak]).values()
+    assert ck_code(fut) == 93  # UNACCEPTABLE_CREDENTIAL
+    gone = UserScramCredentialDeletion("bob", ScramMechanism.SCRAM_SHA_512)
+    (fut,) = admin.alter_user_scram_credentials([gone]).values()
+    assert ck_code(fut) == 91  # RESOURCE_NOT_FOUND
+    fs = admin.describe_user_scram_credentials(["nobody"])
+    assert ck_code(fs["nobody"]) == 91
+    (fut,) = alice.alter_user_scram_credentials([up]).values()
+    assert ck_code(fut) == CLUSTER_AUTHORIZATION_FAILED
+    # kafka-python: delete bob's credential, then describe
+    from kafka.admin import ScramMechanism as KSM
+    from kafka.admin import UserScramCredentialDeletion as KDel
+
+    k = KafkaAdminClient(bootstrap_servers=secure.kafka, security_protocol="SASL_PLAINTEXT",
+                         sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="admin",
+                         sasl_plain_password=secure.admin_conf["sasl.password"])
+    try:
+        assert k.alter_user_scram_credentials([KDel("bob", KSM.SCRAM_SHA_256)]) == {"bob": None}
+        got = k.describe_user_scram_credentials(["bob", "alice"])
+        assert got["bob"]["error"] is not None and got["alice"]["error"] is None
+    finally:
+        k.close()
