@@ -333,19 +333,23 @@ class Admin:
         partitions: int = 1,
         replication_factor: int = 1,
         config: dict | None = None,
+        assignments=None,
     ) -> None:
-        """Create a topic. Raises TopicAlreadyExistsError, or ApiError (INVALID_*)."""
+        """Create a topic. Raises TopicAlreadyExistsError, or ApiError (INVALID_*).
+        ``assignments``: each partition's replica broker ids (manual placement; the
+        partition count and replication factor are then theirs)."""
+        topic = {
+            "name": name,
+            "partitions": partitions,
+            "replication_factor": replication_factor,
+            "config": {k: str(v) for k, v in (config or {}).items()},
+        }
+        if assignments is not None:
+            topic["assignments"] = [list(r) for r in assignments]
         h = self._call(
             Api.CREATE_TOPICS,
             {
-                "topics": [
-                    {
-                        "name": name,
-                        "partitions": partitions,
-                        "replication_factor": replication_factor,
-                        "config": {k: str(v) for k, v in (config or {}).items()},
-                    }
-                ],
+                "topics": [topic],
                 "timeout_ms": int(self.timeout_s * 1000),
             },
         )

@@ -269,10 +269,11 @@ class Broker:
 
     # ------------------------------------------------------------------ topics admin
 
-    def create_topic(self, name: str, partitions: int, replication_factor: int, config: dict) -> TopicInfo:
+    def create_topic(self, name: str, partitions: int, replication_factor: int, config: dict,
+                     assignments=None) -> TopicInfo:
         """Create a topic (blocking: a quorum write); see topics.create_topic."""
         return create_topic(self.store, self.config, self.events, name, partitions,
-                            replication_factor, config)
+                            replication_factor, config, assignments)
 
     def create_topics(self, req: Request) -> Response:
         results = []
@@ -281,8 +282,13 @@ class Broker:
                 if req.fields["validate_only"]:
                     validate_topic_name(t["name"])
                     validate_topic_config(t["config"], self.config.log_defaults)
+                    if t.get("assignments") is not None:
+                        check_assignments(t["assignments"],
+                                          [b.node_id for b in self.store.brokers()],
+                                          len(t["assignments"]))
                 else:
-                    self.create_topic(t["name"], t["partitions"], t["replication_factor"], t["config"])
+                    self.create_topic(t["name"], t["partitions"], t["replication_factor"],
+                                      t["config"], t.get("assignments"))
                 results.append(NamedResult(t["name"], 0, ""))
             except ApiError as e:
                 results.append(NamedResult(t["name"], int(e.code), e.message))

@@ -34,6 +34,25 @@ def _error_row(e: ApiError) -> tuple[int, str]:
     return _E[e.code], e.message
 
 
+def manual_assignments(topic: dict) -> list | None:
+    """The replica lists of a CreateTopics topic's manual ``assignments`` in partition
+    order (None: none given). Kafka's rules: num_partitions and replication_factor
+    must then be -1 (INVALID_REQUEST), the partition indexes 0..n-1
+    (INVALID_REPLICA_ASSIGNMENT); the brokers are checked when it is created."""
+    rows = topic["assignments"]
+    if not rows:
+        return None
+    if topic["num_partitions"] != -1 or topic["replication_factor"] != -1:
+        raise ApiError(ErrorCode.INVALID_REQUEST, "give either assignments or num_partitions "
+                       "and replication_factor, not both (-1 when assigning)")
+    rows = sorted(rows, key=lambda a: a["partition_index"])
+    if [a["partition_index"] for a in rows] != list(range(len(rows))):
+        raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                       f"partitions {[a['partition_index'] for a in rows]} must be "
+                       f"0..{len(rows) - 1}, each once")
+    return [list(a["broker_ids"]) for a in rows]
+
+
 class KafkaAdminApis:
     """The admin half of the Kafka listener's API table (merged into KafkaApis')."""
 

@@ -62,16 +62,26 @@ def validate_topic_config(config: dict, defaults: dict | None = None) -> LogConf
 
 
 def create_topic(store, config, events, name: str, partitions: int, replication_factor: int,
-                 topic_config: dict) -> TopicInfo:
+                 topic_config: dict, assignments=None) -> TopicInfo:
     """Check a new topic against the rules and propose it to the metadata ``store``
     (CreateTopics, and auto-creation by Metadata and Produce). Blocking: returns once
     the quorum committed it. ``config``: the NodeConfig.
+
+    ``assignments``: each partition's replicas (manual placement, Kafka's
+    CreateTopics ``assignments``); ``partitions`` and ``replication_factor`` are then
+    theirs (INVALID_REPLICA_ASSIGNMENT when they are not as check_assignments wants).
 
     Raises:
         ApiError: an illegal name, partition count, replication factor or config, or
             the store's refusal (TOPIC_ALREADY_EXISTS, no quorum).
     """
     validate_topic_name(name)
+    if assignments is not None:
+        if not assignments:
+            raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "no partitions assigned")
+        assignments = check_assignments(assignments, [b.node_id for b in store.brokers()],
+                                        len(assignments))
+        partitions, replication_factor = len(assignments), len(assignments[0])
     if not 1 <= partitions <= MAX_PARTITIONS:
         raise ApiError(ErrorCode.INVALID_PARTITIONS,
                        f"partitions must be 1..{MAX_PARTITIONS}, not {partitions}")
@@ -85,7 +95,7 @@ def create_topic(store, config, events, name: str, partitions: int, replication_
             f"{brokers} available broker(s)",
         )
     validate_topic_config(topic_config, config.log_defaults)
-    info = store.create(name, partitions, topic_config, replication_factor)
+    info = store.create(name, partitions, topic_config, replication_factor, assignments)
     events.info("topic_created", topic=name, partitions=partitions)
     return info
 

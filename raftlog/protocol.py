@@ -404,6 +404,9 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
                     partitions=(_int, 1),
                     replication_factor=(_int, 1),
                     config=(_str_map, {}),
+                    # each partition's replica broker ids (then partitions and
+                    # replication_factor follow from them); None: placed by the node
+                    assignments=(_opt(_list(_list(_int, 64), 10_000)), None),
                 ),
                 1000,
             ),

@@ -526,3 +526,30 @@ def test_scram_users_round_trip(secure):
         assert got["bob"]["error"] is not None and got["alice"]["error"] is None
     finally:
         k.close()
+
+
+# ---------------------------------------------------------------------- CreateTopics
+
+
+def test_create_topics_with_manual_assignments(knode):
+    a = ck_admin(knode)
+    fs = a.create_topics([NewTopic("ma1", 3, -1, replica_assignment=[[1], [1], [1]])])
+    assert ck_code(fs["ma1"]) == 0
+    assert [p.replicas for p in Admin(knode.bootstrap).describe_topic("ma1").partitions] == [
+        (1,), (1,), (1,)]
+    fs = a.create_topics([NewTopic("ma2", 2, -1, replica_assignment=[[1], [5]])])
+    assert ck_code(fs["ma2"]) == INVALID_REPLICA_ASSIGNMENT  # broker 5 does not exist
+    fs = a.create_topics([NewTopic("ma3", 1, -1, replica_assignment=[[1, 1]])])
+    assert ck_code(fs["ma3"]) == INVALID_REPLICA_ASSIGNMENT  # a broker twice
+    assert "ma2" not in Admin(knode.bootstrap).list_topics()
+    from kafka.admin import NewTopic as KNewTopic
+
+    k = kp_admin(knode)
+    try:
+        k.create_topics([KNewTopic("ma4", replica_assignments={0: [1], 1: [1]})])
+    finally:
+        k.close()
+    assert len(Admin(knode.bootstrap).describe_topic("ma4").partitions) == 2
+    with Admin(knode.bootstrap) as sdk:
+        sdk.create_topic("ma5", assignments=[[1], [1]])
+        assert len(sdk.describe_topic("ma5").partitions) == 2
