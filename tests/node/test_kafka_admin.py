@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from raftlog import kafka_batch as kb
 from raftlog.client import Admin, TopicPartition
 from tests.conftest import NodeProcess, free_ports
 
@@ -553,3 +554,39 @@ def test_create_topics_with_manual_assignments(knode):
     with Admin(knode.bootstrap) as sdk:
         sdk.create_topic("ma5", assignments=[[1], [1]])
         assert len(sdk.describe_topic("ma5").partitions) == 2
+
+
+def test_create_topic_with_compression_type(knode):
+    """compression.type=zstd: a Kafka producer's lz4 batches are stored (and fetched)
+    as zstd, and read back unchanged; a codec the node does not offer is INVALID_CONFIG."""
+    from tests.node.test_kafka_security import _call, _connect
+
+    create(knode, "ct1", 1, {"compression.type": "zstd"})
+    a = ck_admin(knode)
+    fs = a.create_topics([NewTopic("ct2", 1, 1, config={"compression.type": "brotli"})])
+    assert ck_code(fs["ct2"]) == INVALID_CONFIG
+    p = ck.Producer({"bootstrap.servers": knode.kafka, "compression.type": "lz4",
+                     "linger.ms": 5})
+    values = [b"record-%d " % i * 30 for i in range(200)]
+    for v in values:
+        p.produce("ct1", v, partition=0)
+    assert p.flush(20) == 0
+    with _connect(knode) as s:
+        _, body = _call(s, 1, 4, 1, {
+            "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+            "isolation_level": 0, "topics": [{"topic": "ct1", "partitions": [
+                {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]})
+    records = body["responses"][0]["partitions"][0]["records"]
+    codecs = {h.attributes & kb.COMPRESSION_MASK for _, h in kb.iter_batches(bytes(records))}
+    assert codecs == {4}  # ZSTD
+    c = ck.Consumer({"bootstrap.servers": knode.kafka, "group.id": "ct1-g",
+                     "auto.offset.reset": "earliest"})
+    c.subscribe(["ct1"])
+    got, deadline = [], time.monotonic() + 15
+    while len(got) < len(values) and time.monotonic() < deadline:
+        m = c.poll(0.2)
+        if m is not None and not m.error():
+            got.append(m.value())
+    c.close()
+    assert got == values
+    assert own_configs(knode, "ct1") == {"compression.type": "zstd"}
