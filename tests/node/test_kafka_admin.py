@@ -477,6 +477,15 @@ def test_admin_calls_refused_without_acls(secure):
     assert ck_code(fut) == TOPIC_AUTHORIZATION_FAILED
     assert ck_code(alice.delete_consumer_groups(["some-group"])["some-group"]) == \
         GROUP_AUTHORIZATION_FAILED
+    from tests.node.test_kafka_security import _authed, _call
+
+    with _authed(secure, "alice", "alice-pw") as sock:  # (raw: alice cannot see "at")
+        _, body = _call(sock, 21, 2, 10, {"timeout_ms": 1000, "topics": [
+            {"name": "at", "partitions": [{"partition_index": 0, "offset": 0}]}]})
+        assert body["topics"][0]["partitions"][0]["error_code"] == TOPIC_AUTHORIZATION_FAILED
+        _, body = _call(sock, 47, 0, 11, {"group_id": "some-group", "topics": [
+            {"name": "at", "partitions": [{"partition_index": 0}]}]})
+        assert body["error_code"] == GROUP_AUTHORIZATION_FAILED
     # the super user may
     assert ck_code(admin.create_partitions([NewPartitions("at", 2)])["at"]) == 0
     (fut,) = admin.incremental_alter_configs([res]).values()
