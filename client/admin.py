@@ -20,7 +20,7 @@ from raftlog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Api
 from .assignors import assignment_from_wire
 from .conn import BrokerConnection, Cluster
 from .errors import BrokerNotAvailableError, GroupNotEmptyError, api_error
-from .offsets import list_offsets, list_offsets_strict
+from .offsets import list_offsets, list_offsets_strict, requests_by_leader
 from .options import check_options
 from .security import ClientSecurity
 from .types import TopicPartition
@@ -333,19 +333,23 @@ class Admin:
         partitions: int = 1,
         replication_factor: int = 1,
         config: dict | None = None,
+        assignments=None,
     ) -> None:
-        """Create a topic. Raises TopicAlreadyExistsError, or ApiError (INVALID_*)."""
+        """Create a topic. Raises TopicAlreadyExistsError, or ApiError (INVALID_*).
+        ``assignments``: each partition's replica broker ids (manual placement; the
+        partition count and replication factor are then theirs)."""
+        topic = {
+            "name": name,
+            "partitions": partitions,
+            "replication_factor": replication_factor,
+            "config": {k: str(v) for k, v in (config or {}).items()},
+        }
+        if assignments is not None:
+            topic["assignments"] = [list(r) for r in assignments]
         h = self._call(
             Api.CREATE_TOPICS,
             {
-                "topics": [
-                    {
-                        "name": name,
-                        "partitions": partitions,
-                        "replication_factor": replication_factor,
-                        "config": {k: str(v) for k, v in (config or {}).items()},
-                    }
-                ],
+                "topics": [topic],
                 "timeout_ms": int(self.timeout_s * 1000),
             },
         )
@@ -436,6 +440,23 @@ class Admin:
             },
         )
 
+    def alter_configs(self, topic: str, config: Mapping, *, validate_only: bool = False) -> None:
+        """Make ``topic``'s own configs exactly ``config`` (Kafka's AlterConfigs: keys
+        left out return to their defaults). ``validate_only``: check, change nothing.
+        InvalidConfig (INVALID_CONFIG) names a bad key or value."""
+        self._call(Api.ALTER_CONFIGS, {
+            "topic": topic, "config": {k: str(v) for k, v in config.items()},
+            "replace": True, "validate_only": validate_only})
+
+    def incremental_alter_configs(self, topic: str, ops, *, validate_only: bool = False) -> None:
+        """Change ``topic``'s configs key by key (Kafka's IncrementalAlterConfigs):
+        ``ops`` is a list of ``(key, op, value)``, op one of "set", "delete" (value
+        ignored), "append" and "subtract" (list configs such as cleanup.policy). All
+        are checked together and applied only if the result is valid."""
+        self._call(Api.ALTER_CONFIGS, {
+            "topic": topic, "config": {}, "validate_only": validate_only,
+            "ops": [[k, op, None if v is None else str(v)] for k, op, v in ops]})
+
     def describe_configs(self, topic: str | None = None,
                          broker_id: int | None = None) -> list:
         """Effective configs as ConfigEntry(name, value, source), sorted by name: of
@@ -495,9 +516,59 @@ class Admin:
         h = self._call(Api.LIST_PARTITION_REASSIGNMENTS, {"parts": parts})
         return list(h["reassignments"])
 
-    def create_partitions(self, topic: str, count: int) -> None:
-        """Grow ``topic`` to ``count`` partitions."""
-        self._call(Api.CREATE_PARTITIONS, {"topic": topic, "count": count})
+    def create_partitions(self, topic: str, count: int, assignments=None, *,
+                          validate_only: bool = False) -> None:
+        """Grow ``topic`` to ``count`` partitions. ``assignments``: the replica broker
+        ids of each new partition (``count`` minus the current count lists, each as
+        long as the topic's replication factor); None lets the controller place them.
+        ``validate_only``: check, change nothing."""
+        fields = {"topic": topic, "count": count, "validate_only": validate_only}
+        if assignments is not None:
+            fields["assignments"] = [list(r) for r in assignments]
+        self._call(Api.CREATE_PARTITIONS, fields)
+
+    def delete_records(self, offsets: Mapping, *, rounds: int = 3) -> dict:
+        """Delete the records of each partition before an offset (Kafka's
+        DeleteRecords): ``offsets`` maps TopicPartition or (topic, partition) to the
+        offset (-1: the high watermark). Each leader moves its log start offset
+        durably; followers follow through their fetches. Returns ``{TopicPartition:
+        the new log start offset, or the ApiError of that partition}`` (e.g.
+        OffsetOutOfRangeError past the high watermark). A leader that moved is asked
+        again (up to ``rounds`` rounds): moving a log start twice is harmless."""
+        wanted = {_tp(k): int(v) for k, v in offsets.items()}
+        results: dict = {}
+        pending = dict(wanted)
+        for attempt in range(rounds):
+            retry: dict = {}
+            by_leader, failed = requests_by_leader(self._cluster, pending)
+            for tp, e in failed.items():
+                (retry if e.retriable and e.code is not ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                 else results)[tp] = e
+            for leader, tps in by_leader.items():
+                try:
+                    h = self._cluster.connection(leader).request(
+                        Api.DELETE_RECORDS,
+                        {"parts": [[tp.topic, tp.partition, pending[tp]] for tp in tps]},
+                        timeout_s=self.timeout_s).header
+                except (BrokerNotAvailableError, ApiError) as e:
+                    (retry if getattr(e, "retriable", True) else results).update(
+                        dict.fromkeys(tps, e))
+                    continue
+                for tp, r in zip(tps, h["parts"]):
+                    if r.error:
+                        e = api_error(r.error, r.message or f"delete records of {_tp_name(tp)}")
+                        (retry if e.retriable else results)[tp] = e
+                    else:
+                        results[tp] = r.low_watermark
+            if not retry:
+                break
+            if attempt + 1 == rounds:
+                results.update(retry)
+                break
+            pending = {tp: wanted[tp] for tp in retry}
+            self._cluster.topics.clear()
+            time.sleep(READ_BACKOFF_S * (attempt + 1))
+        return results
 
     # ------------------------------------------------------------------ consumer groups
 
@@ -686,6 +757,31 @@ class Admin:
         r = h["results"][0]
         if r.error:
             raise api_error(r.error, r.message or f"group {group_id!r}")
+
+    def delete_groups(self, group_ids: Iterable[str]) -> dict:
+        """Delete several groups (each by its coordinator): ``{group id: None, or the
+        ApiError that refused it}`` (GroupNotEmptyError, GroupIdNotFoundError, ...)."""
+        out: dict = {}
+        for gid in group_ids:
+            try:
+                self.delete_group(gid)
+                out[gid] = None
+            except ApiError as e:
+                out[gid] = e
+        return out
+
+    def delete_consumer_group_offsets(self, group_id: str, partitions: Iterable) -> dict:
+        """Delete the group's committed offsets of ``partitions`` (TopicPartition or
+        (topic, partition)): ``{TopicPartition: None, or the ApiError of that
+        partition}``; a partition of a topic the group's members are subscribed to is
+        refused (GROUP_SUBSCRIBED_TO_TOPIC). Raises GroupIdNotFoundError for an
+        unknown group."""
+        tps = [_tp(p) for p in partitions]
+        h = self._group_request(group_id, Api.OFFSET_DELETE, {
+            "group": group_id, "parts": [[tp.topic, tp.partition] for tp in tps]},
+            retry_lost=False)
+        return {TopicPartition(r.topic, r.partition):
+                (api_error(r.error, r.message) if r.error else None) for r in h["parts"]}
 
     # ------------------------------------------------------------------ group plumbing
 

@@ -20,6 +20,7 @@ from raftlog.errors import ApiError, ErrorCode
 from raftlog.protocol import (
     ApiVersionRange,
     ConfigEntry,
+    DeleteRecordsResult,
     EpochEndOffset,
     ListOffsetsPartResult,
     NamedResult,
@@ -35,6 +36,8 @@ from .replica_manager import ReplicaManager
 from .routes import SERVED_APIS
 from .topics import (
     TopicInfo,
+    check_assignments,
+    config_changes,
     create_topic,
     legal_topic_name,
     validate_topic_config,
@@ -99,6 +102,17 @@ class Broker:
                 out.append(ListOffsetsPartResult(topic, partition, 0, off, t))
             except ApiError as e:
                 out.append(ListOffsetsPartResult(topic, partition, int(e.code), -1, -1))
+        return {"parts": out}, []
+
+    def delete_records(self, req: Request) -> Response:
+        """DeleteRecords: each partition's log start offset moved, as its leader."""
+        out = []
+        for topic, partition, offset in req.fields["parts"]:
+            try:
+                start = self.replicas.delete_records(topic, partition, offset)
+                out.append(DeleteRecordsResult(topic, partition, 0, start))
+            except ApiError as e:
+                out.append(DeleteRecordsResult(topic, partition, int(e.code), -1, e.message))
         return {"parts": out}, []
 
     def produce(self, req: Request) -> Response:
@@ -255,10 +269,11 @@ class Broker:
 
     # ------------------------------------------------------------------ topics admin
 
-    def create_topic(self, name: str, partitions: int, replication_factor: int, config: dict) -> TopicInfo:
+    def create_topic(self, name: str, partitions: int, replication_factor: int, config: dict,
+                     assignments=None) -> TopicInfo:
         """Create a topic (blocking: a quorum write); see topics.create_topic."""
         return create_topic(self.store, self.config, self.events, name, partitions,
-                            replication_factor, config)
+                            replication_factor, config, assignments)
 
     def create_topics(self, req: Request) -> Response:
         results = []
@@ -267,8 +282,13 @@ class Broker:
                 if req.fields["validate_only"]:
                     validate_topic_name(t["name"])
                     validate_topic_config(t["config"], self.config.log_defaults)
+                    if t.get("assignments") is not None:
+                        check_assignments(t["assignments"],
+                                          [b.node_id for b in self.store.brokers()],
+                                          len(t["assignments"]))
                 else:
-                    self.create_topic(t["name"], t["partitions"], t["replication_factor"], t["config"])
+                    self.create_topic(t["name"], t["partitions"], t["replication_factor"],
+                                      t["config"], t.get("assignments"))
                 results.append(NamedResult(t["name"], 0, ""))
             except ApiError as e:
                 results.append(NamedResult(t["name"], int(e.code), e.message))
@@ -286,12 +306,21 @@ class Broker:
         return {"results": results}, []
 
     def alter_configs(self, req: Request) -> Response:
-        name = req.fields["topic"]
+        """Set and remove a topic's configs: ``config`` (None removes a key), with
+        ``replace`` every key left out removed, then ``ops`` (set/delete/append/
+        subtract); the result is checked whole (INVALID_CONFIG names the key) before
+        anything changes; ``validate_only``: check only."""
+        name, f = req.fields["topic"], req.fields
         info = self.store.topics.get(name)
         if info is None:
             raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
-        validate_topic_config({**info.config, **req.fields["config"]}, self.config.log_defaults)
-        self.store.set_config(name, req.fields["config"])
+        effective = validate_topic_config(info.config, self.config.log_defaults).to_dict()
+        changes = config_changes(info.config, effective, f["config"], f.get("replace", False),
+                                 f.get("ops", ()))
+        validate_topic_config({**info.config, **changes}, self.config.log_defaults)
+        changes = {k: v for k, v in changes.items() if info.config.get(k) != v}
+        if not f.get("validate_only"):
+            self.store.set_config(name, changes)
         return {}, []
 
     def describe_configs(self, req: Request) -> Response:
@@ -316,6 +345,9 @@ class Broker:
             for k, v in sorted(cfg.to_dict().items())]}, []
 
     def create_partitions(self, req: Request) -> Response:
+        """Grow a topic to ``count`` partitions, placed by the controller or as
+        ``assignments`` say (one replica list per new partition, as many replicas as
+        the topic's first partition has); ``validate_only``: check, change nothing."""
         name, count = req.fields["topic"], req.fields["count"]
         info = self.store.topics.get(name)
         if info is None:
@@ -326,7 +358,13 @@ class Broker:
                 f"topic {name!r} has {len(info.partitions)} partitions; the new count {count} "
                 "must be larger (partitions cannot be removed)",
             )
-        self.store.add_partitions(name, count)
+        assignments = req.fields.get("assignments")
+        if assignments is not None:
+            rf = len(info.partitions[0].replicas) if info.partitions else None
+            assignments = check_assignments(assignments, [b.node_id for b in self.store.brokers()],
+                                            count - len(info.partitions), rf)
+        if not req.fields.get("validate_only"):
+            self.store.add_partitions(name, count, assignments)
         return {}, []
 
 

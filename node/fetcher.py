@@ -381,6 +381,13 @@ class LeaderFetcher:
                     self.replicas.logs.disk.write_failed(e, part, op="flush")
             if hw >= 0:
                 part.set_follower_high_watermark(hw)
+            if log_start > part.log.log_start_offset:
+                # the leader's DeleteRecords (or retention): the follower's log start
+                # follows, up to its own high watermark (durable: the checkpoint)
+                try:
+                    part.log.delete_records_before(log_start)
+                except StorageError as e:
+                    self.replicas.logs.disk.write_failed(e, part, op="delete_records")
         if reserved:
             self.replicas.reassign_in_rate.settle(reserved, used)
 

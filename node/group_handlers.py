@@ -289,6 +289,13 @@ class GroupService:
                 results.append(NamedResult(gid, int(e.code), e.message))
         return {"results": results}
 
+    async def offset_delete(self, fields: dict) -> dict:
+        out = self.coordinator.delete_offsets(fields["group"], fields["parts"])
+        failure = await self.run_effects(out.effects)
+        if failure is not None:
+            raise failure
+        return out.response
+
     async def handle(self, api: Api, fields: dict) -> dict:
         """Dispatch one group API (see :data:`GROUP_APIS`)."""
         handler = _HANDLERS.get(api)
@@ -321,6 +328,7 @@ _HANDLERS = {
     Api.LIST_GROUPS: GroupService.list_groups,
     Api.DESCRIBE_GROUPS: GroupService.describe_groups,
     Api.DELETE_GROUPS: GroupService.delete_groups,
+    Api.OFFSET_DELETE: GroupService.offset_delete,
 }
 
 #: The APIs this module serves (routed to it by node/routes.py).

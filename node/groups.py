@@ -839,6 +839,46 @@ class GroupCoordinator:
                            f"group {group_id!r} is {g.state.value} with {len(g.members)} member(s)")
         return Outcome({}, (self._delete(g, now_ms),))
 
+    def delete_offsets(self, group_id: str, parts: Iterable[tuple[str, int]]) -> Outcome:
+        """OffsetDelete (Kafka's rules): the group must exist; a partition of a topic
+        its members are subscribed to is refused (GROUP_SUBSCRIBED_TO_TOPIC) unless the
+        group is Empty; the others' committed offsets are tombstoned (a partition
+        without one is answered as deleted too). Returns ``{"parts": [PartitionResult]}``."""
+        self._check_owned(group_id)
+        g = self.groups.get(group_id)
+        if g is None or g.state is GroupState.DEAD:
+            raise ApiError(ErrorCode.GROUP_ID_NOT_FOUND, f"no group {group_id!r}")
+        subscribed = self._subscribed_topics(g)
+        out, records = [], []
+        for topic, partition in parts:
+            if topic in subscribed:
+                out.append(PartitionResult(topic, partition,
+                                           int(ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC),
+                                           f"group {group_id!r} has members subscribed to "
+                                           f"{topic!r}: stop them (or leave the group) first"))
+                continue
+            if (topic, partition) in g.offsets:
+                records.append((offset_key(group_id, topic, partition), None))
+            out.append(PartitionResult(topic, partition, 0, ""))
+        effects = (Persist(self.partition_for(group_id), tuple(records)),) if records else ()
+        return Outcome({"parts": out}, effects)
+
+    @staticmethod
+    def _subscribed_topics(g: Group) -> set:
+        """Topics the members of ``g`` subscribe to (consumer groups; a group of another
+        protocol with members counts as subscribed to everything it committed)."""
+        if g.state is GroupState.EMPTY or not g.members:
+            return set()
+        topics: set = set()
+        for m in g.members.values():
+            sub = m.metadata_for(g.protocol) if g.protocol else (
+                m.protocols[0][1] if m.protocols else None)
+            if isinstance(sub, dict) and isinstance(sub.get("topics"), list):
+                topics.update(t for t in sub["topics"] if isinstance(t, str))
+            else:
+                return {t for t, _ in g.offsets}
+        return topics
+
     def _delete(self, g: Group, now_ms: int) -> Persist:
         records = [(offset_key(g.group_id, t, p), None) for t, p in sorted(g.offsets)]
         records.append((group_key(g.group_id), None))

@@ -126,6 +126,9 @@ class KafkaApis:
             32: self.describe_configs, 60: self.describe_cluster,
             17: self.sasl_handshake, 36: self.sasl_authenticate,
         }
+        from .kafka_admin_handlers import KafkaAdminApis  # (it imports this module)
+
+        self.handlers.update(KafkaAdminApis(self).handlers())
         assert set(self.handlers) == set(SUPPORTED)
 
     async def _quorum(self, method, req: Request):
@@ -497,18 +500,24 @@ class KafkaApis:
     # ------------------------------------------------------------------ topics admin
 
     async def create_topics(self, v: int, body: dict, ctx: Context) -> dict:
+        from .kafka_admin_handlers import manual_assignments
+
         wanted, early = [], {}
         for t in body["topics"]:
             n = t["num_partitions"] if t["num_partitions"] != -1 else self.config.num_partitions
             rf = (t["replication_factor"] if t["replication_factor"] != -1
                   else self.config.default_replication_factor)
-            if t["assignments"]:
-                early[t["name"]] = (ErrorCode.INVALID_REQUEST, "manual replica assignments are "
-                                    "not supported; give num_partitions and replication_factor")
+            try:  # manual replica assignments: they give the count and the factor
+                assignments = manual_assignments(t)
+            except ApiError as e:
+                early[t["name"]] = (e.code, e.message)
                 continue
+            if assignments is not None:
+                n, rf = len(assignments), len(assignments[0])
             wanted.append({"name": t["name"], "partitions": n, "replication_factor": rf,
                            "config": {c["name"]: c["value"] for c in t["configs"]
-                                      if c["value"] is not None}})
+                                      if c["value"] is not None},
+                           "assignments": assignments})
         results = {}
         if wanted:
             try:

@@ -31,6 +31,7 @@ from raftlog.errors import (
     StorageError,
 )
 from raftlog.log import PartitionLog
+from raftlog.recompress import recompress
 
 from .clock import node_ms, wall_ms
 from .replica import UNKNOWN, LeaderState
@@ -183,6 +184,12 @@ class Partition:
             raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"not the leader of {self}")
         if not data:
             raise ApiError(ErrorCode.CORRUPT_MESSAGE, "empty record set")
+        codec = self.log.config.compression_type
+        if codec != "producer":  # the topic's compression.type (raftlog/recompress.py)
+            try:
+                data = recompress(data, codec)
+            except CorruptRecordError as e:
+                raise ApiError(ErrorCode.CORRUPT_MESSAGE, str(e)) from None
         if len(data) > max_message_bytes:
             raise ApiError(
                 ErrorCode.MESSAGE_TOO_LARGE,

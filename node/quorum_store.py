@@ -211,10 +211,14 @@ class QuorumTopicStore:
                     f"{voters} answered (are they running, reachable, and is raft.password the "
                     f"same on every node?)")
 
-    def create(self, name: str, partitions: int, config: dict, replication_factor: int = 1) -> TopicInfo:
+    def create(self, name: str, partitions: int, config: dict, replication_factor: int = 1,
+               assignments=None) -> TopicInfo:
+        """``assignments``: each partition's replicas as checked by
+        topics.check_assignments (None: placed here)."""
         if name in self.topics:
             raise ApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
-        assignments = self._place(partitions, replication_factor)
+        if assignments is None:
+            assignments = self._place(partitions, replication_factor)
         config = dict(config)
         if self.config.unclean_leader_election_enable:
             config.setdefault("unclean.leader.election.enable", "true")
@@ -350,14 +354,17 @@ class QuorumTopicStore:
                     raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR, str(e)) from None
             time.sleep(BROKER_WAIT_POLL_S)
 
-    def add_partitions(self, name: str, count: int) -> TopicInfo:
+    def add_partitions(self, name: str, count: int, assignments=None) -> TopicInfo:
+        """Grow ``name`` to ``count`` partitions; ``assignments``: the new partitions'
+        replicas as checked by topics.check_assignments (None: placed here)."""
         info = self.topics.get(name)
         if info is None:
             raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         have = len(info.partitions)
         rf = len(info.partitions[0].replicas) if info.partitions else 1
         try:
-            assignments = place_replicas(self.quorum.state, count - have, rf)
+            if assignments is None:
+                assignments = place_replicas(self.quorum.state, count - have, rf)
         except PlacementError as e:
             raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR, str(e)) from None
         result = self.propose(R.CreatePartitions(name, have, assignments))

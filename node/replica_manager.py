@@ -30,6 +30,7 @@ from raftlog.errors import (
     CorruptRecordError,
     ErrorCode,
     OffsetOutOfRangeError,
+    StorageError,
 )
 from raftlog.protocol import (
     EARLIEST_TIMESTAMP,
@@ -293,6 +294,27 @@ class ReplicaManager:
     def end_offset_for_epoch(self, topic: str, partition: int, epoch: int) -> tuple[int, int]:
         """KIP-101/279, as leader: (largest epoch <= ``epoch``, its end offset)."""
         return self.leader_partition(topic, partition).log.end_offset_for_epoch(epoch)
+
+    def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """DeleteRecords, as leader: the log start offset moved to ``offset`` (-1: the
+        high watermark), durably (the log's checkpoint); followers move theirs when
+        their fetch answers carry it (fetcher.py). Returns the new log start offset.
+        OFFSET_OUT_OF_RANGE past the high watermark (Kafka's rule)."""
+        part = self.leader_partition(topic, partition)
+        hw = part.high_watermark
+        if offset == -1:
+            offset = hw
+        if not 0 <= offset <= hw:
+            raise ApiError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                           f"cannot delete records of {topic}-{partition} before offset "
+                           f"{offset}: it is not in [0, {hw}] (the high watermark)")
+        try:
+            start = part.log.delete_records_before(offset)
+        except StorageError as e:
+            raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR, str(e)) from None
+        self.events.info("records_deleted", partition=part, log_start=start)
+        part.wake_waiters()  # (parked follower fetches carry the new log start)
+        return start
 
     def offset_for_timestamp(self, topic: str, partition: int, ts: int) -> tuple[int, int]:
         """ListOffsets, as leader: (offset, timestamp) for ``ts`` (or EARLIEST /

@@ -52,6 +52,7 @@ _GROUP_ACL = {
     Api.LIST_GROUPS: Z.nothing,
     Api.DESCRIBE_GROUPS: Z.group_names(Z.DESCRIBE),
     Api.DELETE_GROUPS: Z.group_names(Z.DELETE),
+    Api.OFFSET_DELETE: Z.both(Z.group_field(Z.DELETE), Z.topics_of_parts(Z.READ)),
 }
 
 ROUTES: dict[Api, Route] = {
@@ -59,6 +60,7 @@ ROUTES: dict[Api, Route] = {
     Api.PRODUCE: Route(Mode.PARKS, "produce", Z.topics_of_parts(Z.WRITE)),
     Api.FETCH: Route(Mode.PARKS, "fetch", Z.replica_or(Z.topics_of_parts(Z.READ))),
     Api.LIST_OFFSETS: Route(Mode.INLINE, "list_offsets", Z.topics_of_parts(Z.DESCRIBE)),
+    Api.DELETE_RECORDS: Route(Mode.INLINE, "delete_records", Z.topics_of_parts(Z.DELETE)),
     Api.METADATA: Route(Mode.INLINE, "metadata"),
     Api.CREATE_TOPICS: Route(Mode.QUORUM, "create_topics", "check_create_topics"),
     Api.DELETE_TOPICS: Route(Mode.QUORUM, "delete_topics", Z.topic_names(Z.DELETE, "names")),

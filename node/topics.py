@@ -62,16 +62,26 @@ def validate_topic_config(config: dict, defaults: dict | None = None) -> LogConf
 
 
 def create_topic(store, config, events, name: str, partitions: int, replication_factor: int,
-                 topic_config: dict) -> TopicInfo:
+                 topic_config: dict, assignments=None) -> TopicInfo:
     """Check a new topic against the rules and propose it to the metadata ``store``
     (CreateTopics, and auto-creation by Metadata and Produce). Blocking: returns once
     the quorum committed it. ``config``: the NodeConfig.
+
+    ``assignments``: each partition's replicas (manual placement, Kafka's
+    CreateTopics ``assignments``); ``partitions`` and ``replication_factor`` are then
+    theirs (INVALID_REPLICA_ASSIGNMENT when they are not as check_assignments wants).
 
     Raises:
         ApiError: an illegal name, partition count, replication factor or config, or
             the store's refusal (TOPIC_ALREADY_EXISTS, no quorum).
     """
     validate_topic_name(name)
+    if assignments is not None:
+        if not assignments:
+            raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "no partitions assigned")
+        assignments = check_assignments(assignments, [b.node_id for b in store.brokers()],
+                                        len(assignments))
+        partitions, replication_factor = len(assignments), len(assignments[0])
     if not 1 <= partitions <= MAX_PARTITIONS:
         raise ApiError(ErrorCode.INVALID_PARTITIONS,
                        f"partitions must be 1..{MAX_PARTITIONS}, not {partitions}")
@@ -85,9 +95,75 @@ def create_topic(store, config, events, name: str, partitions: int, replication_
             f"{brokers} available broker(s)",
         )
     validate_topic_config(topic_config, config.log_defaults)
-    info = store.create(name, partitions, topic_config, replication_factor)
+    info = store.create(name, partitions, topic_config, replication_factor, assignments)
     events.info("topic_created", topic=name, partitions=partitions)
     return info
+
+
+def check_assignments(assignments, brokers, count: int, replication_factor: int | None = None,
+                      what: str = "partition") -> tuple:
+    """Manual replica assignments (one list of broker ids per partition) as a tuple of
+    tuples, or ApiError(INVALID_REPLICA_ASSIGNMENT) naming what is wrong (Kafka's
+    rules): ``count`` lists, each non-empty, distinct, of registered brokers
+    (``brokers``: their ids) and all of one length (``replication_factor`` if given)."""
+    def bad(msg):
+        return ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, msg)
+
+    rows = tuple(tuple(r) for r in assignments)
+    if len(rows) != count:
+        raise bad(f"{len(rows)} replica assignments given for {count} new {what}(s)")
+    known = set(brokers)
+    for i, replicas in enumerate(rows):
+        if not replicas or len(set(replicas)) != len(replicas):
+            raise bad(f"{what} {i}: replicas {list(replicas)} must be non-empty and distinct")
+        unknown = [b for b in replicas if b not in known]
+        if unknown:
+            raise bad(f"{what} {i}: replicas {list(replicas)} name unknown broker(s) {unknown} "
+                      f"(registered: {sorted(known)})")
+    rf = replication_factor if replication_factor is not None else len(rows[0]) if rows else 0
+    if any(len(r) != rf for r in rows):
+        raise bad(f"every {what} needs {rf} replicas: {[list(r) for r in rows]}")
+    return rows
+
+
+#: IncrementalAlterConfigs operations (Kafka's AlterConfigOp.OpType, by name)
+CONFIG_OPS = ("set", "delete", "append", "subtract")
+#: topic configs whose values are comma-separated lists (APPEND/SUBTRACT apply)
+LIST_CONFIGS = frozenset({"cleanup.policy"})
+
+
+def config_changes(current: dict, effective: dict, config: dict, replace: bool = False,
+                   ops=()) -> dict:
+    """The changes ({key: value, or None to remove}) that turn a topic's own configs
+    ``current`` into what an alter asks: ``config`` set (None removes), with
+    ``replace`` every other key removed (Kafka's AlterConfigs), then ``ops``
+    ([key, op, value], Kafka's IncrementalAlterConfigs; APPEND/SUBTRACT on a list
+    config start from its ``effective`` value). ApiError(INVALID_CONFIG) for an
+    unknown op or a list op on a config that is no list."""
+    out = dict(config)
+    if replace:
+        out.update({k: None for k in current if k not in config})
+    for key, op, value in ops:
+        if op not in CONFIG_OPS:
+            raise ApiError(ErrorCode.INVALID_CONFIG, f"config operation {op!r} on {key!r} is "
+                           f"not one of {', '.join(CONFIG_OPS)}")
+        if op == "set":
+            out[key] = value
+        elif op == "delete":
+            out[key] = None
+        else:
+            if key not in LIST_CONFIGS:
+                raise ApiError(ErrorCode.INVALID_CONFIG, f"{op} applies to list configs "
+                               f"({', '.join(sorted(LIST_CONFIGS))}), not to {key!r}")
+            now = out[key] if key in out else current.get(key, effective.get(key))
+            items = [x.strip() for x in (now or "").split(",") if x.strip()]
+            given = [x.strip() for x in (value or "").split(",") if x.strip()]
+            if op == "append":
+                items += [x for x in given if x not in items]
+            else:
+                items = [x for x in items if x not in given]
+            out[key] = ",".join(items)
+    return out
 
 
 def legal_topic_name(name: str) -> bool:

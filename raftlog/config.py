@@ -13,6 +13,8 @@ from raftlog.errors import ConfigError, did_you_mean
 
 _DAY_MS = 24 * 3600 * 1000
 _POLICIES = ("delete", "compact", "compact,delete")
+#: topic compression.type values (Kafka's, without snappy)
+COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "lz4", "zstd")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +35,9 @@ class LogConfig:
     min_insync_replicas: int = 1
     message_timestamp_type: str = "CreateTime"
     unclean_leader_election_enable: bool = False
+    #: the codec a leader stores batches in (Kafka's): "producer" keeps each batch as
+    #: its producer compressed it (raftlog/recompress.py)
+    compression_type: str = "producer"
 
     def __post_init__(self) -> None:
         _check_range("segment.bytes", self.segment_bytes, 1024, 2**31 - 1)
@@ -50,6 +55,10 @@ class LogConfig:
             _check_range("flush.ms", self.flush_ms, 0, 2**62)
         if self.cleanup_policy not in _POLICIES:
             raise ConfigError(f"cleanup.policy: {self.cleanup_policy!r} is not one of {_POLICIES}")
+        if self.compression_type not in COMPRESSION_TYPES:
+            raise ConfigError(f"compression.type: {self.compression_type!r} is not one of "
+                              f"{', '.join(COMPRESSION_TYPES)} (snappy: not as a topic's "
+                              "codec here; use lz4, zstd or gzip)")
         if self.message_timestamp_type not in ("CreateTime", "LogAppendTime"):
             raise ConfigError(
                 f"message.timestamp.type: {self.message_timestamp_type!r} is not CreateTime or LogAppendTime"
@@ -74,6 +83,9 @@ class LogConfig:
                 raise ConfigError(f"unknown topic config {key!r}{did_you_mean(key, KEYS)}; "
                                   f"known: {', '.join(KEYS)}")
             kw[name] = _convert(key, value, kind)
+        if "cleanup_policy" in kw:  # a list: "compact, delete" is "compact,delete"
+            kw["cleanup_policy"] = ",".join(sorted({p.strip() for p in
+                                                    kw["cleanup_policy"].split(",")}))
         return cls(**kw)
 
     def to_dict(self) -> dict[str, str]:

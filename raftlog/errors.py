@@ -153,9 +153,14 @@ class ErrorCode(enum.IntEnum):
     UNSUPPORTED_SASL_MECHANISM = 92
     ILLEGAL_SASL_STATE = 93
     RESOURCE_NOT_FOUND = 94
-    PRODUCER_FENCED = 95  # (transactions, issue 33: Kafka's 90, 105 and 120)
-    TRANSACTIONAL_ID_NOT_FOUND = 96
-    TRANSACTION_ABORTABLE = 97
+    # Kafka admin APIs (issue 37)
+    INVALID_REPLICA_ASSIGNMENT = 95
+    GROUP_SUBSCRIBED_TO_TOPIC = 96
+    UNACCEPTABLE_CREDENTIAL = 97
+    DUPLICATE_RESOURCE = 98
+    PRODUCER_FENCED = 99  # (transactions, issue 33: Kafka's 90, 105 and 120)
+    TRANSACTIONAL_ID_NOT_FOUND = 100
+    TRANSACTION_ABORTABLE = 101
 
     @property
     def retriable(self) -> bool:

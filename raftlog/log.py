@@ -713,22 +713,27 @@ class PartitionLog:
                 total -= seg.size
                 seg.delete()
                 deleted += 1
-                self.log_start_offset = self.segments[0].base_offset
+                # (never back: DeleteRecords may have moved it into the next segment)
+                self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
             if deleted:
                 self.checkpoint()
         return deleted
 
-    def delete_records_before(self, offset: int) -> None:
-        """Advance the log start offset (whole segments below it are deleted)."""
+    def delete_records_before(self, offset: int) -> int:
+        """Advance the log start offset to ``offset`` (at most the high watermark;
+        Kafka's DeleteRecords, and a follower following its leader's log start):
+        durable on return (the checkpoint), whole segments below it deleted. Returns
+        the log start offset (never moved back)."""
         with self._lock:
             offset = min(offset, self._high_watermark)
             if offset <= self.log_start_offset:
-                return
+                return self.log_start_offset
             self.log_start_offset = offset
             while len(self.segments) > 1 and self.segments[1].base_offset <= offset:
                 self.segments.pop(0).delete()
                 self._bases.pop(0)
             self.checkpoint()
+            return offset
 
     def compact(self, now_ms: int | None = None) -> dict:
         """Compaction (``cleanup.policy=compact``); see compaction.py."""

@@ -77,6 +77,9 @@ class Api(enum.IntEnum):
     DESCRIBE_ACLS = 44
     CREATE_ACLS = 45
     DELETE_ACLS = 46
+    # Admin (issue 37)
+    OFFSET_DELETE = 47  # (Kafka's key)
+    DELETE_RECORDS = 48
 
 
 # Special timestamps of ListOffsets, as Kafka.
@@ -401,6 +404,9 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
                     partitions=(_int, 1),
                     replication_factor=(_int, 1),
                     config=(_str_map, {}),
+                    # each partition's replica broker ids (then partitions and
+                    # replication_factor follow from them); None: placed by the node
+                    assignments=(_opt(_list(_list(_int, 64), 10_000)), None),
                 ),
                 1000,
             ),
@@ -415,11 +421,21 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "topic": (_str, REQUIRED),
         "count": (_int, REQUIRED),
         "timeout_ms": (_nonneg, 30_000),
+        # the replicas of each new partition (None: placed by the controller)
+        "assignments": (_opt(_list(_list(_int, 64), 10_000)), None),
+        "validate_only": (_bool, False),
     },
     Api.ALTER_CONFIGS: {
         "topic": (_str, REQUIRED),
+        # key -> value to set, or None to remove
         "config": (_str_map, REQUIRED),
         "timeout_ms": (_nonneg, 30_000),
+        # True: keys left out of ``config`` are removed (Kafka's AlterConfigs)
+        "replace": (_bool, False),
+        # [key, op, value]: op "set", "delete", "append" or "subtract" (Kafka's
+        # IncrementalAlterConfigs), applied after ``config``
+        "ops": (_list(_tuple(_str, _str, _opt(_str)), 1000), []),
+        "validate_only": (_bool, False),
     },
     # topic: that topic's configs; None: the answering node's (its topic defaults)
     Api.DESCRIBE_CONFIGS: {"topic": (_opt(_str), None)},
@@ -477,6 +493,12 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     Api.LIST_GROUPS: {},
     Api.DESCRIBE_GROUPS: {"groups": (_list(_str, 1000), REQUIRED)},
     Api.DELETE_GROUPS: {"groups": (_list(_str, 1000), REQUIRED)},
+    # the committed offsets of [topic, partition] to delete
+    # [topic, partition, offset]: records before offset deleted (-1: the high watermark)
+    Api.DELETE_RECORDS: {"parts": (_list(_tuple(_TOPIC, _nonneg, _int), 100_000), REQUIRED),
+                         "timeout_ms": (_nonneg, 30_000)},
+    Api.OFFSET_DELETE: {"group": (_str, REQUIRED),
+                        "parts": (_list(_tuple(_TOPIC, _nonneg), 100_000), REQUIRED)},
     Api.ALTER_PARTITION: {"payload": (_any, REQUIRED)},
     Api.BROKER_HEARTBEAT: {"broker_id": (_nonneg, REQUIRED), "incarnation_id": (_str, REQUIRED)},
     Api.SASL_HANDSHAKE: {"mechanism": (_str, REQUIRED)},
@@ -654,6 +676,16 @@ class PartitionResult(NamedTuple):
     message: str = ""
 
 
+class DeleteRecordsResult(NamedTuple):
+    """DELETE_RECORDS ``parts``: the partition's log start offset after the delete."""
+
+    topic: str
+    partition: int
+    error: int
+    low_watermark: int
+    message: str = ""
+
+
 class CommittedOffsetRow(NamedTuple):
     """OFFSET_FETCH ``parts``: ``offset`` -1 when the group committed none."""
 
@@ -752,6 +784,8 @@ RESPONSE_PARTS: dict[Api, dict[str, Callable[[Any], Any]]] = {
     Api.LIST_GROUPS: {"groups": _rows_of(GroupListing)},
     Api.DESCRIBE_GROUPS: {"groups": _group_descriptions},
     Api.DELETE_GROUPS: {"results": _rows_of(NamedResult)},
+    Api.OFFSET_DELETE: {"parts": _rows_of(PartitionResult)},
+    Api.DELETE_RECORDS: {"parts": _rows_of(DeleteRecordsResult)},
     Api.ALTER_USER_SCRAM_CREDENTIALS: {"results": _rows_of(NamedResult)},
 }
 

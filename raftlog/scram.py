@@ -137,6 +137,16 @@ def derive_credential(mechanism: str, password: str, *, salt: bytes | None = Non
                            _hmac(hash_name, sp, b"Server Key"))
 
 
+def credential_from_salted(mechanism: str, salt: bytes, iterations: int,
+                           salted: bytes) -> ScramCredential:
+    """The stored credential of an already salted password (Kafka's
+    AlterUserScramCredentials sends Hi(password, salt, i), never the password)."""
+    hash_name = _hash_name(mechanism)
+    client_key = _hmac(hash_name, salted, b"Client Key")
+    return ScramCredential(mechanism, salt, iterations, _h(hash_name, client_key),
+                           _hmac(hash_name, salted, b"Server Key"))
+
+
 def verify_plain(credential: ScramCredential, password: str) -> bool:
     """Whether ``password`` matches a stored SCRAM credential (for SASL/PLAIN)."""
     hash_name = _hash_name(credential.mechanism)

@@ -45,6 +45,18 @@ ADVERTISED = {
     "DescribeConfigs": (32, 0, 4),
     "SaslAuthenticate": (36, 0, 2),
     "DescribeCluster": (60, 0, 1),
+    # admin APIs (#37)
+    "CreatePartitions": (37, 0, 3),
+    "AlterConfigs": (33, 0, 2),
+    "IncrementalAlterConfigs": (44, 0, 1),
+    "DeleteGroups": (42, 0, 2),
+    "OffsetDelete": (47, 0, 0),
+    "DescribeAcls": (29, 0, 3),
+    "CreateAcls": (30, 0, 3),
+    "DeleteAcls": (31, 0, 3),
+    "DeleteRecords": (21, 0, 2),
+    "DescribeUserScramCredentials": (50, 0, 0),
+    "AlterUserScramCredentials": (51, 0, 0),
 }
 
 #: data schemas (no api key) -> (min version, max version): the consumer protocol's

@@ -247,3 +247,40 @@ def test_aiokafka_kcat_and_kafka_python_admin_against_three_nodes(tmp_path):
         cluster.stop()
     for n in cluster.nodes:
         assert "kafka_handler_failed" not in n.log_text()
+
+
+def test_manual_assignment_and_delete_records_on_every_replica(tmp_path):
+    """A topic placed by hand (CreateTopics assignments), then Kafka's DeleteRecords: the
+    leader moves its log start offset (checkpointed), the followers follow through
+    their fetches, and every replica keeps it across a restart."""
+    ck = pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient
+
+    cluster, bootstrap = _kafka_cluster(tmp_path)
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=20_000)
+        # (placed by hand: Kafka's CreateTopics assignments; the first replica leads)
+        admin.create_topics([NewTopic("dr", -1, -1, replica_assignments={0: [2, 3, 1]})])
+        admin.close()
+        until(lambda: len(cluster.partition("dr", 0).isr) == 3, timeout_s=30)
+        assert tuple(cluster.partition("dr", 0).replicas) == (2, 3, 1)
+        assert cluster.partition("dr", 0).leader == 2
+        p = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+        for i in range(10):
+            p.produce("dr", b"v%d" % i, partition=0)
+        assert p.flush(20) == 0
+        ck_admin = AdminClient({"bootstrap.servers": bootstrap})  # (alive until done)
+        (fut,) = ck_admin.delete_records([ck.TopicPartition("dr", 0, 6)]).values()
+        assert fut.result(20).low_watermark == 6
+
+        def starts():
+            with cluster.admin() as a:
+                return {d.node_id: [r.log_start_offset for r in d.partitions]
+                        for d in a.describe_log_dirs(topics=["dr"])}
+
+        until(lambda: starts() == {1: [6], 2: [6], 3: [6]}, timeout_s=20)
+        for n in cluster.nodes:  # the followers and the leader, each restarted
+            n.restart()
+        until(lambda: starts() == {1: [6], 2: [6], 3: [6]}, timeout_s=30)
+    finally:
+        cluster.stop()

@@ -204,7 +204,7 @@ async def test_find_coordinator_and_errors(autojump_clock):
     with pytest.raises(ApiError) as e:
         await svc.handle(Api.PRODUCE, {})
     assert e.value.code is ErrorCode.UNKNOWN_API
-    assert Api.JOIN_GROUP in GROUP_APIS and len(GROUP_APIS) == 10
+    assert Api.JOIN_GROUP in GROUP_APIS and len(GROUP_APIS) == 11
     assert svc._waiters == {}
 
 

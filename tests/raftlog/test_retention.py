@@ -108,6 +108,17 @@ def test_delete_records_before(tmp_path):
     assert log.log_start_offset == 25
 
 
+def test_delete_records_before_never_moves_back_and_stops_at_the_hw(tmp_path):
+    now = [1_000_000]
+    log = _log(tmp_path, now, retention_ms=-1)
+    _fill(log, 10, ts=now[0])
+    assert log.delete_records_before(7) == 7
+    assert log.delete_records_before(3) == 7 == log.log_start_offset
+    log.append(encode_batch([b"y"], timestamp=now[0]))  # past the high watermark
+    assert log.delete_records_before(log.log_end_offset) == log.high_watermark
+    log.close()
+
+
 def test_wall_clock_jumps_and_retention_as_kafka(tmp_path):
     """Retention runs on the broker's wall clock against each segment's largest
     timestamp, as Kafka's does: a forward jump shorter than retention.ms deletes no

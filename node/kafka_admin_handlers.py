@@ -1,0 +1,390 @@
+"""Kafka admin API handlers (issue 37): Kafka request bodies in, Kafka response bodies
+out, each by the native handler of the same API (node/broker.py, node/security.py,
+node/group_handlers.py) through its native route's ACL check (node/routes.py,
+``kafka_handlers._req``), as node/kafka_handlers.py does for the rest.
+
+Per-resource refusals are answered per resource with Kafka's error code
+(raftlog.kafka_errors); nothing here decides what the native path does not.
+"""
+
+from __future__ import annotations
+
+from raftlog import acl as A
+from raftlog import kafka_acl as KA
+from raftlog import scram as S
+from raftlog.errors import ApiError, ErrorCode
+from raftlog.kafka_errors import to_kafka
+from raftlog.protocol import Api
+
+from .authz import DELETE as DELETE_OP
+from .authz import GROUP, READ, TOPIC
+from .kafka_handlers import Context, _authorize, _req
+
+_E = {c: to_kafka(c) for c in ErrorCode}
+#: Kafka's config resource types
+RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
+#: IncrementalAlterConfigs' ConfigOperation codes (Kafka's AlterConfigOp.OpType)
+CONFIG_OPS = {0: "set", 1: "delete", 2: "append", 3: "subtract"}
+#: Kafka's ScramMechanism codes
+SCRAM_MECHANISMS = {1: S.SCRAM_SHA_256, 2: S.SCRAM_SHA_512}
+_SCRAM_CODES = {name: code for code, name in SCRAM_MECHANISMS.items()}
+
+
+def _error_row(e: ApiError) -> tuple[int, str]:
+    return _E[e.code], e.message
+
+
+def manual_assignments(topic: dict) -> list | None:
+    """The replica lists of a CreateTopics topic's manual ``assignments`` in partition
+    order (None: none given). Kafka's rules: num_partitions and replication_factor
+    must then be -1 (INVALID_REQUEST), the partition indexes 0..n-1
+    (INVALID_REPLICA_ASSIGNMENT); the brokers are checked when it is created."""
+    rows = topic["assignments"]
+    if not rows:
+        return None
+    if topic["num_partitions"] != -1 or topic["replication_factor"] != -1:
+        raise ApiError(ErrorCode.INVALID_REQUEST, "give either assignments or num_partitions "
+                       "and replication_factor, not both (-1 when assigning)")
+    rows = sorted(rows, key=lambda a: a["partition_index"])
+    if [a["partition_index"] for a in rows] != list(range(len(rows))):
+        raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                       f"partitions {[a['partition_index'] for a in rows]} must be "
+                       f"0..{len(rows) - 1}, each once")
+    return [list(a["broker_ids"]) for a in rows]
+
+
+class KafkaAdminApis:
+    """The admin half of the Kafka listener's API table (merged into KafkaApis')."""
+
+    def __init__(self, apis):
+        self.apis = apis
+        self.broker = apis.broker
+        self.replicas = apis.replicas
+        self.config = apis.config
+
+    def handlers(self) -> dict:
+        """{Kafka api key: handler} of the APIs served here."""
+        return {37: self.create_partitions, 33: self.alter_configs,
+                44: self.incremental_alter_configs, 42: self.delete_groups,
+                47: self.offset_delete, 29: self.describe_acls, 30: self.create_acls,
+                31: self.delete_acls, 21: self.delete_records,
+                50: self.describe_user_scram_credentials,
+                51: self.alter_user_scram_credentials}
+
+    async def _quorum(self, method, req):
+        return await self.apis._quorum(method, req)
+
+    # ------------------------------------------------------------------ topics
+
+    async def create_partitions(self, v: int, body: dict, ctx: Context) -> dict:
+        """Each topic grown in turn; a refusal is that topic's: UNKNOWN_TOPIC_OR_PARTITION,
+        INVALID_PARTITIONS (not larger), INVALID_REPLICA_ASSIGNMENT, or
+        TOPIC_AUTHORIZATION_FAILED (ALTER on the topic)."""
+        results, seen = [], set()
+        for t in body["topics"]:
+            name = t["name"]
+            try:
+                if name in seen:
+                    raise ApiError(ErrorCode.INVALID_REQUEST, f"topic {name!r} named twice")
+                seen.add(name)
+                assignments = (None if t["assignments"] is None
+                               else [list(a["broker_ids"]) for a in t["assignments"]])
+                req = _req(Api.CREATE_PARTITIONS, ctx, {
+                    "topic": name, "count": t["count"], "assignments": assignments,
+                    "timeout_ms": max(body["timeout_ms"], 0),
+                    "validate_only": body["validate_only"]})
+                await self._quorum(self.broker.create_partitions, req)
+                code, msg = 0, None
+            except ApiError as e:
+                code, msg = _error_row(e)
+            results.append({"name": name, "error_code": code, "error_message": msg})
+        return {"throttle_time_ms": 0, "results": results}
+
+    async def delete_records(self, v: int, body: dict, ctx: Context) -> dict:
+        """Each partition's log start offset moved by its leader (this node: the client
+        found it): NOT_LEADER_OR_FOLLOWER, OFFSET_OUT_OF_RANGE (past the high
+        watermark), UNKNOWN_TOPIC_OR_PARTITION, TOPIC_AUTHORIZATION_FAILED (DELETE on
+        the topic) per partition."""
+        parts, codes = [], {}
+        for t in body["topics"]:
+            for p in t["partitions"]:
+                key = (t["name"], p["partition_index"])
+                if key[1] < 0:
+                    codes[key] = _E[ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+                elif ctx.acl is not None and not ctx.acl.allowed(DELETE_OP, TOPIC, key[0]):
+                    codes[key] = _E[ErrorCode.TOPIC_AUTHORIZATION_FAILED]
+                else:
+                    parts.append([key[0], key[1], p["offset"]])
+        lows: dict = {}
+        if parts:
+            head, _ = self.broker.delete_records(_req(Api.DELETE_RECORDS, ctx, {
+                "parts": parts, "timeout_ms": max(body["timeout_ms"], 0)}))
+            for r in head["parts"]:
+                codes[(r.topic, r.partition)] = to_kafka(r.error)
+                lows[(r.topic, r.partition)] = r.low_watermark
+        return {"throttle_time_ms": 0, "topics": [
+            {"name": t["name"], "partitions": [
+                {"partition_index": p["partition_index"],
+                 "low_watermark": lows.get((t["name"], p["partition_index"]), -1),
+                 "error_code": codes[(t["name"], p["partition_index"])]}
+                for p in t["partitions"]]} for t in body["topics"]]}
+
+    # ------------------------------------------------------------------ configs
+
+    async def alter_configs(self, v: int, body: dict, ctx: Context) -> dict:
+        """Kafka's AlterConfigs: each topic's configs become exactly those given (keys
+        left out return to their defaults)."""
+        return await self._alter(body, ctx, lambda res: {
+            "config": {c["name"]: c["value"] for c in res["configs"]}, "replace": True})
+
+    async def incremental_alter_configs(self, v: int, body: dict, ctx: Context) -> dict:
+        """SET, DELETE, APPEND and SUBTRACT (list configs: cleanup.policy) per key."""
+        def fields(res):
+            ops = []
+            for c in res["configs"]:
+                op = CONFIG_OPS.get(c["config_operation"])
+                if op is None:
+                    raise ApiError(ErrorCode.INVALID_REQUEST,
+                                   f"config operation {c['config_operation']} is unknown")
+                ops.append([c["name"], op, c["value"]])
+            return {"config": {}, "ops": ops}
+        return await self._alter(body, ctx, fields)
+
+    async def _alter(self, body: dict, ctx: Context, fields_of) -> dict:
+        out = []
+        for res in body["resources"]:
+            name, rtype = res["resource_name"], res["resource_type"]
+            try:
+                if rtype == RESOURCE_BROKER:
+                    raise ApiError(ErrorCode.INVALID_REQUEST,
+                                   "broker configs are read-only: they come from each node's "
+                                   "server.properties (restart the node to change them)")
+                if rtype != RESOURCE_TOPIC:
+                    raise ApiError(ErrorCode.INVALID_REQUEST,
+                                   f"resource type {rtype} has no configs here; use TOPIC (2)")
+                req = _req(Api.ALTER_CONFIGS, ctx, {
+                    "topic": name, **fields_of(res), "validate_only": body["validate_only"]})
+                await self._quorum(self.broker.alter_configs, req)
+                code, msg = 0, None
+            except ApiError as e:
+                code, msg = _error_row(e)
+            out.append({"error_code": code, "error_message": msg, "resource_type": rtype,
+                        "resource_name": name})
+        return {"throttle_time_ms": 0, "responses": out}
+
+    # ------------------------------------------------------------------ groups
+
+    async def delete_groups(self, v: int, body: dict, ctx: Context) -> dict:
+        """Each group deleted by its coordinator (this node: the client found it):
+        GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, NOT_COORDINATOR or
+        GROUP_AUTHORIZATION_FAILED (DELETE on the group) per group."""
+        out = []
+        for gid in body["groups_names"]:
+            try:
+                got = await self.apis._group(Api.DELETE_GROUPS, {"groups": [gid]}, ctx)
+                (r,) = got["results"]
+                code = to_kafka(r.error)
+            except ApiError as e:
+                code = _E[e.code]
+            out.append({"group_id": gid, "error_code": code})
+        return {"throttle_time_ms": 0, "results": out}
+
+    async def offset_delete(self, v: int, body: dict, ctx: Context) -> dict:
+        """The group's committed offsets of the named partitions deleted (Kafka's
+        rules): GROUP_ID_NOT_FOUND / GROUP_AUTHORIZATION_FAILED for the whole request;
+        per partition TOPIC_AUTHORIZATION_FAILED (READ on the topic),
+        UNKNOWN_TOPIC_OR_PARTITION, GROUP_SUBSCRIBED_TO_TOPIC."""
+        gid = body["group_id"]
+        codes: dict = {}
+        parts = []
+        topics = self.broker.store.topics
+        for t in body["topics"]:
+            info = topics.get(t["name"])
+            for p in t["partitions"]:
+                key = (t["name"], p["partition_index"])
+                if ctx.acl is not None and not ctx.acl.allowed(READ, TOPIC, key[0]):
+                    codes[key] = _E[ErrorCode.TOPIC_AUTHORIZATION_FAILED]
+                elif info is None or not 0 <= key[1] < len(info.partitions):
+                    codes[key] = _E[ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+                else:
+                    parts.append(key)
+        top = 0
+        try:
+            if ctx.acl is not None and not ctx.acl.allowed(DELETE_OP, GROUP, gid):
+                raise ApiError(ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                               f"{ctx.acl.principal} may not delete group {gid!r}")
+            got = await self.apis._group(Api.OFFSET_DELETE, {"group": gid, "parts": parts}, ctx)
+            codes.update({(r.topic, r.partition): to_kafka(r.error) for r in got["parts"]})
+        except ApiError as e:
+            top = _E[e.code]
+        return {"error_code": top, "throttle_time_ms": 0, "topics": [] if top else [
+            {"name": t["name"], "partitions": [
+                {"partition_index": p["partition_index"],
+                 "error_code": codes.get((t["name"], p["partition_index"]), 0)}
+                for p in t["partitions"]]} for t in body["topics"]]}
+
+    # ------------------------------------------------------------------ ACLs
+
+    async def describe_acls(self, v: int, body: dict, ctx: Context) -> dict:
+        """The bindings matching the filter, grouped by resource (DESCRIBE on the
+        cluster; INVALID_REQUEST for an UNKNOWN code)."""
+        try:
+            _authorize(Api.DESCRIBE_ACLS, ctx, {})
+            bindings = self._matching(body, ctx)
+        except ApiError as e:
+            return {"throttle_time_ms": 0, "error_code": _E[e.code], "error_message": e.message,
+                    "resources": []}
+        by_resource: dict = {}
+        for b in bindings:
+            row = KA.binding_row(b)
+            key = (row["resource_type"], row["resource_name"], row["pattern_type"])
+            by_resource.setdefault(key, []).append(
+                {k: row[k] for k in ("principal", "host", "operation", "permission_type")})
+        return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "resources": [
+            {"resource_type": t, "resource_name": n, "pattern_type": p, "acls": acls}
+            for (t, n, p), acls in by_resource.items()]}
+
+    def _matching(self, f: dict, ctx: Context) -> list:
+        """The bindings a Kafka ACL filter matches (ApiError INVALID_REQUEST for a bad one)."""
+        try:
+            fields, match = KA.native_filter(f)
+        except KA.NoMatch:
+            return []
+        except KA.KafkaAclError as e:
+            raise ApiError(ErrorCode.INVALID_REQUEST, str(e)) from None
+        head, _ = self.broker.security.describe_acls(_req(Api.DESCRIBE_ACLS, ctx, fields))
+        bindings = [A.from_tuple(t) for t in head["acls"]]
+        return [b for b in bindings if match is None or KA.matches_name(b, match)]
+
+    async def create_acls(self, v: int, body: dict, ctx: Context) -> dict:
+        """Every valid creation in one metadata write; a creation raftlog cannot hold
+        (a host other than '*', an operation or resource type it has no twin for)
+        gets INVALID_REQUEST, the others CLUSTER_AUTHORIZATION_FAILED without ALTER
+        on the cluster."""
+        rows: list = []
+        valid = []
+        for c in body["creations"]:
+            try:
+                t = KA.binding_tuple(c)
+                A.from_tuple(t)
+                valid.append(t)
+                rows.append(None)
+            except (KA.KafkaAclError, A.AclError) as e:
+                rows.append((_E[ErrorCode.INVALID_REQUEST], str(e)))
+        ok = (0, None)
+        if valid:
+            try:
+                await self._quorum(self.broker.security.create_acls,
+                                   _req(Api.CREATE_ACLS, ctx, {"acls": valid}))
+            except ApiError as e:
+                ok = _error_row(e)
+        return {"throttle_time_ms": 0, "results": [
+            {"error_code": (r or ok)[0], "error_message": (r or ok)[1]} for r in rows]}
+
+    async def delete_acls(self, v: int, body: dict, ctx: Context) -> dict:
+        """Per filter, the bindings it matched, deleted (ALTER on the cluster)."""
+        out = []
+        for f in body["filters"]:
+            try:
+                _authorize(Api.DELETE_ACLS, ctx, {})
+                gone = []
+                for b in self._matching(f, ctx):
+                    fields = dict(zip(("principal", "resource_type", "resource_name",
+                                       "pattern_type", "operation", "permission"),
+                                      b.as_tuple()))
+                    head, _ = await self._quorum(self.broker.security.delete_acls,
+                                                 _req(Api.DELETE_ACLS, ctx, fields))
+                    gone += [A.from_tuple(t) for t in head["deleted"]]
+                out.append({"error_code": 0, "error_message": None, "matching_acls": [
+                    {"error_code": 0, "error_message": None, **KA.binding_row(b)}
+                    for b in gone]})
+            except ApiError as e:
+                code, msg = _error_row(e)
+                out.append({"error_code": code, "error_message": msg, "matching_acls": []})
+        return {"throttle_time_ms": 0, "filter_results": out}
+
+    # ------------------------------------------------------------------ SCRAM users
+
+    async def describe_user_scram_credentials(self, v: int, body: dict, ctx: Context) -> dict:
+        """Each user's mechanisms and iteration counts (never a salt or key): every
+        user, or those named (RESOURCE_NOT_FOUND: none; DUPLICATE_RESOURCE: named
+        twice); CLUSTER_AUTHORIZATION_FAILED without DESCRIBE on the cluster."""
+        names = None if body["users"] is None else [u["name"] for u in body["users"]]
+        try:
+            head, _ = self.broker.security.describe_users(_req(
+                Api.DESCRIBE_USER_SCRAM_CREDENTIALS, ctx,
+                {"users": None if names is None else sorted(set(names))}))
+        except ApiError as e:
+            return {"throttle_time_ms": 0, "error_code": _E[e.code], "error_message": e.message,
+                    "results": []}
+        found = {u: mechs for u, mechs in head["users"]}
+        results = []
+        for user in (sorted(found) if names is None else list(dict.fromkeys(names))):
+            code, msg, infos = 0, None, []
+            if names is not None and names.count(user) > 1:
+                code, msg = _E[ErrorCode.DUPLICATE_RESOURCE], f"user {user!r} named twice"
+            elif user not in found:
+                code, msg = (_E[ErrorCode.RESOURCE_NOT_FOUND],
+                             f"user {user!r} has no SCRAM credentials")
+            else:
+                infos = [{"mechanism": _SCRAM_CODES.get(m, 0), "iterations": i}
+                         for m, i in found[user]]
+            results.append({"user": user, "error_code": code, "error_message": msg,
+                            "credential_infos": infos})
+        return {"throttle_time_ms": 0, "error_code": 0, "error_message": None,
+                "results": results}
+
+    async def alter_user_scram_credentials(self, v: int, body: dict, ctx: Context) -> dict:
+        """Upsertions (salted passwords: the stored keys are derived here) and deletions,
+        one result per user: UNSUPPORTED_SASL_MECHANISM, UNACCEPTABLE_CREDENTIAL (an
+        empty name, iterations out of range), RESOURCE_NOT_FOUND (deleting what is not
+        there), DUPLICATE_RESOURCE (a user's mechanism altered twice),
+        CLUSTER_AUTHORIZATION_FAILED without ALTER on the cluster."""
+        ops: dict = {}  # user -> ([upsertions], [deletions])
+        bad: dict = {}
+        seen = set()
+        for kind, rows in (("upsert", body["upsertions"]), ("delete", body["deletions"])):
+            for r in rows:
+                user = r["name"]
+                ops.setdefault(user, ([], []))
+                try:
+                    mech = SCRAM_MECHANISMS.get(r["mechanism"])
+                    if mech is None:
+                        raise ApiError(ErrorCode.UNSUPPORTED_SASL_MECHANISM,
+                                       f"SCRAM mechanism code {r['mechanism']} is unknown "
+                                       "(1: SCRAM-SHA-256, 2: SCRAM-SHA-512)")
+                    if not user:
+                        raise ApiError(ErrorCode.UNACCEPTABLE_CREDENTIAL, "empty user name")
+                    if (user, mech) in seen:
+                        raise ApiError(ErrorCode.DUPLICATE_RESOURCE,
+                                       f"user {user!r}'s {mech} credential altered twice")
+                    seen.add((user, mech))
+                    if kind == "delete":
+                        ops[user][1].append([user, mech])
+                        continue
+                    try:
+                        S.check_iterations(r["iterations"])
+                    except S.ScramError as e:
+                        raise ApiError(ErrorCode.UNACCEPTABLE_CREDENTIAL, str(e)) from None
+                    c = S.credential_from_salted(mech, r["salt"], r["iterations"],
+                                                 r["salted_password"])
+                    ops[user][0].append([user, mech, c.salt, c.iterations, c.stored_key,
+                                         c.server_key])
+                except ApiError as e:
+                    bad.setdefault(user, _error_row(e))
+        results = []
+        for user, (ups, dels) in ops.items():
+            code, msg = bad.get(user, (0, None))
+            if not code:
+                try:
+                    head, _ = await self._quorum(
+                        self.broker.security.alter_users,
+                        _req(Api.ALTER_USER_SCRAM_CREDENTIALS, ctx,
+                             {"upsertions": ups, "deletions": dels, "timeout_ms": 30_000}))
+                    failed = next((r for r in head["results"] if r.error), None)
+                    if failed is not None:
+                        code, msg = to_kafka(failed.error), failed.message
+                except ApiError as e:
+                    code, msg = _error_row(e)
+            results.append({"user": user, "error_code": code, "error_message": msg})
+        return {"throttle_time_ms": 0, "results": results}
