@@ -44,6 +44,16 @@ from .topics import (
 Response = tuple[dict, list]
 
 
+def unknown_topic_error(name: str) -> ApiError:
+    """What a request naming a topic that does not exist is told: INVALID_TOPIC for a
+    name no topic may have (not retriable), else UNKNOWN_TOPIC_OR_PARTITION."""
+    try:
+        validate_topic_name(name)
+    except ApiError as e:
+        return e
+    return ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+
+
 class Broker:
     """The handlers of one node over its metadata store and its replica manager.
 
@@ -131,7 +141,13 @@ class Broker:
     def controller_id(self) -> int:
         return self.store.controller_id
 
-    def metadata(self, req: Request) -> Response:
+    def metadata(self, req: Request, auto_created: dict | None = None) -> Response:
+        """The brokers and the named topics (None: all). An unknown topic is created
+        here (a blocking quorum write, inline on the native listener as before) when
+        ``auto.create.topics.enable`` is on and the request allows it
+        (``allow_auto_topic_creation``, default true); the Kafka listener creates them
+        in a worker thread first (:meth:`auto_create_topics`) and passes what that gave
+        as ``auto_created``."""
         if not self.replicas.registered:
             # A restarted node replays the metadata log before its registration
             # commits; until then its topics and brokers may be missing or stale:
@@ -142,15 +158,17 @@ class Broker:
         names = req.fields["topics"]
         if names is None:
             names = sorted(self.store.topics)
+        elif auto_created is None and req.fields.get("allow_auto_topic_creation", True):
+            auto_created = self.auto_create_topics(self.topics_to_auto_create(names))
+            if auto_created:
+                self.replicas.reconcile()  # (on the event loop: Metadata is answered inline)
+        auto_created = auto_created or {}
         topics = []
         for name in names:
             info = self.store.topics.get(name)
-            if info is None and self.config.auto_create_topics_enable and legal_topic_name(name):
-                info = self.create_topic(name, self.config.num_partitions, 1, {})
-                self.replicas.reconcile()  # (on the event loop: Metadata is answered inline)
             if info is None:
-                topics.append(TopicMetadata(name, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-                                            f"unknown topic {name!r}").to_wire())
+                e = auto_created.get(name) or unknown_topic_error(name)
+                topics.append(TopicMetadata(name, int(e.code), e.message).to_wire())
                 continue
             topics.append(self._describe(info, req.fields["include_configs"]).to_wire())
         return {
@@ -160,6 +178,37 @@ class Broker:
             "brokers": self.brokers(),
             "topics": topics,
         }, []
+
+    def topics_to_auto_create(self, names) -> list:
+        """The topics of a Metadata request that auto-creation would create now: unknown,
+        legal names, with ``auto.create.topics.enable`` on (Kafka creates only on
+        Metadata, never on Produce)."""
+        if not self.config.auto_create_topics_enable:
+            return []
+        return [n for n in dict.fromkeys(names)
+                if n not in self.store.topics and legal_topic_name(n)]
+
+    def auto_create_topics(self, names) -> dict:
+        """Create ``names`` with ``num.partitions`` and ``default.replication.factor``
+        (blocking: quorum writes). Returns {name: ApiError} for the topics still not
+        in this node's metadata: the reason it could not be created, or
+        LEADER_NOT_AVAILABLE (retriable) for one another node created first whose
+        record has not reached this node yet -- a lost race answers the topic as it
+        now exists, never an error the client gives up on."""
+        out = {}
+        for name in names:
+            try:
+                self.create_topic(name, self.config.num_partitions,
+                                  self.config.default_replication_factor, {})
+            except ApiError as e:
+                if e.code is not ErrorCode.TOPIC_ALREADY_EXISTS:
+                    out[name] = e
+                    self.events.warning("topic_auto_create_failed", topic=name, error=e.message)
+                    continue
+            if name not in self.store.topics:
+                out[name] = ApiError(ErrorCode.LEADER_NOT_AVAILABLE,
+                                     f"topic {name!r} is being created: retry")
+        return out
 
     def _describe(self, info: TopicInfo, include_configs: bool) -> TopicMetadata:
         config = None

@@ -392,6 +392,9 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     Api.METADATA: {
         "topics": (_opt(_list(_TOPIC, L.TOPICS_PER_REQUEST_MAX)), None),
         "include_configs": (_bool, False),
+        # (Kafka's: an unknown topic is created only when this and the node's
+        # auto.create.topics.enable are true; the admin client sends false)
+        "allow_auto_topic_creation": (_bool, True),
     },
     Api.CREATE_TOPICS: {
         "topics": (
@@ -661,6 +664,8 @@ class CommittedOffsetRow(NamedTuple):
     partition: int
     offset: int
     metadata: str | None = None
+    #: the committed leader epoch (KIP-320), -1 unknown
+    leader_epoch: int = -1
 
 
 class GroupListing(NamedTuple):
