@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 
+import cbor2
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -12,6 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from raftlog.errors import ApiError, ErrorCode
 from raftlog.node.groups import (
+    CommittedOffset,
     CorruptGroupRecordError,
     GroupConfig,
     GroupCoordinator,
@@ -19,8 +21,10 @@ from raftlog.node.groups import (
     Persist,
     Reply,
     decode_key,
+    decode_offset_value,
     group_key,
     offset_key,
+    offset_value,
     partition_for,
 )
 
@@ -176,6 +180,23 @@ def test_offsets_visible_only_after_persisted():
     (p,) = out.effects
     d.c.persisted(p)
     assert d.c.fetch_offsets("solo") == [("t", 0, 10, None, -1)]
+
+
+def test_committed_leader_epochs_are_stored_and_returned():
+    """KIP-320: a commit's leader epoch survives the __consumer_offsets value (a
+    replay), and a value written without one (older nodes) reads back as -1."""
+    d = Driver()
+    out = d.c.commit_offsets("e", "", -1, [("t", 0, 10, "m", 4), ("t", 1, 2, None, -1),
+                                          ("t", 2, 3, None)], now_ms=1)
+    (p,) = out.effects
+    d.c.persisted(p)
+    assert d.c.fetch_offsets("e") == [("t", 0, 10, "m", 4), ("t", 1, 2, None, -1),
+                                      ("t", 2, 3, None, -1)]
+    values = [decode_offset_value(v) for _, v in p.records]
+    assert [v.leader_epoch for v in values] == [4, -1, -1]
+    old = offset_value(CommittedOffset(5, None, 1))
+    assert cbor2.loads(old).keys() == {"v", "offset", "metadata", "commit_timestamp"}
+    assert decode_offset_value(old).leader_epoch == -1
 
 
 def test_simple_commit_rejected_when_group_has_members_and_metadata_limit():
