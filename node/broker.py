@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import os
 
+import trio
+
+from raftlog.acl import CLUSTER_NAME, Operation, ResourceType
 from raftlog.errors import ApiError, ErrorCode
 from raftlog.protocol import (
     ApiVersionRange,
@@ -42,6 +45,7 @@ from .topics import (
 )
 
 Response = tuple[dict, list]
+CREATE, CLUSTER, TOPIC = Operation.CREATE, ResourceType.CLUSTER, ResourceType.TOPIC
 
 
 def unknown_topic_error(name: str) -> ApiError:
@@ -142,12 +146,9 @@ class Broker:
         return self.store.controller_id
 
     def metadata(self, req: Request, auto_created: dict | None = None) -> Response:
-        """The brokers and the named topics (None: all). An unknown topic is created
-        here (a blocking quorum write, inline on the native listener as before) when
-        ``auto.create.topics.enable`` is on and the request allows it
-        (``allow_auto_topic_creation``, default true); the Kafka listener creates them
-        in a worker thread first (:meth:`auto_create_topics`) and passes what that gave
-        as ``auto_created``."""
+        """The brokers and the named topics (None: all), from the metadata as it is.
+        Both listeners first await :meth:`auto_create_for_metadata` and pass what it
+        gave as ``auto_created`` (why a topic it tried is still missing)."""
         if not self.replicas.registered:
             # A restarted node replays the metadata log before its registration
             # commits; until then its topics and brokers may be missing or stale:
@@ -158,10 +159,6 @@ class Broker:
         names = req.fields["topics"]
         if names is None:
             names = sorted(self.store.topics)
-        elif auto_created is None and req.fields.get("allow_auto_topic_creation", True):
-            auto_created = self.auto_create_topics(self.topics_to_auto_create(names))
-            if auto_created:
-                self.replicas.reconcile()  # (on the event loop: Metadata is answered inline)
         auto_created = auto_created or {}
         topics = []
         for name in names:
@@ -178,6 +175,32 @@ class Broker:
             "brokers": self.brokers(),
             "topics": topics,
         }, []
+
+    async def auto_create_for_metadata(self, req: Request, acl=None) -> dict | None:
+        """Kafka's auto-creation on Metadata, off the event loop: the unknown topics the
+        request names (``allow_auto_topic_creation`` true, ``auto.create.topics.enable``
+        on) created in a worker thread (quorum writes), with num.partitions and
+        default.replication.factor. With ACLs on (``acl``: the connection's AclCheck),
+        only where the principal may CREATE (the cluster or the topic); the others are
+        answered TOPIC_AUTHORIZATION_FAILED, as Kafka's. Returns what
+        :meth:`metadata` takes as ``auto_created`` (None: nothing was tried)."""
+        names = req.fields["topics"]
+        if (names is None or not req.fields.get("allow_auto_topic_creation", True)
+                or not self.replicas.registered):
+            return None
+        wanted = self.topics_to_auto_create(names)
+        denied = {}
+        if acl is not None and wanted and not acl.allowed(CREATE, CLUSTER, CLUSTER_NAME):
+            denied = {n: ApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                  f"{acl.principal} may not create topic {n!r}: create it "
+                                  "with an allowed principal, or grant CREATE")
+                      for n in wanted if not acl.allowed(CREATE, TOPIC, n)}
+            wanted = [n for n in wanted if n not in denied]
+        if not wanted:
+            return denied
+        out = await trio.to_thread.run_sync(self.auto_create_topics, wanted)
+        self.replicas.reconcile()
+        return {**out, **denied}
 
     def topics_to_auto_create(self, names) -> list:
         """The topics of a Metadata request that auto-creation would create now: unknown,
@@ -203,7 +226,7 @@ class Broker:
             except ApiError as e:
                 if e.code is not ErrorCode.TOPIC_ALREADY_EXISTS:
                     out[name] = e
-                    self.events.warning("topic_auto_create_failed", topic=name, error=e.message)
+                    self.events.debug("topic_auto_create_failed", topic=name, error=e.message)
                     continue
             if name not in self.store.topics:
                 out[name] = ApiError(ErrorCode.LEADER_NOT_AVAILABLE,

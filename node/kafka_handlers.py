@@ -33,7 +33,7 @@ from raftlog.kafka_errors import to_kafka
 from raftlog.kafka_wire import SUPPORTED, RawPieces
 from raftlog.protocol import Api, Request
 
-from .authz import CLUSTER, CREATE, DESCRIBE, NOT_ASKED, TOPIC, AclCheck, authorized_operations
+from .authz import CLUSTER, DESCRIBE, NOT_ASKED, TOPIC, AclCheck, authorized_operations
 from .routes import ROUTES
 
 #: Kafka's INVALID_REQUEST etc. by raftlog name, for errors made here.
@@ -173,11 +173,12 @@ class KafkaApis:
                               "allow_auto_topic_creation": False}, []
             if ctx.acl is not None:  # hidden topics look unknown and are never auto-created
                 fields, hidden = ctx.acl.metadata_request(fields)
-            req = _req(Api.METADATA, ctx, fields)
             created = None
-            if names is not None and body.get("allow_auto_topic_creation", True):
-                created = await self._auto_create(fields["topics"], ctx)
-            head, _ = self.broker.metadata(req, created)
+            if body.get("allow_auto_topic_creation", True):
+                created = await self.broker.auto_create_for_metadata(
+                    _req(Api.METADATA, ctx, {**fields, "allow_auto_topic_creation": True}),
+                    ctx.acl)
+            head, _ = self.broker.metadata(_req(Api.METADATA, ctx, fields), created)
             if ctx.acl is not None:
                 head = ctx.acl.filter_response(Api.METADATA, head, hidden)
         except ApiError as e:
@@ -206,29 +207,6 @@ class KafkaApis:
                     for p in t["partitions"]],
             } for t in head["topics"]],
         }
-
-    async def _auto_create(self, names: list, ctx: Context) -> dict | None:
-        """Kafka's auto-creation on Metadata (the request allows it, and so does
-        ``auto.create.topics.enable``): the unknown topics among ``names`` created in a
-        worker thread (quorum writes) with num.partitions and default.replication.factor.
-        With ACLs on, only where the principal may CREATE (the cluster or the topic),
-        else the topic is answered TOPIC_AUTHORIZATION_FAILED, as Kafka's.
-        {name: ApiError} for those still missing (see Broker.auto_create_topics)."""
-        if not self.replicas.registered:
-            return None  # (the broker answers BROKER_NOT_AVAILABLE)
-        wanted = self.broker.topics_to_auto_create(names)
-        denied = {}
-        if ctx.acl is not None and wanted and not ctx.acl.allowed(CREATE, CLUSTER, CLUSTER_NAME):
-            denied = {n: ApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                                  f"{ctx.acl.principal} may not create topic {n!r}: create it "
-                                  "with an allowed principal, or grant CREATE")
-                      for n in wanted if not ctx.acl.allowed(CREATE, TOPIC, n)}
-            wanted = [n for n in wanted if n not in denied]
-        if not wanted:
-            return denied
-        out = await trio.to_thread.run_sync(self.broker.auto_create_topics, wanted)
-        self.replicas.reconcile()
-        return {**out, **denied}
 
     def _known_brokers(self) -> list:
         """The brokers of this node's metadata, or (none known yet) this node alone."""
