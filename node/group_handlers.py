@@ -28,7 +28,12 @@ Responses (header fields):
 * SYNC_GROUP ``{"assignment", "protocol_type", "protocol"}``
 * HEARTBEAT, LEAVE_GROUP ``{}``
 * OFFSET_COMMIT ``{"parts": [[topic, partition, error, message], ...]}``
-* OFFSET_FETCH ``{"parts": [[topic, partition, offset (-1 none), metadata], ...]}``
+* OFFSET_FETCH ``{"parts": [[topic, partition, offset (-1 none), metadata, leader epoch
+  (-1 unknown)], ...]}``
+
+SYNC_GROUP, HEARTBEAT, LEAVE_GROUP and OFFSET_COMMIT take a static member's
+``group_instance_id`` (KIP-345): a member replaced by a new instance gets
+FENCED_INSTANCE_ID.
 * LIST_GROUPS ``{"groups": [[group, protocol_type, state], ...]}``
 * DESCRIBE_GROUPS ``{"groups": [{"group", "error", "message", "state", "protocol_type",
   "protocol", "generation", "leader", "members": [[member_id, instance_id, client_id,

@@ -458,18 +458,23 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "group": (_str, REQUIRED),
         "generation": (_int, REQUIRED),
         "member_id": (_str, REQUIRED),
+        # a static member's (KIP-345): a replaced one gets FENCED_INSTANCE_ID
+        "group_instance_id": (_opt(_str), None),
         "assignments": (_list(_tuple(_str, _any), L.ENTRIES_PER_REQUEST_MAX), []),
     },
     Api.HEARTBEAT: {
         "group": (_str, REQUIRED),
         "generation": (_int, REQUIRED),
         "member_id": (_str, REQUIRED),
+        "group_instance_id": (_opt(_str), None),
     },
-    Api.LEAVE_GROUP: {"group": (_str, REQUIRED), "member_id": (_str, REQUIRED)},
+    Api.LEAVE_GROUP: {"group": (_str, REQUIRED), "member_id": (_str, REQUIRED),
+                      "group_instance_id": (_opt(_str), None)},
     Api.OFFSET_COMMIT: {
         "group": (_str, REQUIRED),
         "generation": (_int, -1),
         "member_id": (_str, ""),
+        "group_instance_id": (_opt(_str), None),
         # [topic, partition, offset, metadata]
         "offsets": (_list(_tuple(_TOPIC, _nonneg, _nonneg, _opt(_str)), 100_000), REQUIRED),
     },

@@ -422,3 +422,43 @@ def test_offset_commits_keep_the_leader_epoch_and_refuse_unknown_partitions(cnod
         assert (om.offset, om.leader_epoch) == (5, 7)
     finally:
         admin.close()
+
+
+def test_a_replaced_static_member_of_the_sdk_is_fenced(cnode):
+    """The same on the native listener with the raftlog consumer: the replaced instance
+    gets FENCED_INSTANCE_ID on its next group request and stops; the new one keeps the
+    partitions."""
+    from raftlog.client import Consumer
+    from raftlog.errors import ApiError, ErrorCode
+
+    _produce_some(cnode, "static-sdk", 2)
+
+    def member():
+        c = Consumer(cnode.bootstrap, group_id="g-static-sdk", group_instance_id="sdk-1",
+                     auto_offset_reset="earliest", session_timeout_ms=10_000,
+                     enable_auto_commit=False,
+                     heartbeat_interval_ms=200)
+        c.subscribe(["static-sdk"])
+        return c
+
+    first = member()
+    deadline = time.monotonic() + 30
+    while len(first.assignment()) < 2 and time.monotonic() < deadline:
+        first.poll(timeout_ms=100)
+    assert len(first.assignment()) == 2
+    second = member()
+    fenced = None
+    try:
+        while fenced is None and time.monotonic() < deadline + 30:
+            second.poll(timeout_ms=100)
+            try:
+                first.poll(timeout_ms=100)
+            except ApiError as e:
+                fenced = e
+        assert fenced is not None and fenced.code is ErrorCode.FENCED_INSTANCE_ID
+        while len(second.assignment()) < 2 and time.monotonic() < deadline + 60:
+            second.poll(timeout_ms=100)
+        assert len(second.assignment()) == 2
+    finally:
+        second.close()
+        first.close()
