@@ -455,11 +455,14 @@ class ReplicaManager:
         bigger than the limits is still delivered, alone); a later partition whose
         next batch does not fit in what is left returns nothing this time.
         ``min_one`` false (a later slice of a large Kafka fetch whose earlier slices
-        returned data): no oversized batch at all."""
+        returned data): no oversized batch at all. A follower's fetch (its fetcher does
+        not rotate its partitions, as Kafka's does) still gets one batch of every
+        partition it has room for, so no partition of a busy leader starves."""
         replica = req.fields["replica_id"]
         consumer = replica < 0 and not self._bug_beyond_hw
         budget = req.fields["max_bytes"]
         min_one = req.fields.get("min_one", True)
+        each_one = replica >= 0
         headers, pieces, total, error = [], [], 0, False
         seen: set = set()
         for topic, partition, offset, part_max, epoch in req.fields["parts"]:
@@ -468,7 +471,7 @@ class ReplicaManager:
             seen.add((topic, partition))
             limit = min(part_max, budget - total)
             header, piece = self._read_part(topic, partition, offset, limit, epoch, replica,
-                                            consumer, min_one and not total)
+                                            consumer, min_one and (not total or each_one))
             headers.append(header)
             if piece is not None:
                 pieces.append(piece)
@@ -486,12 +489,12 @@ class ReplicaManager:
             sp = session.parts.get(key)
             if sp is None:
                 continue
-            limit = min(sp.max_bytes, max_bytes - total)
+            limit = min(sp.max_bytes, max_bytes - total) if total else sp.max_bytes
             if limit <= 0:
                 session.dirty.add(key)  # the next answer reads it
                 continue
             header, piece = self._read_part(key[0], key[1], sp.offset, limit, sp.epoch,
-                                            replica, False, not total)
+                                            replica, False)
             if header.error:  # answered, and dropped: the follower names it again
                 error = True
                 session.drop(key)
