@@ -24,7 +24,7 @@ from confluent_kafka.admin import NewTopic as CNewTopic  # noqa: E402
 from kafka import KafkaAdminClient, KafkaConsumer  # noqa: E402
 from kafka.admin import NewTopic  # noqa: E402
 
-UNKNOWN_TOPIC, LEADER_NOT_AVAILABLE, INVALID_TOPIC = 3, 5, 17
+UNKNOWN_TOPIC, LEADER_NOT_AVAILABLE, INVALID_TOPIC, FENCED_INSTANCE_ID = 3, 5, 17, 82
 MIB = 1024 * 1024
 
 
@@ -364,8 +364,21 @@ def test_a_static_member_is_fenced_for_kafka_python_too(cnode):
     with pytest.raises(FencedInstanceIdError):
         first.commit()
     second.commit()
-    second.close()
+    member_id = second._coordinator._generation.member_id
+    second.close()  # (a static member does not leave on close: its instance id stays)
     first.close()
+    # LeaveGroup v3+: a member named with another instance id is fenced; a static member
+    # named by its instance id alone leaves
+    leave = {"group_id": "g-static-kp", "members": [
+        {"member_id": member_id, "group_instance_id": "kp-other"}]}
+    [row] = _call(cnode, 13, 4, leave)["members"]
+    assert row["error_code"] == FENCED_INSTANCE_ID
+    leave["members"] = [{"member_id": "", "group_instance_id": "kp-1"}]
+    [row] = _call(cnode, 13, 4, leave)["members"]
+    assert row["error_code"] == 0
+    [g] = _call(cnode, 15, 5, {"groups": ["g-static-kp"],
+                                "include_authorized_operations": False})["groups"]
+    assert g["members"] == [] and g["group_state"] in ("Empty", "PreparingRebalance")
 
 
 def test_offset_commits_keep_the_leader_epoch_and_refuse_unknown_partitions(cnode):
