@@ -372,7 +372,8 @@ class Admin:
                       and (include_internal or not t.name.startswith("__")))
 
     def describe_topic(self, name: str) -> TopicDescription:
-        h = self._call(Api.METADATA, {"topics": [name], "include_configs": True})
+        h = self._call(Api.METADATA, {"topics": [name], "include_configs": True,
+                                       "allow_auto_topic_creation": False})
         t = h["topics"][0]
         if t.error:
             raise api_error(t.error, t.message)
@@ -386,7 +387,8 @@ class Admin:
     def describe_topics(self, names=None, include_internal: bool = True) -> list[TopicDescription]:
         """Several topics (None: every topic) in one METADATA request, sorted by name;
         unknown names are left out."""
-        h = self._call(Api.METADATA, {"topics": None if names is None else list(names)})
+        h = self._call(Api.METADATA, {"topics": None if names is None else list(names),
+                                       "allow_auto_topic_creation": False})
         out = []
         for t in sorted(h["topics"], key=lambda t: t.name):
             if t.error or (not include_internal and t.name.startswith("__")):

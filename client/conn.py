@@ -362,7 +362,9 @@ class Cluster:
             t = next((t for t in h["topics"] if t.name == topic), None)
             code = t.error if t else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             final = len(self.brokers) <= 1 or time.monotonic() >= deadline
-            if code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION or final:
+            # (LEADER_NOT_AVAILABLE: a topic another node auto-created a moment ago)
+            retry = code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE)
+            if not retry or final:
                 raise api_error(code, (t.message if t else "") or f"unknown topic {topic!r}")
             time.sleep(METADATA_BACKOFF_S)
         return parts

@@ -615,6 +615,10 @@ class _Fetcher:
         self.sel = selectors.DefaultSelector()
         #: leader id -> (conn, generation, partitions, positions, sent_at, leader epochs)
         self.in_flight: dict[int, tuple] = {}
+        #: where the next FETCH starts its partition list (rotated by one each time,
+        #: as Kafka's consumers do: a node answers the first partitions first within
+        #: fetch_max_bytes, so a fixed order could starve the last ones)
+        self._rotation = 0
         # A byte on this pair wakes whoever is in select (poll() taking the I/O over,
         # close()).
         self._wake_r, self._wake_w = socket.socketpair()
@@ -703,6 +707,10 @@ class _Fetcher:
     def _send(self, leader: int, gen: int, tps: list, positions: dict) -> None:
         c = self.c
         conn = self.cluster.connection(leader)
+        if len(tps) > 1:
+            k = self._rotation % len(tps)
+            self._rotation += 1
+            tps = tps[k:] + tps[:k]
         fields = {
             "max_wait_ms": c.fetch_max_wait_ms,
             "min_bytes": c.fetch_min_bytes,

@@ -164,6 +164,7 @@ class GroupMember:
             "group": self.group_id,
             "generation": self.generation if generation_fenced else -1,
             "member_id": self.member_id if generation_fenced else "",
+            "group_instance_id": self.instance_id if generation_fenced else None,
             "offsets": [[tp.topic, tp.partition, off, None] for tp, off in offsets.items()],
         }
         deadline = time.monotonic() + self.request_timeout_s
@@ -342,7 +343,8 @@ class GroupMember:
 
     def _heartbeat(self) -> None:
         self._request(Api.HEARTBEAT, {"group": self.group_id, "generation": self.generation,
-                                      "member_id": self.member_id})
+                                      "member_id": self.member_id,
+                                      "group_instance_id": self.instance_id})
 
     def _auto_commit(self, offsets: dict) -> None:
         mine = {tp: off for tp, off in offsets.items() if tp in self.owned}
@@ -458,7 +460,7 @@ class GroupMember:
         try:
             s = self._request(Api.SYNC_GROUP, {
                 "group": self.group_id, "generation": generation, "member_id": self.member_id,
-                "assignments": assignments,
+                "group_instance_id": self.instance_id, "assignments": assignments,
             }, timeout_s=join_timeout)
         except ApiError as e:
             if e.code is ErrorCode.REBALANCE_IN_PROGRESS:

@@ -25,6 +25,30 @@ _CODES = {
 }
 
 
+#: Kafka's AclOperation codes (KIP-430 authorized-operations bit fields: bit n set =
+#: operation n allowed) of the operations raftlog's ACLs know.
+KAFKA_OPERATION_CODES = {READ: 3, WRITE: 4, CREATE: 5, DELETE: 6, ALTER: 7, DESCRIBE: 8,
+                         CLUSTER_ACTION: 9}
+#: What each resource type supports (Kafka's, as far as raftlog's operations go).
+SUPPORTED_OPERATIONS = {
+    TOPIC: (READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE),
+    GROUP: (READ, DELETE, DESCRIBE),
+    CLUSTER: (CREATE, ALTER, DESCRIBE, CLUSTER_ACTION),
+}
+#: The authorized-operations field of a response whose request did not ask for it.
+NOT_ASKED = -(2**31)
+
+
+def authorized_operations(acl: AclCheck | None, rtype: ResourceType, name: str) -> int:
+    """KIP-430: the bit field of the operations on the resource that the connection's
+    principal may perform (ACLs off, ``acl`` None: every operation it supports)."""
+    bits = 0
+    for op in SUPPORTED_OPERATIONS[rtype]:
+        if acl is None or acl.allowed(op, rtype, name):
+            bits |= 1 << KAFKA_OPERATION_CODES[op]
+    return bits
+
+
 def nothing(fields) -> list:
     return []
 

@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import os
 
+import trio
+
+from raftlog.acl import CLUSTER_NAME, Operation, ResourceType
 from raftlog.errors import ApiError, ErrorCode
 from raftlog.protocol import (
     ApiVersionRange,
@@ -45,6 +48,17 @@ from .topics import (
 )
 
 Response = tuple[dict, list]
+CREATE, CLUSTER, TOPIC = Operation.CREATE, ResourceType.CLUSTER, ResourceType.TOPIC
+
+
+def unknown_topic_error(name: str) -> ApiError:
+    """What a request naming a topic that does not exist is told: INVALID_TOPIC for a
+    name no topic may have (not retriable), else UNKNOWN_TOPIC_OR_PARTITION."""
+    try:
+        validate_topic_name(name)
+    except ApiError as e:
+        return e
+    return ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
 
 
 class Broker:
@@ -145,7 +159,10 @@ class Broker:
     def controller_id(self) -> int:
         return self.store.controller_id
 
-    def metadata(self, req: Request) -> Response:
+    def metadata(self, req: Request, auto_created: dict | None = None) -> Response:
+        """The brokers and the named topics (None: all), from the metadata as it is.
+        Both listeners first await :meth:`auto_create_for_metadata` and pass what it
+        gave as ``auto_created`` (why a topic it tried is still missing)."""
         if not self.replicas.registered:
             # A restarted node replays the metadata log before its registration
             # commits; until then its topics and brokers may be missing or stale:
@@ -156,15 +173,13 @@ class Broker:
         names = req.fields["topics"]
         if names is None:
             names = sorted(self.store.topics)
+        auto_created = auto_created or {}
         topics = []
         for name in names:
             info = self.store.topics.get(name)
-            if info is None and self.config.auto_create_topics_enable and legal_topic_name(name):
-                info = self.create_topic(name, self.config.num_partitions, 1, {})
-                self.replicas.reconcile()  # (on the event loop: Metadata is answered inline)
             if info is None:
-                topics.append(TopicMetadata(name, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-                                            f"unknown topic {name!r}").to_wire())
+                e = auto_created.get(name) or unknown_topic_error(name)
+                topics.append(TopicMetadata(name, int(e.code), e.message).to_wire())
                 continue
             topics.append(self._describe(info, req.fields["include_configs"]).to_wire())
         return {
@@ -174,6 +189,63 @@ class Broker:
             "brokers": self.brokers(),
             "topics": topics,
         }, []
+
+    async def auto_create_for_metadata(self, req: Request, acl=None) -> dict | None:
+        """Kafka's auto-creation on Metadata, off the event loop: the unknown topics the
+        request names (``allow_auto_topic_creation`` true, ``auto.create.topics.enable``
+        on) created in a worker thread (quorum writes), with num.partitions and
+        default.replication.factor. With ACLs on (``acl``: the connection's AclCheck),
+        only where the principal may CREATE (the cluster or the topic); the others are
+        answered TOPIC_AUTHORIZATION_FAILED, as Kafka's. Returns what
+        :meth:`metadata` takes as ``auto_created`` (None: nothing was tried)."""
+        names = req.fields["topics"]
+        if (names is None or not req.fields.get("allow_auto_topic_creation", True)
+                or not self.replicas.registered):
+            return None
+        wanted = self.topics_to_auto_create(names)
+        denied = {}
+        if acl is not None and wanted and not acl.allowed(CREATE, CLUSTER, CLUSTER_NAME):
+            denied = {n: ApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                  f"{acl.principal} may not create topic {n!r}: create it "
+                                  "with an allowed principal, or grant CREATE")
+                      for n in wanted if not acl.allowed(CREATE, TOPIC, n)}
+            wanted = [n for n in wanted if n not in denied]
+        if not wanted:
+            return denied
+        out = await trio.to_thread.run_sync(self.auto_create_topics, wanted)
+        self.replicas.reconcile()
+        return {**out, **denied}
+
+    def topics_to_auto_create(self, names) -> list:
+        """The topics of a Metadata request that auto-creation would create now: unknown,
+        legal names, with ``auto.create.topics.enable`` on (Kafka creates only on
+        Metadata, never on Produce)."""
+        if not self.config.auto_create_topics_enable:
+            return []
+        return [n for n in dict.fromkeys(names)
+                if n not in self.store.topics and legal_topic_name(n)]
+
+    def auto_create_topics(self, names) -> dict:
+        """Create ``names`` with ``num.partitions`` and ``default.replication.factor``
+        (blocking: quorum writes). Returns {name: ApiError} for the topics still not
+        in this node's metadata: the reason it could not be created, or
+        LEADER_NOT_AVAILABLE (retriable) for one another node created first whose
+        record has not reached this node yet -- a lost race answers the topic as it
+        now exists, never an error the client gives up on."""
+        out = {}
+        for name in names:
+            try:
+                self.create_topic(name, self.config.num_partitions,
+                                  self.config.default_replication_factor, {})
+            except ApiError as e:
+                if e.code is not ErrorCode.TOPIC_ALREADY_EXISTS:
+                    out[name] = e
+                    self.events.debug("topic_auto_create_failed", topic=name, error=e.message)
+                    continue
+            if name not in self.store.topics:
+                out[name] = ApiError(ErrorCode.LEADER_NOT_AVAILABLE,
+                                     f"topic {name!r} is being created: retry")
+        return out
 
     def _describe(self, info: TopicInfo, include_configs: bool) -> TopicMetadata:
         config = None

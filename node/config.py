@@ -103,6 +103,9 @@ class NodeConfig:
     num_partitions: int = 1
     default_replication_factor: int = 1
     auto_create_topics_enable: bool = False
+    #: The rack (or zone) this broker is in, told to clients in Metadata and
+    #: DescribeCluster (Kafka's ``broker.rack``); None: not advertised.
+    broker_rack: str | None = None
     max_frame_bytes: int = 100 * 1024 * 1024
     log_flush_interval_ms: int = 1000
     log_retention_check_interval_ms: int = 300_000
@@ -540,6 +543,17 @@ def _nonempty(key: str, v: str) -> str:
     return s
 
 
+RACK_CHARS_MAX = 255
+
+
+def _rack(key: str, v: str) -> str:
+    s = _nonempty(key, v)
+    if len(s) > RACK_CHARS_MAX or not s.isprintable():
+        raise ConfigError(f"{key}: must be 1-{RACK_CHARS_MAX} printable characters, "
+                          f"e.g. broker.rack=eu-west-1a")
+    return s
+
+
 def _data_dir(key: str, v: str) -> str:
     s = _nonempty(key, v).split(",")[0]
     return os.path.abspath(os.path.expanduser(s))
@@ -563,6 +577,7 @@ _NODE_KEYS = {
         "default_replication_factor", lambda k, v: _int(k, v, 1, 100)
     ),
     "auto.create.topics.enable": _set("auto_create_topics_enable", _bool),
+    "broker.rack": _set("broker_rack", lambda k, v: _rack(k, v)),
     "max.frame.bytes": _set("max_frame_bytes", lambda k, v: _int(k, v, 1024, 2**31 - 1)),
     "log.flush.interval.ms": _set("log_flush_interval_ms", lambda k, v: _int(k, v, 1)),
     "log.retention.check.interval.ms": _set(

@@ -54,7 +54,8 @@ class GroupHost:
         self.topic_replication_factor = topic_replication_factor
         self.coordinator = GroupCoordinator(config)
         self.service = GroupService(self.coordinator, persist=self._persist, locate=self._locate,
-                                    deleted_topic=self._deleted_topic)
+                                    deleted_topic=self._deleted_topic,
+                                    partition_exists=self._partition_exists)
         #: partition -> leader epoch it was loaded (or is loading) in
         self._loaded: dict[int, int] = {}
         self._creating = False
@@ -181,6 +182,11 @@ class GroupHost:
     def _deleted_topic(self, name: str) -> bool:
         """A topic this node saw deleted that does not exist now (commits are refused)."""
         return name in self._deleted_names and name not in self.store.topics
+
+    def _partition_exists(self, topic: str, partition: int) -> bool:
+        """Whether the metadata has this partition (commits for others are refused)."""
+        info = self.store.topics.get(topic)
+        return info is not None and 0 <= partition < len(info.partitions)
 
     def _drop_offsets(self, names, partition: int | None) -> None:
         effects = self.coordinator.delete_topic_offsets(names, self.service.now_ms(),

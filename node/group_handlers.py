@@ -28,7 +28,12 @@ Responses (header fields):
 * SYNC_GROUP ``{"assignment", "protocol_type", "protocol"}``
 * HEARTBEAT, LEAVE_GROUP ``{}``
 * OFFSET_COMMIT ``{"parts": [[topic, partition, error, message], ...]}``
-* OFFSET_FETCH ``{"parts": [[topic, partition, offset (-1 none), metadata], ...]}``
+* OFFSET_FETCH ``{"parts": [[topic, partition, offset (-1 none), metadata, leader epoch
+  (-1 unknown)], ...]}``
+
+SYNC_GROUP, HEARTBEAT, LEAVE_GROUP and OFFSET_COMMIT take a static member's
+``group_instance_id`` (KIP-345): a member replaced by a new instance gets
+FENCED_INSTANCE_ID.
 * LIST_GROUPS ``{"groups": [[group, protocol_type, state], ...]}``
 * DESCRIBE_GROUPS ``{"groups": [{"group", "error", "message", "state", "protocol_type",
   "protocol", "generation", "leader", "members": [[member_id, instance_id, client_id,
@@ -91,14 +96,18 @@ class GroupService:
 
     def __init__(self, coordinator: GroupCoordinator, *, persist: Persister, locate: Locator,
                  clock_ms: Callable[[], int] | None = None,
-                 deleted_topic: Callable[[str], bool] | None = None):
+                 deleted_topic: Callable[[str], bool] | None = None,
+                 partition_exists: Callable[[str, int], bool] | None = None):
         """``clock_ms``: the coordinator's clock (default a SteadyWallClock: sessions
         and rebalance deadlines unmoved by steps of the wall clock, see node/clock.py).
         ``deleted_topic(name)``: True for a topic deleted (and not re-created): offset
         commits for it are refused with UNKNOWN_TOPIC_OR_PARTITION, as Kafka's, so a
-        consumer still running does not bring back the offsets its deletion removed."""
+        consumer still running does not bring back the offsets its deletion removed.
+        ``partition_exists(topic, partition)``: False for a partition the metadata does
+        not have: its commit is refused with UNKNOWN_TOPIC_OR_PARTITION too (Kafka's)."""
         self.coordinator = coordinator
         self._deleted_topic = deleted_topic
+        self._partition_exists = partition_exists
         self._persist = persist
         self._locate = locate
         self._clock_ms = clock_ms if clock_ms is not None else SteadyWallClock()
@@ -220,6 +229,7 @@ class GroupService:
             outcome = self.coordinator.sync(
                 fields["group"], fields["member_id"], fields["generation"], token=t,
                 now_ms=self._clock_ms(), assignments=dict(fields["assignments"]) or None,
+                group_instance_id=fields.get("group_instance_id"),
             )
         except ApiError:
             self._waiters.pop(t, None)
@@ -230,23 +240,29 @@ class GroupService:
 
     async def heartbeat(self, fields: dict) -> dict:
         out = self.coordinator.heartbeat(fields["group"], fields["member_id"],
-                                         fields["generation"], now_ms=self._clock_ms())
+                                         fields["generation"], now_ms=self._clock_ms(),
+                                         group_instance_id=fields.get("group_instance_id"))
         return out.response
 
     async def leave_group(self, fields: dict) -> dict:
-        out = self.coordinator.leave(fields["group"], fields["member_id"], now_ms=self._clock_ms())
+        out = self.coordinator.leave(fields["group"], fields["member_id"], now_ms=self._clock_ms(),
+                                     group_instance_id=fields.get("group_instance_id"))
         await self.run_effects(out.effects)
         return out.response
 
     async def offset_commit(self, fields: dict) -> dict:
-        offsets, refused = fields["offsets"], []
+        offsets, refused, missing = fields["offsets"], [], []
         if self._deleted_topic is not None:
             refused = [o for o in offsets if self._deleted_topic(o[0])]
             if refused:
                 offsets = [o for o in offsets if not self._deleted_topic(o[0])]
+        if self._partition_exists is not None:
+            missing = [o for o in offsets if not self._partition_exists(o[0], o[1])]
+            if missing:
+                offsets = [o for o in offsets if self._partition_exists(o[0], o[1])]
         out = self.coordinator.commit_offsets(
             fields["group"], fields["member_id"], fields["generation"], offsets,
-            now_ms=self._clock_ms(),
+            now_ms=self._clock_ms(), group_instance_id=fields.get("group_instance_id"),
         )
         failure = await self.run_effects(out.effects)
         parts = out.response["parts"]
@@ -257,7 +273,11 @@ class GroupService:
         return {"parts": parts + [
             PartitionResult(o[0], o[1], int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
                             f"topic {o[0]!r} was deleted: its offsets were deleted with it")
-            for o in refused]}
+            for o in refused] + [
+            PartitionResult(o[0], o[1], int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                            f"there is no partition {o[0]}-{o[1]}: commit offsets only for "
+                            "partitions of existing topics")
+            for o in missing]}
 
     async def offset_fetch(self, fields: dict) -> dict:
         return {"parts": self.coordinator.fetch_offsets(fields["group"], fields["parts"])}

@@ -154,14 +154,16 @@ class CommittedOffset:
     offset: int
     metadata: str | None = None
     commit_timestamp_ms: int = -1
+    #: the leader epoch of the last record consumed (KIP-320), -1 unknown
+    leader_epoch: int = -1
 
 
 def offset_value(c: CommittedOffset) -> bytes:
-    return cbor2.dumps(
-        {"v": VALUE_VERSION, "offset": c.offset, "metadata": c.metadata,
-         "commit_timestamp": c.commit_timestamp_ms},
-        canonical=True,
-    )
+    v = {"v": VALUE_VERSION, "offset": c.offset, "metadata": c.metadata,
+         "commit_timestamp": c.commit_timestamp_ms}
+    if c.leader_epoch >= 0:  # (absent when unknown: older nodes read the same value)
+        v["leader_epoch"] = c.leader_epoch
+    return cbor2.dumps(v, canonical=True)
 
 
 def decode_key(key: bytes) -> tuple:
@@ -191,9 +193,11 @@ def _load_value(value: bytes) -> dict:
 def decode_offset_value(value: bytes) -> CommittedOffset:
     v = _load_value(value)
     off, meta, ts = v.get("offset"), v.get("metadata"), v.get("commit_timestamp", -1)
-    if type(off) is not int or not (meta is None or type(meta) is str) or type(ts) is not int:
+    epoch = v.get("leader_epoch", -1)
+    if type(off) is not int or not (meta is None or type(meta) is str) or type(ts) is not int \
+            or type(epoch) is not int:
         raise CorruptGroupRecordError(f"bad offset commit value {v!r}")
-    return CommittedOffset(off, meta, ts)
+    return CommittedOffset(off, meta, ts, epoch)
 
 
 # --------------------------------------------------------------------------- model
@@ -692,11 +696,12 @@ class GroupCoordinator:
     # ------------------------------------------------------------------ offsets
 
     def commit_offsets(self, group_id: str, member_id: str, generation: int,
-                       offsets: Iterable[tuple[str, int, int, str | None]], *, now_ms: int,
+                       offsets: Iterable[tuple], *, now_ms: int,
                        group_instance_id: str | None = None) -> Outcome:
         """OffsetCommit: validate, then Persist the records; answer after the append
         succeeded (and call :meth:`persisted`). ``generation`` -1 with member "" is a
         commit from outside group management, allowed only while the group is Empty.
+        ``offsets``: (topic, partition, offset, metadata[, leader epoch]) each.
 
         Returns ``{"parts": [[topic, partition, error, message], ...]}``.
         """
@@ -723,14 +728,16 @@ class GroupCoordinator:
                            f"group {group_id!r} has members: commit with a member id and generation")
         parts, records = [], []
         limit = self.config.offset_metadata_max_bytes
-        for topic, partition, offset, metadata in offsets:
+        for o in offsets:
+            topic, partition, offset, metadata = o[:4]
+            epoch = o[4] if len(o) > 4 and o[4] is not None and o[4] >= 0 else -1
             if metadata is not None and len(metadata.encode()) > limit:
                 parts.append(PartitionResult(topic, partition,
                                              int(ErrorCode.OFFSET_METADATA_TOO_LARGE),
                                              f"offset metadata is larger than {limit} bytes"))
                 continue
             records.append((offset_key(group_id, topic, partition),
-                            offset_value(CommittedOffset(offset, metadata, now_ms))))
+                            offset_value(CommittedOffset(offset, metadata, now_ms, epoch))))
             parts.append(PartitionResult(topic, partition, 0, ""))
         effects = (Persist(self.partition_for(group_id), tuple(records)),) if records else ()
         return Outcome({"parts": parts}, effects)
@@ -761,7 +768,7 @@ class GroupCoordinator:
         out = []
         for t, p in parts:
             c = offsets.get((t, p))
-            out.append(CommittedOffsetRow(t, p, c.offset, c.metadata) if c
+            out.append(CommittedOffsetRow(t, p, c.offset, c.metadata, c.leader_epoch) if c
                        else CommittedOffsetRow(t, p, -1, None))
         return out
 

@@ -33,7 +33,7 @@ from raftlog.kafka_errors import to_kafka
 from raftlog.kafka_wire import SUPPORTED, RawPieces
 from raftlog.protocol import Api, Request
 
-from .authz import CLUSTER, DESCRIBE, TOPIC, AclCheck
+from .authz import CLUSTER, DESCRIBE, NOT_ASKED, TOPIC, AclCheck, authorized_operations
 from .routes import ROUTES
 
 #: Kafka's INVALID_REQUEST etc. by raftlog name, for errors made here.
@@ -165,28 +165,43 @@ class KafkaApis:
     async def metadata(self, v: int, body: dict, ctx: Context) -> dict:
         topics = body["topics"]
         names = None if topics is None or (v == 0 and not topics) else [t["name"] for t in topics]
+        cluster_ops = (authorized_operations(ctx.acl, CLUSTER, CLUSTER_NAME)
+                       if body.get("include_cluster_authorized_operations") else NOT_ASKED)
+        topic_ops = body.get("include_topic_authorized_operations", False)
         try:
             if names is not None and any(n is None for n in names):
                 raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                "topics by id are not supported; name them")
-            fields, hidden = {"topics": names, "include_configs": False}, []
+            fields, hidden = {"topics": names, "include_configs": False,
+                              "allow_auto_topic_creation": False}, []
             if ctx.acl is not None:  # hidden topics look unknown and are never auto-created
                 fields, hidden = ctx.acl.metadata_request(fields)
-            head, _ = self.broker.metadata(_req(Api.METADATA, ctx, fields))
+            created = None
+            if body.get("allow_auto_topic_creation", True):
+                created = await self.broker.auto_create_for_metadata(
+                    _req(Api.METADATA, ctx, {**fields, "allow_auto_topic_creation": True}),
+                    ctx.acl)
+            head, _ = self.broker.metadata(_req(Api.METADATA, ctx, fields), created)
             if ctx.acl is not None:
                 head = ctx.acl.filter_response(Api.METADATA, head, hidden)
         except ApiError as e:
-            return {"brokers": [], "cluster_id": self.config.cluster_id, "controller_id": -1,
+            # never an empty broker list (librdkafka would drop every broker): the
+            # brokers this node knows, or itself
+            return {"brokers": self._known_brokers(), "cluster_id": self.config.cluster_id,
+                    "controller_id": -1, "cluster_authorized_operations": cluster_ops,
                     "topics": [{"error_code": _E[e.code], "name": n, "partitions": []}
                                for n in (names or [])]}
         return {
-            "brokers": self._brokers(head["brokers"]),
+            "brokers": self._brokers(head["brokers"]) or self._known_brokers(),
             "cluster_id": head["cluster_id"],
             "controller_id": head["controller_id"],
+            "cluster_authorized_operations": cluster_ops,
             "topics": [{
                 "error_code": to_kafka(t["error"]), "name": t["name"],
                 "topic_id": _topic_id_bytes(t["topic_id"]),
                 "is_internal": t["name"].startswith("__"),
+                "topic_authorized_operations": (
+                    authorized_operations(ctx.acl, TOPIC, t["name"]) if topic_ops else NOT_ASKED),
                 "partitions": [{
                     "error_code": to_kafka(p.error) if p.leader >= 0 else _E[ErrorCode.LEADER_NOT_AVAILABLE],
                     "partition_index": p.partition, "leader_id": p.leader,
@@ -196,12 +211,24 @@ class KafkaApis:
             } for t in head["topics"]],
         }
 
+    def _known_brokers(self) -> list:
+        """The brokers of this node's metadata, or (none known yet) this node alone."""
+        rows = self._brokers(self.broker.brokers())
+        if rows:
+            return rows
+        host, port = self.kafka_address(self.config.node_id, *self.config.advertised)
+        return [{"node_id": self.config.node_id, "host": host, "port": port,
+                 "rack": self.config.broker_rack}]
+
     async def describe_cluster(self, v: int, body: dict, ctx: Context) -> dict:
         head, _ = self.broker.describe_cluster(_req(Api.DESCRIBE_CLUSTER, ctx, {}))
         return {"error_code": 0, "cluster_id": head["cluster_id"],
                 "controller_id": head["controller_id"], "endpoint_type": 1,
                 "brokers": [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"],
-                             "rack": b["rack"]} for b in self._brokers(head["brokers"])]}
+                             "rack": b["rack"]} for b in self._brokers(head["brokers"])],
+                "cluster_authorized_operations": (
+                    authorized_operations(ctx.acl, CLUSTER, CLUSTER_NAME)
+                    if body["include_cluster_authorized_operations"] else NOT_ASKED)}
 
     # ------------------------------------------------------------------ produce
 
@@ -375,7 +402,7 @@ class KafkaApis:
                 topics.setdefault(t, []).append(p)
             sub = {**body, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": max(budget - total, 1),
                    "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}
-            answer, wait = self.fetch_begin(max(v, 3), sub, ctx)
+            answer, wait = self.fetch_begin(max(v, 3), sub, ctx, min_one=not total)
             assert wait is None  # (max_wait_ms 0: answered at once)
             for row in answer["responses"]:
                 by_topic.setdefault(row["topic"], []).extend(row["partitions"])
@@ -386,10 +413,12 @@ class KafkaApis:
                  "responses": [{"topic": n, "partitions": rows} for n, rows in by_topic.items()]},
                 total, error)
 
-    def fetch_begin(self, v: int, body: dict, ctx: Context):
+    def fetch_begin(self, v: int, body: dict, ctx: Context, min_one: bool = True):
         """``(body, None)`` when the fetch can be answered now, else ``(None, wait)``:
         until min_bytes are there, an error shows or max_wait passes
-        (:meth:`fetch_check`; the native ParkedFetch's rule)."""
+        (:meth:`fetch_check`; the native ParkedFetch's rule). The answer keeps within
+        ``max_bytes`` and each ``partition_max_bytes`` but for one oversized batch
+        (ReplicaManager.fetch_once; none when not ``min_one``)."""
         parts, order, bad, seen = [], [], {}, set()
         max_bytes = body["max_bytes"] if v >= 3 and body["max_bytes"] > 0 else FETCH_MAX_BYTES_MAX
         for t in body["topics"]:
@@ -410,7 +439,7 @@ class KafkaApis:
             req = _req(Api.FETCH, ctx, {"replica_id": -1, "max_wait_ms": max_wait_ms,
                                         "min_bytes": max(body["min_bytes"], 0),
                                         "max_bytes": min(max_bytes, FETCH_MAX_BYTES_MAX),
-                                        "parts": parts})
+                                        "parts": parts, "min_one": min_one})
         except ApiError as e:  # denied: every partition says so
             bad.update({(t, p): e.code for t, p, *_ in parts})
             parts = []
@@ -670,6 +699,7 @@ class KafkaApis:
         consumer = self._protocol_type(body["group_id"]) == CONSUMER
         fields = {"group": body["group_id"], "generation": body["generation_id"],
                   "member_id": body["member_id"],
+                  "group_instance_id": body.get("group_instance_id"),
                   "assignments": [(a["member_id"], cp.assignment_to_raftlog(a["assignment"])
                                    if consumer else a["assignment"])
                                   for a in body["assignments"]]}
@@ -691,7 +721,9 @@ class KafkaApis:
         try:
             await self._group(Api.HEARTBEAT, {"group": body["group_id"],
                                               "generation": body["generation_id"],
-                                              "member_id": body["member_id"]}, ctx)
+                                              "member_id": body["member_id"],
+                                              "group_instance_id": body.get("group_instance_id")},
+                              ctx)
             return {"error_code": 0}
         except ApiError as e:
             return {"error_code": _E[e.code]}
@@ -703,7 +735,9 @@ class KafkaApis:
         for m in members:
             try:
                 await self._group(Api.LEAVE_GROUP, {"group": body["group_id"],
-                                                    "member_id": m["member_id"]}, ctx)
+                                                    "member_id": m["member_id"],
+                                                    "group_instance_id": m["group_instance_id"]},
+                                  ctx)
                 code = 0
             except ApiError as e:
                 code = _E[e.code]
@@ -719,9 +753,10 @@ class KafkaApis:
                     bad.add((t["name"], p["partition_index"]))
                 else:
                     offsets.append((t["name"], p["partition_index"], p["committed_offset"],
-                                    p["committed_metadata"]))
+                                    p["committed_metadata"], p.get("committed_leader_epoch", -1)))
         fields = {"group": body["group_id"], "generation": body["generation_id_or_member_epoch"],
-                  "member_id": body["member_id"], "offsets": offsets}
+                  "member_id": body["member_id"],
+                  "group_instance_id": body.get("group_instance_id"), "offsets": offsets}
         codes: dict = {}
         try:
             got = await self._group(Api.OFFSET_COMMIT, fields, ctx) if offsets else {"parts": []}
@@ -758,7 +793,8 @@ class KafkaApis:
         for r in got["parts"]:
             by_topic.setdefault(r.topic, []).append(
                 {"partition_index": r.partition, "committed_offset": r.offset,
-                 "committed_leader_epoch": -1, "metadata": r.metadata or "", "error_code": 0})
+                 "committed_leader_epoch": r.leader_epoch, "metadata": r.metadata or "",
+                 "error_code": 0})
         return {"error_code": 0, "topics": [{"name": n, "partitions": rows}
                                             for n, rows in by_topic.items()]}
 

@@ -190,6 +190,7 @@ class QuorumTopicStore:
         """Register this broker (new incarnation) and unfence it; retries while no
         quorum is available. Durable when it returns."""
         records = [R.RegisterBroker(self.node_id, self.incarnation_id, self.advertised_listeners(),
+                                    rack=self.config.broker_rack,
                                     roles=self.config.process_roles),
                    R.UnfenceBroker(self.node_id, self.incarnation_id)]
         deadline = time.monotonic() + self.config.broker_registration_timeout_ms / 1000

@@ -48,7 +48,7 @@ from .logfmt import EventLog
 from .metrics import NodeMetrics
 from .partition import Partition
 from .throttle import ByteRate
-from .topics import create_topic, validate_topic_config
+from .topics import validate_topic_config
 
 #: test.flags values (the safety harness's planted bugs; see jepsen/). All are checked
 #: here; the replication ones act here and in node/fetcher.py, bug-ack-before-commit
@@ -367,7 +367,7 @@ class ReplicaManager:
         added for :meth:`await_replicated` / :meth:`check_high_watermarks`."""
         try:
             if topic not in self.store.topics:
-                self._maybe_auto_create(topic)
+                self._unknown_topic(topic)
             part = self.partition(topic, partition)
             cfg = self.log_configs[topic]
             if acks == -1:
@@ -388,12 +388,14 @@ class ReplicaManager:
         except ApiError as e:
             return ProducePartResult(topic, partition, int(e.code), -1, -1, e.message)
 
-    def _maybe_auto_create(self, topic: str) -> None:
-        if not self.config.auto_create_topics_enable:
-            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}")
-        create_topic(self.store, self.config, self.events, topic, self.config.num_partitions,
-                     1, {})
-        self.reconcile()  # its partitions now: the caller appends to one at once
+    @staticmethod
+    def _unknown_topic(topic: str) -> None:
+        """A produce to a topic that does not exist: refused (retriable), never created
+        here -- as Kafka, only a Metadata request auto-creates topics (the producer asks
+        for its topics' metadata before it sends)."""
+        raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                       f"unknown topic {topic!r}: create it first (or enable "
+                       "auto.create.topics.enable: a Metadata request then creates it)")
 
     def produce_acks_all_append(self, req: Request) -> tuple[list, list, float]:
         """acks=all, first half (synchronous): append every batch now, in request order.
@@ -467,19 +469,31 @@ class ReplicaManager:
     # ------------------------------------------------------------------ fetch
 
     def fetch_once(self, req: Request) -> tuple[list, list, int, bool]:
-        """Read every requested partition once: (part headers, pieces, bytes, any_error)."""
+        """Read every requested partition once: (part headers, pieces, bytes, any_error).
+
+        The answer's bounds are Kafka's: each partition gets at most its
+        ``partition_max_bytes`` and the whole at most ``max_bytes``, except that the
+        first partition with data may return one batch larger than both (so a batch
+        bigger than the limits is still delivered, alone); a later partition whose
+        next batch does not fit in what is left returns nothing this time.
+        ``min_one`` false (a later slice of a large Kafka fetch whose earlier slices
+        returned data): no oversized batch at all. A follower's fetch (its fetcher does
+        not rotate its partitions, as Kafka's does) still gets one batch of every
+        partition it has room for, so no partition of a busy leader starves."""
         replica = req.fields["replica_id"]
         consumer = replica < 0 and not self._bug_beyond_hw
         budget = req.fields["max_bytes"]
+        min_one = req.fields.get("min_one", True)
+        each_one = replica >= 0
         headers, pieces, total, error = [], [], 0, False
         seen: set = set()
         for topic, partition, offset, part_max, epoch in req.fields["parts"]:
             if (topic, partition) in seen:  # named twice: read and answered once (as Kafka)
                 continue
             seen.add((topic, partition))
-            limit = min(part_max, budget - total) if total else part_max
+            limit = min(part_max, budget - total)
             header, piece = self._read_part(topic, partition, offset, limit, epoch, replica,
-                                            consumer)
+                                            consumer, min_one and (not total or each_one))
             headers.append(header)
             if piece is not None:
                 pieces.append(piece)
@@ -528,8 +542,10 @@ class ReplicaManager:
         return headers, pieces, total, error
 
     def _read_part(self, topic: str, partition: int, offset: int, limit: int, epoch: int,
-                   replica: int, consumer: bool):
-        """One partition of a fetch: (FetchPartHeader, a file slice or None)."""
+                   replica: int, consumer: bool, min_one: bool = True):
+        """One partition of a fetch: (FetchPartHeader, a file slice or None). Whole
+        batches within ``limit`` bytes; with ``min_one``, at least the first batch
+        even if it is larger, else nothing when it is."""
         piece = None
         try:
             part = self.leader_partition(topic, partition)
@@ -553,6 +569,8 @@ class ReplicaManager:
             else:
                 sl = log.read(offset, limit, max_offset=max_offset)
                 n = sl.length
+                if n > limit and not min_one:  # (one batch larger than what is left)
+                    n = 0
                 if n:
                     piece = sl
                 if throttled:

@@ -61,7 +61,7 @@ ROUTES: dict[Api, Route] = {
     Api.FETCH: Route(Mode.PARKS, "fetch", Z.replica_or(Z.topics_of_parts(Z.READ))),
     Api.LIST_OFFSETS: Route(Mode.INLINE, "list_offsets", Z.topics_of_parts(Z.DESCRIBE)),
     Api.DELETE_RECORDS: Route(Mode.INLINE, "delete_records", Z.topics_of_parts(Z.DELETE)),
-    Api.METADATA: Route(Mode.INLINE, "metadata"),
+    Api.METADATA: Route(Mode.AWAITS, "metadata"),  # (auto-creation: a quorum write)
     Api.CREATE_TOPICS: Route(Mode.QUORUM, "create_topics", "check_create_topics"),
     Api.DELETE_TOPICS: Route(Mode.QUORUM, "delete_topics", Z.topic_names(Z.DELETE, "names")),
     Api.DESCRIBE_CLUSTER: Route(Mode.INLINE, "describe_cluster"),

@@ -796,6 +796,18 @@ class Server:
         answer = self.broker.produce(req)
         return None if req.fields["acks"] == 0 else answer
 
+    async def metadata(self, req, conn: Conn):
+        """Metadata: the unknown topics it may auto-create are created first, in a worker
+        thread (Broker.auto_create_for_metadata: quorum writes, the principal's CREATE);
+        then the answer from the metadata as it now is."""
+        guard = conn.guard
+        acl = None
+        if (guard is not None and self.config.authorizer_enable
+                and guard.principal is not None):
+            acl = AclCheck(guard.principal, self.broker.security.authorizer())
+        created = await self.broker.auto_create_for_metadata(req, acl)
+        return self.broker.metadata(req, created)
+
     async def init_producer_id(self, req, conn: Conn):
         return await self.broker.producer_ids.init_producer_id(req.fields), []
 

@@ -395,6 +395,9 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     Api.METADATA: {
         "topics": (_opt(_list(_TOPIC, L.TOPICS_PER_REQUEST_MAX)), None),
         "include_configs": (_bool, False),
+        # (Kafka's: an unknown topic is created only when this and the node's
+        # auto.create.topics.enable are true; the admin client sends false)
+        "allow_auto_topic_creation": (_bool, True),
     },
     Api.CREATE_TOPICS: {
         "topics": (
@@ -471,18 +474,23 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "group": (_str, REQUIRED),
         "generation": (_int, REQUIRED),
         "member_id": (_str, REQUIRED),
+        # a static member's (KIP-345): a replaced one gets FENCED_INSTANCE_ID
+        "group_instance_id": (_opt(_str), None),
         "assignments": (_list(_tuple(_str, _any), L.ENTRIES_PER_REQUEST_MAX), []),
     },
     Api.HEARTBEAT: {
         "group": (_str, REQUIRED),
         "generation": (_int, REQUIRED),
         "member_id": (_str, REQUIRED),
+        "group_instance_id": (_opt(_str), None),
     },
-    Api.LEAVE_GROUP: {"group": (_str, REQUIRED), "member_id": (_str, REQUIRED)},
+    Api.LEAVE_GROUP: {"group": (_str, REQUIRED), "member_id": (_str, REQUIRED),
+                      "group_instance_id": (_opt(_str), None)},
     Api.OFFSET_COMMIT: {
         "group": (_str, REQUIRED),
         "generation": (_int, -1),
         "member_id": (_str, ""),
+        "group_instance_id": (_opt(_str), None),
         # [topic, partition, offset, metadata]
         "offsets": (_list(_tuple(_TOPIC, _nonneg, _nonneg, _opt(_str)), 100_000), REQUIRED),
     },
@@ -693,6 +701,8 @@ class CommittedOffsetRow(NamedTuple):
     partition: int
     offset: int
     metadata: str | None = None
+    #: the committed leader epoch (KIP-320), -1 unknown
+    leader_epoch: int = -1
 
 
 class GroupListing(NamedTuple):

@@ -26,8 +26,10 @@ advertised.listeners=10.0.0.3:9500
 log.dirs=/tmp/rl
 log.retention.ms=1000
 auto.create.topics.enable=true
+broker.rack=eu-west-1a
 """)
     cfg = NodeConfig.load(path, {"listeners": "127.0.0.1:9600"})
+    assert cfg.broker_rack == "eu-west-1a" and NodeConfig().broker_rack is None
     assert (cfg.node_id, cfg.host, cfg.port) == (3, "127.0.0.1", 9600)
     assert cfg.advertised == ("10.0.0.3", 9500)
     assert cfg.data_dir == "/tmp/rl" and cfg.auto_create_topics_enable
@@ -46,6 +48,8 @@ auto.create.topics.enable=true
         ("log.retention.ms=soon", "retention.ms"),
         ("log.no.such=1", "unknown topic config"),
         ("auto.create.topics.enable=maybe", "not a boolean"),
+        ("broker.rack=", "broker.rack: must not be empty"),
+        ("broker.rack=" + "r" * 256, "1-255 printable characters"),
         ("node.id=1\nnode.id=2", "set twice"),
         ("just a line", "expected key=value"),
         ("controller.quorum.voters=1@127.0.0.1:9100,1@127.0.0.2:9100", "appears twice"),

@@ -105,7 +105,7 @@ async def test_three_consumers_share_six_partitions_commit_and_describe(autojump
             offsets=[[t, p, 42, None] for t, p in assigned["a"]]))
         assert all(code == 0 for _, _, code, _ in resp["parts"])
         fetched = await svc.handle(Api.OFFSET_FETCH, parsed(Api.OFFSET_FETCH, group="g"))
-        assert fetched["parts"] == [(t, p, 42, None) for t, p in sorted(assigned["a"])]
+        assert fetched["parts"] == [(t, p, 42, None, -1) for t, p in sorted(assigned["a"])]
         assert any(v is not None for _, _, v in topic.log)
 
         desc = await svc.handle(Api.DESCRIBE_GROUPS, parsed(Api.DESCRIBE_GROUPS, groups=["g", "x"]))
@@ -167,7 +167,7 @@ async def test_failed_append_fails_the_commit_and_hides_the_offsets(autojump_clo
     assert resp["parts"] == [("t", 0, int(ErrorCode.NOT_COORDINATOR), "moved")]
     fetched = await svc.handle(Api.OFFSET_FETCH, parsed(Api.OFFSET_FETCH, group="solo",
                                                         parts=[["t", 0]]))
-    assert fetched["parts"] == [("t", 0, -1, None)]
+    assert fetched["parts"] == [("t", 0, -1, None, -1)]
     topic.fail = None
     resp = await svc.handle(Api.OFFSET_COMMIT, parsed(
         Api.OFFSET_COMMIT, group="solo", offsets=[["t", 0, 5, None]]))
@@ -185,7 +185,7 @@ async def test_commits_for_a_deleted_topic_are_refused_and_the_others_kept(autoj
                                                "topic 'gone' was deleted: its offsets were "
                                                "deleted with it")]
     fetched = await svc.handle(Api.OFFSET_FETCH, parsed(Api.OFFSET_FETCH, group="solo"))
-    assert fetched["parts"] == [("t", 0, 6, None)]
+    assert fetched["parts"] == [("t", 0, 6, None, -1)]
     assert {k for _, k, _ in topic.log} and all(b"gone" not in k for _, k, _ in topic.log)
 
 

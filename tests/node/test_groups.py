@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 
+import cbor2
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -12,6 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from raftlog.errors import ApiError, ErrorCode
 from raftlog.node.groups import (
+    CommittedOffset,
     CorruptGroupRecordError,
     GroupConfig,
     GroupCoordinator,
@@ -19,8 +21,10 @@ from raftlog.node.groups import (
     Persist,
     Reply,
     decode_key,
+    decode_offset_value,
     group_key,
     offset_key,
+    offset_value,
     partition_for,
 )
 
@@ -165,8 +169,8 @@ def test_commit_during_completing_rebalance_is_rejected_then_accepted_when_stabl
     d.sync(mid, gen, assignments={mid: []})
     resp = d.do(d.c.commit_offsets("g", mid, gen, [("t", 0, 7, "m"), ("t", 1, 3, None)], now_ms=5))
     assert resp == {"parts": [("t", 0, 0, ""), ("t", 1, 0, "")]}
-    assert d.c.fetch_offsets("g") == [("t", 0, 7, "m"), ("t", 1, 3, None)]
-    assert d.c.fetch_offsets("g", [("t", 2)]) == [("t", 2, -1, None)]
+    assert d.c.fetch_offsets("g") == [("t", 0, 7, "m", -1), ("t", 1, 3, None, -1)]
+    assert d.c.fetch_offsets("g", [("t", 2)]) == [("t", 2, -1, None, -1)]
 
 
 def test_offsets_visible_only_after_persisted():
@@ -175,7 +179,24 @@ def test_offsets_visible_only_after_persisted():
     assert d.c.fetch_offsets("solo") == []
     (p,) = out.effects
     d.c.persisted(p)
-    assert d.c.fetch_offsets("solo") == [("t", 0, 10, None)]
+    assert d.c.fetch_offsets("solo") == [("t", 0, 10, None, -1)]
+
+
+def test_committed_leader_epochs_are_stored_and_returned():
+    """KIP-320: a commit's leader epoch survives the __consumer_offsets value (a
+    replay), and a value written without one (older nodes) reads back as -1."""
+    d = Driver()
+    out = d.c.commit_offsets("e", "", -1, [("t", 0, 10, "m", 4), ("t", 1, 2, None, -1),
+                                          ("t", 2, 3, None)], now_ms=1)
+    (p,) = out.effects
+    d.c.persisted(p)
+    assert d.c.fetch_offsets("e") == [("t", 0, 10, "m", 4), ("t", 1, 2, None, -1),
+                                      ("t", 2, 3, None, -1)]
+    values = [decode_offset_value(v) for _, v in p.records]
+    assert [v.leader_epoch for v in values] == [4, -1, -1]
+    old = offset_value(CommittedOffset(5, None, 1))
+    assert cbor2.loads(old).keys() == {"v", "offset", "metadata", "commit_timestamp"}
+    assert decode_offset_value(old).leader_epoch == -1
 
 
 def test_simple_commit_rejected_when_group_has_members_and_metadata_limit():
@@ -364,17 +385,17 @@ def test_deleting_a_topic_deletes_its_committed_offsets_in_every_group():
     mark = len(d.log)
     d.run(d.c.delete_topic_offsets(["t"], now_ms=5))
     # the live group keeps its other topic's offsets and its members
-    assert d.c.fetch_offsets("g") == [("u", 0, 7, None)]
+    assert d.c.fetch_offsets("g") == [("u", 0, 7, None, -1)]
     assert d.c.groups["g"].state is GroupState.STABLE
     # an Empty group left without offsets is gone, as Kafka's
     assert "only-t" not in d.c.groups and d.c.describe("only-t")["state"] == "Dead"
-    assert d.c.fetch_offsets("only-u") == [("u", 0, 1, None)]
+    assert d.c.fetch_offsets("only-u") == [("u", 0, 1, None, -1)]
     tombstones = {(k, v) for _, k, v in d.log[mark:]}
     assert tombstones == {(offset_key("g", "t", 0), None), (offset_key("only-t", "t", 0), None),
                           (offset_key("only-t", "t", 1), None), (group_key("only-t"), None)}
     # a new coordinator loading the log does not bring them back
     c2 = failover(d, 10, compact=False)
-    assert c2.fetch_offsets("g") == [("u", 0, 7, None)] and "only-t" not in c2.groups
+    assert c2.fetch_offsets("g") == [("u", 0, 7, None, -1)] and "only-t" not in c2.groups
     assert d.c.delete_topic_offsets(["t"], now_ms=6) == []  # nothing left: no records
 
 
@@ -387,7 +408,7 @@ def test_topic_offsets_deletion_skips_partitions_not_loaded_and_can_be_narrowed(
     effects = d.c.delete_topic_offsets(["t"], now_ms=1, partition=p1)
     assert [e.partition for e in effects] == [p1]
     d.run(effects)
-    assert "g1" not in d.c.groups and d.c.fetch_offsets("g2") == [("t", 0, 1, None)]
+    assert "g1" not in d.c.groups and d.c.fetch_offsets("g2") == [("t", 0, 1, None, -1)]
     d.c.begin_loading(p2)  # loading: its groups are not touched (the loader applies it)
     assert d.c.delete_topic_offsets(["t"], now_ms=2) == []
 
@@ -439,7 +460,7 @@ def test_new_coordinator_loads_offsets_and_members(compact):
     d.do(d.c.commit_offsets("gone", "", -1, [("t", 0, 1, None)], now_ms=4))
     d.do(d.c.delete_group("gone", 5))
     c2 = failover(d, 100, compact)
-    assert c2.fetch_offsets("g") == [("t", 0, 13, None), ("t", 1, 12, None)]
+    assert c2.fetch_offsets("g") == [("t", 0, 13, None, -1), ("t", 1, 12, None, -1)]
     assert "gone" not in c2.groups
     g = c2.groups["g"]
     assert g.state is GroupState.STABLE and g.generation == gen and set(g.members) == set(ids)

@@ -310,7 +310,8 @@ def _fetch(node, user: str, password: str, topic: str) -> tuple[int, bytes]:
 
 def test_acls_on_the_kafka_listener(tmp_path, certs):
     node = start(tmp_path, certs, "SASL_PLAINTEXT", native="SASL_SSL",
-                 extra={"authorizer.enable": "true", "super.users": "User:admin"})
+                 extra={"authorizer.enable": "true", "super.users": "User:admin",
+                        "auto.create.topics.enable": "true"})
     try:
         with admin_of(node, certs) as a:
             a.create_user("alice", "alice-pw", "SCRAM-SHA-256")
@@ -318,6 +319,9 @@ def test_acls_on_the_kafka_listener(tmp_path, certs):
                 a.create_topic(t, 1)
             a.create_acls([("User:alice", "topic", "aw", "literal", "write", "allow"),
                            ("User:alice", "topic", "ar", "literal", "read", "allow"),
+                           ("User:alice", "topic", "maybe", "literal", "describe", "allow"),
+                           ("User:alice", "cluster", "kafka-cluster", "literal", "describe",
+                            "allow"),
                            ("User:alice", "group", "unused", "literal", "read", "allow")])
         admin = sasl_conf(node, certs, "SASL_PLAINTEXT", "SCRAM-SHA-512", "admin", ADMIN_PW)
         alice = sasl_conf(node, certs, "SASL_PLAINTEXT", "SCRAM-SHA-256", "alice", "alice-pw")
@@ -349,8 +353,22 @@ def test_acls_on_the_kafka_listener(tmp_path, certs):
         code, records = _fetch(node, "admin", ADMIN_PW, "aw")
         assert code == 0 and b"from-admin" in records and b"ok" in records
         assert _consume_assigned(admin, "ar", 2, timeout_s=3) == ([b"from-admin"], [])
+        # auto-creation needs CREATE (on the cluster or the topic), as Kafka's
+        assert _topics(node, "alice", "alice-pw", ["maybe"]) == {"maybe": 29}
+        assert _topics(node, "admin", ADMIN_PW, ["by-admin"]) == {"by-admin": 0}
         with admin_of(node, certs) as a:
-            assert "new-one" not in a.list_topics()
+            topics = a.list_topics()
+            assert "new-one" not in topics and "maybe" not in topics and "by-admin" in topics
+        # KIP-430: the cluster operations each principal may perform
+        from confluent_kafka.admin import AclOperation as Op
+
+        def cluster_ops(conf):
+            client = AdminClient(conf)  # (kept alive until its future is done)
+            desc = client.describe_cluster(include_authorized_operations=True)
+            return set(desc.result(20).authorized_operations)
+
+        assert cluster_ops(alice) == {Op.DESCRIBE}
+        assert cluster_ops(admin) == {Op.CREATE, Op.ALTER, Op.DESCRIBE, Op.CLUSTER_ACTION}
     finally:
         node.stop()
     assert "kafka_handler_failed" not in node.log_text()
