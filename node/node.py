@@ -169,6 +169,7 @@ class Node:
         from .isr import IsrManager
 
         replicas = self.replicas
+        replicas.logs.syncs.start(nursery)  # group commits (before any fetch or produce)
         replicas.fetchers = FetcherManager(replicas, self.events, nursery, self.peer_security)
         replicas.on_corrupt_log = (
             lambda part, offset, err: self._on_corrupt_log(nursery, part, offset, err))

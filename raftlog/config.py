@@ -33,6 +33,11 @@ class LogConfig:
     min_insync_replicas: int = 1
     message_timestamp_type: str = "CreateTime"
     unclean_leader_election_enable: bool = False
+    #: False (durable, the default): a write is acknowledged, and consumers see it,
+    #: only once every in-sync replica has fsynced it (group commit). True: once they
+    #: have it in the page cache, fsynced per flush.* and the node's periodic flush
+    #: (Kafka's behaviour). Redpanda's name and meaning.
+    write_caching: bool = False
 
     def __post_init__(self) -> None:
         _check_range("segment.bytes", self.segment_bytes, 1024, 2**31 - 1)

@@ -1,0 +1,79 @@
+"""Durable acknowledgement (#34, write.caching=false): the leader's HW never passes the
+minimum flushed offset of the ISR; write.caching=true keeps the page-cache HW; a
+follower older than #34 (no flushed offsets) counts by its fetch offset. Pure and
+over real logs, no sockets."""
+
+from __future__ import annotations
+
+from raftlog.config import LogConfig
+from raftlog.log import PartitionLog
+from raftlog.node.partition import Partition
+from raftlog.node.replica import UNKNOWN, LeaderState
+from raftlog.protocol import REQUEST_SCHEMAS, Api, _apply_fields
+from raftlog.records import encode_batch
+
+
+def _leader(tmp_path, write_caching: bool) -> Partition:
+    log = PartitionLog.open(str(tmp_path / "t-0"), LogConfig(write_caching=write_caching))
+    part = Partition("t", 0, log, node_id=1)
+    part.update_metadata(1, 1, (1, 2, 3), (1, 2, 3), 0)
+    return part
+
+
+def _min_isr_flushed(part: Partition) -> int:
+    st = part.leader_state
+    return min([part.log.flushed_offset]
+               + [st.flushed_of(r) for r in part.isr if r != part.node_id])
+
+
+def test_hw_waits_for_every_isr_member_to_flush(tmp_path):
+    part = _leader(tmp_path, write_caching=False)
+    part.append_as_leader(encode_batch([b"a", b"b", b"c"]), 1 << 20)
+    assert part.log.flushed_offset == 3  # (no worker here: the leader synced inline)
+    part.on_follower_fetch(2, 3, flushed=1)  # has all three, one on disk
+    part.on_follower_fetch(3, 3, flushed=3)
+    assert part.high_watermark == 1 == _min_isr_flushed(part)
+    part.on_follower_flushed(2, 2)  # a report without a new fetch offset
+    assert part.high_watermark == 2 == _min_isr_flushed(part)
+    part.on_follower_fetch(2, 3, flushed=3)
+    assert part.high_watermark == 3
+    part.log.close()
+
+
+def test_page_cache_topic_keeps_the_min_leo_hw(tmp_path):
+    part = _leader(tmp_path, write_caching=True)
+    part.append_as_leader(encode_batch([b"a", b"b", b"c"]), 1 << 20)
+    assert part.log.flushed_offset == 0  # no sync on the append path
+    part.on_follower_fetch(2, 3, flushed=0)
+    part.on_follower_fetch(3, 3, flushed=0)
+    assert part.high_watermark == 3
+    part.log.close()
+
+
+def test_a_follower_that_does_not_report_counts_by_its_fetch_offset():
+    s = LeaderState(1, (1, 2, 3), now_ms=0)
+    s.on_fetch(2, 5, leader_leo=9, now_ms=1)  # an older node: no flushed offsets
+    s.on_fetch(3, 9, leader_leo=9, now_ms=1, flushed=4)
+    assert s.high_watermark(9, (1, 2, 3), durable=True) == 4
+    assert s.high_watermark(9, (1, 2), durable=True) == 5
+    assert s.high_watermark(9, (1, 2, 3)) == 5  # write.caching=true: LEOs
+    s.on_fetch(3, 9, leader_leo=9, now_ms=2, flushed=12)  # never above what it holds
+    assert s.flushed_of(3) == 9
+
+
+def test_flushed_is_unknown_until_told_and_rejoin_needs_it_on_disk():
+    s = LeaderState(1, (1, 2), now_ms=0)
+    assert s.high_watermark(5, (1, 2), durable=True) == UNKNOWN
+    s.on_fetch(2, 5, leader_leo=5, now_ms=1, flushed=2)
+    # out of the ISR, at the leader's end, but only 2 on disk: not back while HW is 5
+    assert s.caught_up((1,), 5, 0, now_ms=1, max_lag_ms=1000, durable=True) == []
+    assert s.caught_up((1,), 5, 0, now_ms=1, max_lag_ms=1000) == [2]
+    s.on_fetch(2, 5, leader_leo=5, now_ms=2, flushed=5)
+    assert s.caught_up((1,), 5, 0, now_ms=2, max_lag_ms=1000, durable=True) == [2]
+
+
+def test_fetch_flushed_field_is_optional_on_the_wire():
+    base = {"replica_id": 2, "parts": [["t", 0, 5, 1024, 1]]}
+    assert _apply_fields(REQUEST_SCHEMAS[Api.FETCH], base, "")["flushed"] is None
+    got = _apply_fields(REQUEST_SCHEMAS[Api.FETCH], {**base, "flushed": [["t", 0, 4]]}, "")
+    assert got["flushed"] == [("t", 0, 4)]
