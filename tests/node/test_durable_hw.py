@@ -77,3 +77,45 @@ def test_fetch_flushed_field_is_optional_on_the_wire():
     assert _apply_fields(REQUEST_SCHEMAS[Api.FETCH], base, "")["flushed"] is None
     got = _apply_fields(REQUEST_SCHEMAS[Api.FETCH], {**base, "flushed": [["t", 0, 4]]}, "")
     assert got["flushed"] == [("t", 0, 4)]
+
+
+def test_acks_one_and_the_hw_wait_for_the_leaders_group_commit(tmp_path):
+    """A one-replica durable topic with its group commit on trio's MockClock: the
+    append returns at once (the sync runs as a task), an acks=1 wait and the HW pass the
+    batch only when the sync that started after it returns."""
+    import trio
+    import trio.testing
+
+    from raftlog.group_commit import GroupCommitter
+    from raftlog.node.replica_manager import ReplicaManager
+
+    log = PartitionLog.open(str(tmp_path / "t-0"), LogConfig())
+    part = Partition("t", 0, log, node_id=1)
+    part.update_metadata(1, 1, (1,), (1,), 0)
+    syncs = []
+
+    async def slow_sync() -> int:  # the real fdatasync, taking 1 s of mock time
+        syncs.append(trio.current_time())
+        flushed = log.sync()  # (what it covers: the log end when it starts)
+        await trio.sleep(1)
+        return flushed
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            part.committer = GroupCommitter(slow_sync, log.flushed_offset,
+                                            on_flushed=part.on_flushed, nursery=nursery)
+            _, last = part.append_as_leader(encode_batch([b"a"]), 1 << 20)
+            wait = [(part, part.leader_epoch, last, "t", 0, True)]
+            assert part.high_watermark == 0 and log.flushed_offset == 0
+            assert ReplicaManager.check_high_watermarks(wait, False) == (wait, {})
+            await trio.sleep(0.5)
+            part.append_as_leader(encode_batch([b"b"]), 1 << 20)  # during the sync
+            await trio.sleep(0.6)  # the first sync returned: "a" on disk, "b" not yet
+            assert ReplicaManager.check_high_watermarks(wait, False) == ([], {})
+            assert part.high_watermark == 1  # (the second sync, started at once, covers "b")
+            assert await part.committer.wait_flushed(2)
+            assert part.high_watermark == 2
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert syncs == [0.0, 1.0]
+    log.close()
