@@ -55,6 +55,17 @@ class SyncRunner:
         return GroupCommitter(sync, log.flushed_offset, on_flushed=part.on_flushed,
                               on_error=failed, nursery=self.nursery)
 
+    def after_flush(self, parts) -> None:
+        """After the periodic flush (trio thread): the group commits of the durable
+        logs it flushed run a (quick) sync, so their HW moves even with no append to
+        come -- and a sync that failed is retried."""
+        if self.nursery is None:
+            return
+        for part in parts:
+            c = part.committer
+            if c is not None and part.durable:
+                c.kick()
+
     def start(self, nursery) -> None:
         """Syncs run in ``nursery`` from now on (trio thread)."""
         self.limiter = trio.CapacityLimiter(SYNC_THREADS)
@@ -88,8 +99,9 @@ class LogManager:
         """Open (and recover) the log of one replica, created empty if new."""
         return PartitionLog.open(partition_dir(self.data_dir, topic, partition), config)
 
-    def flush_all(self) -> None:
-        """fsync every log with unflushed data. Runs in a worker thread (see node.py).
+    def flush_all(self) -> list:
+        """fsync every log with unflushed data; returns the partitions flushed. Runs in
+        a worker thread (see node.py).
 
         Looks at the partitions written since the last call only (work proportional to
         what changed, not to what exists), and at all of them every FULL_FLUSH_EVERY
@@ -101,14 +113,17 @@ class LogManager:
             todo = list(self.unflushed)
         # (an append after this line re-adds its partition: flushed now or next time)
         self.unflushed.difference_update(todo)
+        done = []
         for part in todo:
             if self.partitions.get(part.key) is not part or not part.log.needs_flush:
                 continue
             try:
                 part.log.flush()
+                done.append(part)
             except StorageError as e:  # one line per incident (recovery: the next append)
                 self.unflushed.add(part)  # (tried again next time)
                 self.disk.write_failed(e, part, op="flush")
+        return done
 
     def compact_all(self) -> int:
         """Compact every log whose topic has cleanup.policy=compact. Worker thread.

@@ -119,3 +119,50 @@ def test_acks_one_and_the_hw_wait_for_the_leaders_group_commit(tmp_path):
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert syncs == [0.0, 1.0]
     log.close()
+
+
+def test_a_failed_sync_is_reported_and_the_periodic_flush_lets_the_hw_move(tmp_path,
+                                                                            monkeypatch):
+    """The node's group commits (node/log_manager.py SyncRunner, real worker threads):
+    an fdatasync that fails leaves the HW where it is and logs the data dir as
+    unwritable; the periodic flush then fsyncs the log and its after_flush kick moves
+    the HW although nothing more is appended."""
+    import io
+    import os
+
+    import trio
+
+    from raftlog.node.config import NodeConfig
+    from raftlog.node.log_manager import LogManager
+    from raftlog.node.logfmt import EventLog
+
+    events = io.StringIO()
+    partitions: dict = {}
+    logs = LogManager(NodeConfig(data_dir=str(tmp_path / "data")), EventLog(1, stream=events),
+                      partitions)
+    part = Partition("t", 0, logs.open_log("t", 0, LogConfig()), node_id=1,
+                     unflushed=logs.unflushed, syncs=logs.syncs)
+    part.disk = logs.disk
+    partitions[part.key] = part
+    part.update_metadata(1, 1, (1,), (1,), 0)
+
+    def broken(fd):
+        raise OSError(5, "Input/output error")
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            logs.syncs.start(nursery)
+            monkeypatch.setattr(os, "fdatasync", broken)
+            part.append_as_leader(encode_batch([b"a"]), 1 << 20)
+            assert not await part.committer.wait_flushed(1)  # the sync failed
+            assert part.high_watermark == 0 and part.log.flushed_offset == 0
+            monkeypatch.undo()
+            done = await trio.to_thread.run_sync(logs.flush_all)
+            assert done == [part] and part.log.flushed_offset == 1
+            logs.syncs.after_flush(done)
+            assert await part.committer.wait_flushed(1)
+            assert part.high_watermark == 1
+
+    trio.run(main)
+    assert "log_dir_unwritable" in events.getvalue() and "op=sync" in events.getvalue()
+    part.close()
