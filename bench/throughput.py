@@ -4,6 +4,7 @@
                                [--mode send_many|send] [--rate 1000[,5000,...]] [--secs 10]
                                [--replication-factor 1] [--nodes 1]
                                [--client raftlog|confluent-kafka|both]
+                               [--write-caching default|false|true|both]
 
 Without --bootstrap it starts its own node (or ``--nodes N``: a local N-node cluster with a
 Raft metadata quorum, all on this machine) in a temp dir. Replicated figures:
@@ -21,6 +22,11 @@ Raft metadata quorum, all on this machine) in a temp dir. Replicated figures:
 ``--client confluent-kafka`` runs the same workloads with confluent-kafka (librdkafka)
 through the nodes' Kafka listeners (bench/kafka_clients.py); ``--client both`` runs the
 SDK and then confluent-kafka against the same nodes, one table each.
+
+``--write-caching false|true`` creates the bench topics with that ``write.caching``
+(default: the nodes' default, false: durable acknowledgement, #34); ``both`` runs every
+workload on ``write.caching=false`` topics, then on ``write.caching=true`` ones, against
+the same nodes in the same run, one table each (the cost of durability).
 """
 
 from __future__ import annotations
@@ -300,24 +306,37 @@ def _child(args, role: str, topic: str, extra: list[str] | None = None) -> subpr
 
 def run(args) -> dict:
     """Every workload with the SDK, confluent-kafka, or both (one after the other, each
-    on its own topics); the first client's figures also at the top level."""
+    on its own topics), per ``--write-caching`` setting; the first run's figures also at
+    the top level."""
     clients = ["raftlog", "confluent-kafka"] if args.client == "both" else [args.client]
+    cachings = ["false", "true"] if args.write_caching == "both" else [args.write_caching]
     runs = {}
-    for client in clients:
-        one = argparse.Namespace(**{**vars(args), "client": client})
-        if client == "confluent-kafka":
-            if not args.kafka_bootstrap:
-                raise SystemExit("--client confluent-kafka with --bootstrap needs --kafka-bootstrap")
-            one.bootstrap = args.kafka_bootstrap
-        runs[client] = run_client(one, Admin(args.bootstrap, **CLIENT_OPTIONS))
-    return {**runs[clients[0]], "clients": runs}
+    for caching in cachings:
+        for client in clients:
+            one = argparse.Namespace(**{**vars(args), "client": client,
+                                        "write_caching": caching})
+            if client == "confluent-kafka":
+                if not args.kafka_bootstrap:
+                    raise SystemExit("--client confluent-kafka with --bootstrap needs "
+                                     "--kafka-bootstrap")
+                one.bootstrap = args.kafka_bootstrap
+            name = client if len(cachings) == 1 else f"{client} write.caching={caching}"
+            runs[name] = run_client(one, Admin(args.bootstrap, **CLIENT_OPTIONS))
+    return {**next(iter(runs.values())), "clients": runs}
+
+
+def _topic_config(args) -> dict | None:
+    caching = getattr(args, "write_caching", "default")
+    return None if caching == "default" else {"write.caching": caching}
 
 
 def run_client(args, admin) -> dict:
     topic = f"bench-{uuid.uuid4().hex[:8]}"
-    admin.create_topic(topic, partitions=1, replication_factor=args.replication_factor)
+    admin.create_topic(topic, partitions=1, replication_factor=args.replication_factor,
+                       config=_topic_config(args))
     _wait_full_isr(admin, topic, args.replication_factor)
     result = {
+        "write_caching": args.write_caching,
         "nodes": args.nodes,
         "n": args.n,
         "acks": args.acks,
@@ -339,7 +358,8 @@ def run_client(args, admin) -> dict:
     result["latency"] = []
     for rate in parse_rates(args.rate):
         lat_topic = f"{topic}-lat{rate}"
-        admin.create_topic(lat_topic, partitions=1, replication_factor=args.replication_factor)
+        admin.create_topic(lat_topic, partitions=1, replication_factor=args.replication_factor,
+                           config=_topic_config(args))
         _wait_full_isr(admin, lat_topic, args.replication_factor)
         ready = tempfile.mktemp(prefix="raftlog-bench-ready-")
         one = argparse.Namespace(**{**vars(args), "rate": str(rate)})
@@ -395,6 +415,9 @@ def main() -> None:
                     help="seconds of each latency run (60 shows growth: first vs last 10 s)")
     ap.add_argument("--replication-factor", type=int, default=1)
     ap.add_argument("--nodes", type=int, default=1, help="start a local cluster of N nodes")
+    ap.add_argument("--write-caching", choices=["default", "false", "true", "both"],
+                    default="default", help="write.caching of the bench topics (default: "
+                    "the nodes' default, false); both: false then true, same nodes, same run")
     ap.add_argument("--client", choices=["raftlog", "confluent-kafka", "both"],
                     default="raftlog", help="the SDK (native listener), confluent-kafka "
                     "(Kafka listener), or both in one run")
@@ -492,7 +515,7 @@ LATENCY_TARGETS_REPLICATED = {"lat_p50_ms": 0.8, "lat_p99_ms": 2.0,
 
 def print_table(res: dict) -> None:
     print(
-        f"client={res.get('client', 'raftlog')} "
+        f"client={res.get('client', 'raftlog')} write_caching={res.get('write_caching', 'default')} "
         f"security_protocol={res.get('security_protocol', 'PLAINTEXT')} "
         f"nodes={res['nodes']} n={res['n']} "
         f"acks={res['acks']} mode={res['mode']} replication_factor={res['replication_factor']}"

@@ -453,9 +453,9 @@ ALLOWED = {
 
 #: What an allowed anomaly means, for the report.
 NOTES = {
-    "lost-unsynced": "the documented loss: with the default flush policy (flush.messages "
-                     "is not 1) records are acknowledged once replicated, before any "
-                     "fsync, so a power loss of every node at once may take back "
+    "lost-unsynced": "the documented loss of topics at write.caching=true (without "
+                     "flush.messages=1): records are acknowledged once replicated, before "
+                     "any fsync, so a power loss of every node at once may take back "
                      "acknowledged records that no node had fsynced yet (and what "
                      "followed from it: their offsets reused, consumers that had read "
                      "them). Examples keep the original anomaly name in 'was'.",

@@ -35,10 +35,12 @@ the chosen kinds starts, lasts ``hold`` seconds, and is healed. Kinds and their 
   lazyfs mount): SIGKILL one node / a minority / a majority / all of them at once,
   then crash their filesystems -- every write not fsynced, every directory entry
   whose directory was not fsynced, is gone -- and restart them when the window ends.
-  With ``flush.messages=1`` nothing acknowledged may be lost. With the default flush
-  policy (replication plus a periodic fsync), a power loss of *every* node may lose
-  acknowledged records that no node had fsynced yet: the documented loss, reported
-  as ``lost-unsynced`` (see checkers.explain_power_loss), never as ``lost``.
+  With ``write.caching=false`` (the default, #34: acknowledged once every in-sync
+  replica fsynced it) nothing acknowledged may be lost. With topics at
+  ``write.caching=true`` (replication plus a periodic fsync) and without
+  ``flush.messages=1``, a power loss of *every* node may lose acknowledged records
+  that no node had fsynced yet: the documented loss, reported as ``lost-unsynced``
+  (see checkers.explain_power_loss), never as ``lost``.
 
 - ``diskfull`` (opt-in): fill the data disk of one node / a leader (every node's data
   dir is then a small tmpfs of its own, see jepsen/disks.py), and free it when the

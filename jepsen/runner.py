@@ -32,6 +32,7 @@ PLANTED_BUGS = frozenset({
     "bug-serve-beyond-hw",
     "bug-skip-truncation",
     "bug-ack-before-commit",
+    "bug-ack-before-fsync",
 })
 
 
@@ -48,9 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "powerloss: SIGKILL one node, a minority, a majority or all of "
                         "them and drop every write and directory entry their filesystems "
                         "had not fsynced (each node's log dir on its own lazyfs FUSE "
-                        "mount: root, /dev/fuse, fuse3); with the default flush policy a "
-                        "power loss of all nodes may lose acknowledged unsynced records, "
-                        "reported as lost-unsynced (use flush.messages=1 to forbid it)")
+                        "mount: root, /dev/fuse, fuse3); nothing acknowledged may be "
+                        "lost (write.caching=false, the default); with topics at "
+                        "write.caching=true a power loss of all nodes may lose "
+                        "acknowledged unsynced records, reported as lost-unsynced")
     r.add_argument("--time", type=float, default=60.0, help="seconds of workload (default 60)")
     r.add_argument("--rate", type=float, default=200.0, help="operations per second, total")
     r.add_argument("--seed", type=int, default=None, help="seed of the schedule (default random)")
@@ -73,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(a rebalance): lo,hi (0,0: never)")
     r.add_argument("--node-flag", action="append", default=[], metavar="FLAG",
                    help="a test.flags value for every node (repeatable), e.g. a planted bug: "
-                        "bug-ack-before-replication, bug-serve-beyond-hw, bug-skip-truncation")
+                        "bug-ack-before-replication, bug-serve-beyond-hw, bug-skip-truncation, "
+                        "bug-ack-before-fsync")
     r.add_argument("--node-config", action="append", default=[], metavar="KEY=VALUE",
                    help="a node config setting for every node (repeatable), e.g. "
                         "auto.leader.rebalance.enable=false; a topic config key (e.g. "
@@ -121,10 +124,19 @@ def node_config_key(key: str) -> str:
     return key
 
 
-def unsynced_loss_documented(node_config: dict) -> bool:
-    """Whether a power loss of every node may lose acknowledged records (the nodes
-    do not fsync each batch before answering: flush.messages is not 1)."""
-    return str(node_config.get("log.flush.messages", "")).strip() != "1"
+def unsynced_loss_documented(node_config: dict, topic_config: dict | None = None) -> bool:
+    """Whether a power loss of every node may lose acknowledged records: only when the
+    topics run with ``write.caching=true`` (#34; from ``topic_config``, the workload
+    topic's, else the nodes' default) and without an fsync per batch
+    (``flush.messages`` is not 1). With write.caching=false, the default, an
+    acknowledged record lost is an anomaly (``lost``), whatever lost power."""
+    topic_config = topic_config or {}
+    caching = topic_config.get("write.caching", node_config.get(
+        "log.write.caching", node_config.get("write.caching.default", "false")))
+    if str(caching).strip().lower() != "true":
+        return False
+    per_batch = topic_config.get("flush.messages", node_config.get("log.flush.messages", ""))
+    return str(per_batch).strip() != "1"
 
 
 def _pair(s: str) -> tuple[float, float]:
@@ -588,7 +600,8 @@ def run(args) -> int:
             f.write(json.dumps(ob) + "\n")
     an = checkers.merge(
         check(args.workload, ops, final, reads, observations, replicas,
-              unsynced_loss="powerloss" in kinds and unsynced_loss_documented(node_config)),
+              unsynced_loss="powerloss" in kinds and unsynced_loss_documented(
+                  node_config, topic_config if args.workload == "queue" else None)),
         time_anomalies)
     full = {i: s["full_errors"] for i, s in lazyfs_status.items() if s.get("full_errors")}
     if full:  # a write refused by a full ledger: the run did not test what it claims
@@ -676,7 +689,8 @@ def recheck(d: str) -> int:
     kinds = [k for k in str(cfg.get("nemesis", "")).split(",") if k]
     an = checkers.merge(
         check(wl, ops, fin["final"], fin["reads"], obs, fin.get("replicas"),
-              unsynced_loss="powerloss" in kinds and unsynced_loss_documented(node_config)),
+              unsynced_loss="powerloss" in kinds and unsynced_loss_documented(
+                  node_config, (cfg.get("topic_config") or {}) if wl == "queue" else None)),
         fin.get("time_anomalies", {}))
     valid, trimmed, counts = checkers.summarize(an, wl)
     print(json.dumps({"valid": valid, "anomaly_counts": counts}, indent=1))

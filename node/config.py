@@ -134,6 +134,10 @@ class NodeConfig:
     replica_lag_time_max_ms: int = 10_000
     min_insync_replicas: int = 1
     unclean_leader_election_enable: bool = False
+    #: default of topics' ``write.caching`` (False: durable acknowledgement; the key
+    #: ``write.caching.default`` becomes ``log_defaults["write.caching"]`` unless a
+    #: ``log.write.caching`` is given too)
+    write_caching_default: bool = False
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_ms: int = 10_000
     #: Topic config defaults (``retention.ms`` ...), from ``log.*`` keys.
@@ -278,6 +282,8 @@ class NodeConfig:
             if setter is None:
                 raise ConfigError(f"unknown config key {key!r}{did_you_mean(key, _NODE_KEYS)}")
             setter(kw, key, value)
+        if "write_caching_default" in kw:
+            log_defaults.setdefault("write.caching", str(kw["write_caching_default"]).lower())
         if log_defaults:
             from raftlog.config import LogConfig
 
@@ -602,6 +608,7 @@ _NODE_KEYS = {
     "replica.lag.time.max.ms": _set("replica_lag_time_max_ms", lambda k, v: _int(k, v, 10)),
     "min.insync.replicas": _set("min_insync_replicas", lambda k, v: _int(k, v, 1)),
     "unclean.leader.election.enable": _set("unclean_leader_election_enable", _bool),
+    "write.caching.default": _set("write_caching_default", _bool),
     "auto.leader.rebalance.enable": _set("auto_leader_rebalance_enable", _bool),
     "leader.imbalance.check.interval.ms": _set(
         "leader_imbalance_check_interval_ms", lambda k, v: _int(k, v, 100)

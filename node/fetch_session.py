@@ -31,6 +31,8 @@ class SessionPart:
     epoch: int
     sent_hw: int = -1
     sent_log_start: int = -1
+    #: the follower's flushed offset as last told (-1: not told, an older follower)
+    flushed: int = -1
 
 
 class FetchSession:
@@ -86,6 +88,12 @@ class FetchSession:
             self.dirty.add(key)
             keys.append(key)
         return keys
+
+    def flushed(self, key: tuple, flushed: int) -> None:
+        """The follower told its flushed offset of ``key``."""
+        sp = self.parts.get(key)
+        if sp is not None:
+            sp.flushed = flushed
 
     def drop(self, key: tuple) -> None:
         self.parts.pop(key, None)

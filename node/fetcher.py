@@ -61,6 +61,11 @@ REQUEST_TIMEOUT_S = 10.0
 BACKOFF_S = 0.2
 #: A follower whose disk refused an append tries again this much later.
 STORAGE_RETRY_S = 1.0
+#: How long a follower waits for the syncs (group commit) of what a round appended to
+#: durable topics before its next fetch, which reports them (#34). A sync slower than
+#: this is reported by a later round (whose long poll is then short: UNSYNCED_WAIT_MS).
+SYNC_WAIT_S = REQUEST_TIMEOUT_S
+UNSYNCED_WAIT_MS = 100
 #: A follower whose reassignment budget is spent waits this long before asking again.
 THROTTLE_WAIT_S = 0.1
 #: ... and at least this long (ms) when it asks the leader to hold its fetch meanwhile.
@@ -184,6 +189,11 @@ class LeaderFetcher:
         self._told: dict[tuple, tuple] | None = None
         #: partitions to look at in the next round (what may have changed)
         self._pending: set[tuple] = set()
+        #: the flushed offset last told to the leader per partition (its session's)
+        self._told_flushed: dict[tuple, int] = {}
+        #: durable partitions appended whose sync had not returned by the next fetch:
+        #: {key: log end to report once flushed}
+        self._unsynced: dict[tuple, int] = {}
 
     def assign(self, added: dict, removed=()) -> None:
         """Start following ``added`` ({key: FollowState}, new or in a new epoch) from this
@@ -243,6 +253,12 @@ class LeaderFetcher:
         # full fetch), else the partitions marked since the last round.
         if not FETCH_SESSIONS:
             told = None  # every round names every partition, as a plain fetch
+        if self._unsynced:  # syncs that returned since: their flushed offset is news
+            for k, end in list(self._unsynced.items()):
+                part = self.replicas.partitions.get(k)
+                if part is None or part.log.flushed_offset >= end:
+                    del self._unsynced[k]
+                    self._pending.add(k)
         keys = list(self.partitions) if told is None else list(self._pending)
         self._pending = set()
         ready, later, retry_at = {}, [], math.inf
@@ -304,6 +320,7 @@ class LeaderFetcher:
             mode, forgotten = (FETCH_SESSION_FULL if FETCH_SESSIONS else 0), []
             upserts = list(want.items())
             told = {}
+            self._told_flushed = {}
         else:
             mode = FETCH_SESSION_INCREMENTAL
             forgotten = [k for k in keys if k in told and k not in want]
@@ -313,6 +330,21 @@ class LeaderFetcher:
         for k, v in upserts:
             told[k] = v
         self._told = told  # (the leader applies the request even if its answer is lost)
+        # what is on disk here: of every partition named, and of any other whose
+        # flushed offset moved since told (the leader's HW of a durable topic waits
+        # for it)
+        named = {k for k, _ in upserts}
+        flushed = []
+        for k in want:
+            part = self.replicas.partitions.get(k)
+            if part is None:
+                continue
+            f = part.log.flushed_offset
+            if k in named or self._told_flushed.get(k) != f:
+                flushed.append([k[0], k[1], f])
+                self._told_flushed[k] = f
+        for k in forgotten:
+            self._told_flushed.pop(k, None)
         # a partition left out (its retry time, its throttle budget) is looked at again
         # in time: the long poll waits no longer than that
         wait_ms = self.max_wait_ms
@@ -321,13 +353,16 @@ class LeaderFetcher:
                 min(THROTTLE_WAIT_S, self.replicas.reassign_in_rate.wait_s(spent)) * 1000)))
         if retry_at < math.inf:
             wait_ms = min(wait_ms, max(int((retry_at - now) * 1000), 10))
+        if self._unsynced:  # back soon to report them
+            wait_ms = min(wait_ms, UNSYNCED_WAIT_MS)
         header, body = await self._call(Api.FETCH, {
             "replica_id": self.replicas.config.node_id, "max_wait_ms": wait_ms,
             "min_bytes": 1, "max_bytes": FETCH_MAX_BYTES, "session": mode,
             "parts": [[k[0], k[1], *v] for k, v in upserts],
-            "forgotten": [list(k) for k in forgotten]},
+            "forgotten": [list(k) for k in forgotten], "flushed": flushed},
             timeout_s=REQUEST_TIMEOUT_S + wait_ms / 1000, interruptible=True)
         pos = used = 0
+        syncing = []  # (key, partition, log end) of durable partitions appended
         for topic, partition, err, hw, log_start, n, msg in header["parts"]:
             data = body[pos:pos + n]
             pos += n
@@ -379,6 +414,8 @@ class LeaderFetcher:
                     part.log.maybe_flush()
                 except StorageError as e:  # appended, not yet durable: flushed later
                     self.replicas.logs.disk.write_failed(e, part, op="flush")
+                if part.durable:
+                    syncing.append((key, part, part.log.log_end_offset))
             if hw >= 0:
                 part.set_follower_high_watermark(hw)
             if log_start > part.log.log_start_offset:
@@ -390,6 +427,20 @@ class LeaderFetcher:
                     self.replicas.logs.disk.write_failed(e, part, op="delete_records")
         if reserved:
             self.replicas.reassign_in_rate.settle(reserved, used)
+        if syncing:
+            await self._await_syncs(syncing)
+
+    async def _await_syncs(self, syncing: list) -> None:
+        """Wait (SYNC_WAIT_S at most) for the group commits of what this round appended
+        to durable topics, so the next fetch reports them on disk: their syncs run in
+        parallel (each started at its append), and with the leader's own."""
+        with trio.move_on_after(SYNC_WAIT_S):
+            for _key, part, end in syncing:
+                if not await part.wait_flushed(end):
+                    break  # a failed sync: reported by the data dir's health
+        for key, part, end in syncing:
+            if part.log.flushed_offset < end:
+                self._unsynced[key] = end
 
     def _on_error(self, key, st: FollowState, part, err: ErrorCode, msg: str,
                   fetch_offset: int, leader_log_start: int) -> None:
@@ -503,6 +554,7 @@ class LeaderFetcher:
 
     async def _close(self) -> None:
         self._told = None  # the leader's session dies with the connection
+        self._told_flushed = {}
         if self._sock is not None:
             sock, self._sock = self._sock, None
             sockio.close(sock)

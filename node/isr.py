@@ -89,7 +89,8 @@ class IsrManager:
             remove += [r for r in st.below_high_watermark(part.isr, part.high_watermark)
                        if r not in remove]
             start = next((o for e, o in part.log.epochs if e == part.leader_epoch), 0)
-            add = st.caught_up(part.isr, part.high_watermark, start, now_ms, self.max_lag_ms)
+            add = st.caught_up(part.isr, part.high_watermark, start, now_ms, self.max_lag_ms,
+                                 part.durable)
             if not remove and not add:
                 if len(part.isr) == len(part.replicas):
                     until = st.quiet_until(part.isr, leo, self.max_lag_ms)

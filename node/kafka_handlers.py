@@ -297,7 +297,7 @@ class KafkaApis:
                 errors.update({(t, p): (e.code, e.message) for t, p, _ in parts})
                 parts = []
         if parts:
-            if acks == -1:
+            if acks == -1 or (acks == 1 and self.replicas.any_durable(parts)):
                 rows, waits, deadline = self.replicas.produce_acks_all_append(req)
                 if waits:
                     return None, Wait("produce", req, [w[0] for w in waits], deadline,

@@ -9,9 +9,12 @@ dict. The duties run in a worker thread (node.py) or on the trio thread;
 
 from __future__ import annotations
 
+import trio
+
 from raftlog.checkpoint import makedirs_durable
 from raftlog.config import LogConfig
 from raftlog.errors import CorruptRecordError, StorageError
+from raftlog.group_commit import GroupCommitter
 from raftlog.log import PartitionLog
 
 from .clock import wall_ms
@@ -22,6 +25,56 @@ from .partition import partition_dir
 
 #: flush_all looks at every partition (not only the written ones) every this many calls.
 FULL_FLUSH_EVERY = 60
+#: Group-commit syncs (fdatasync) running at once, node-wide, each in a worker thread.
+SYNC_THREADS = 16
+
+
+class SyncRunner:
+    """Runs the logs' group commits (raftlog/group_commit.py): each log's sync in a
+    worker thread, at most one per log and SYNC_THREADS node-wide at once. Syncs
+    start once :meth:`start` gave a nursery (appends before accumulate)."""
+
+    def __init__(self, manager: LogManager):
+        self.manager = manager
+        self.nursery = None
+        self.limiter: trio.CapacityLimiter | None = None
+
+    def committer(self, part) -> GroupCommitter:
+        """The group commit of ``part``'s log (a Partition, node/partition.py)."""
+        log = part.log
+
+        async def sync() -> int:
+            return await trio.to_thread.run_sync(log.sync, limiter=self.limiter)
+
+        def failed(e: Exception) -> None:
+            if self.manager.partitions.get(part.key) is not part:
+                return  # deleted meanwhile
+            err = e if isinstance(e, StorageError) else StorageError(str(e))
+            self.manager.disk.write_failed(err, part, op="sync")
+
+        return GroupCommitter(sync, log.flushed_offset, on_flushed=part.on_flushed,
+                              on_error=failed, nursery=self.nursery)
+
+    def after_flush(self, parts) -> None:
+        """After the periodic flush (trio thread): the group commits of the durable
+        logs it flushed run a (quick) sync, so their HW moves even with no append to
+        come -- and a sync that failed is retried."""
+        if self.nursery is None:
+            return
+        for part in parts:
+            c = part.committer
+            if c is not None and part.durable:
+                c.kick()
+
+    def start(self, nursery) -> None:
+        """Syncs run in ``nursery`` from now on (trio thread)."""
+        self.limiter = trio.CapacityLimiter(SYNC_THREADS)
+        self.nursery = nursery
+        for part in list(self.manager.partitions.values()):
+            c = part.committer
+            if c is not None:
+                c.nursery = nursery
+                c.kick()
 
 
 class LogManager:
@@ -39,13 +92,16 @@ class LogManager:
         self._flushes = 0
         #: Whether the data dir takes writes (one log line per incident), node/disk.py.
         self.disk = DiskHealth(config.node_id, config.data_dir, events)
+        #: the logs' group commits (started by the node once its nursery runs)
+        self.syncs = SyncRunner(self)
 
     def open_log(self, topic: str, partition: int, config: LogConfig) -> PartitionLog:
         """Open (and recover) the log of one replica, created empty if new."""
         return PartitionLog.open(partition_dir(self.data_dir, topic, partition), config)
 
-    def flush_all(self) -> None:
-        """fsync every log with unflushed data. Runs in a worker thread (see node.py).
+    def flush_all(self) -> list:
+        """fsync every log with unflushed data; returns the partitions flushed. Runs in
+        a worker thread (see node.py).
 
         Looks at the partitions written since the last call only (work proportional to
         what changed, not to what exists), and at all of them every FULL_FLUSH_EVERY
@@ -57,14 +113,17 @@ class LogManager:
             todo = list(self.unflushed)
         # (an append after this line re-adds its partition: flushed now or next time)
         self.unflushed.difference_update(todo)
+        done = []
         for part in todo:
             if self.partitions.get(part.key) is not part or not part.log.needs_flush:
                 continue
             try:
                 part.log.flush()
+                done.append(part)
             except StorageError as e:  # one line per incident (recovery: the next append)
                 self.unflushed.add(part)  # (tried again next time)
                 self.disk.write_failed(e, part, op="flush")
+        return done
 
     def compact_all(self) -> int:
         """Compact every log whose topic has cleanup.policy=compact. Worker thread.

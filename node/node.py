@@ -169,6 +169,7 @@ class Node:
         from .isr import IsrManager
 
         replicas = self.replicas
+        replicas.logs.syncs.start(nursery)  # group commits (before any fetch or produce)
         replicas.fetchers = FetcherManager(replicas, self.events, nursery, self.peer_security)
         replicas.on_corrupt_log = (
             lambda part, offset, err: self._on_corrupt_log(nursery, part, offset, err))
@@ -319,7 +320,9 @@ class Node:
         while True:
             await trio.sleep(interval_ms / 1000)
             try:
-                await trio.to_thread.run_sync(fn)
+                done = await trio.to_thread.run_sync(fn)
+                if fn == self._flush:  # (trio thread) durable logs it flushed: HW news
+                    self.replicas.logs.syncs.after_flush(done)
             except Exception as e:
                 self.events.error("duty_failed", duty=fn.__name__, error=repr(e))
 
@@ -328,8 +331,8 @@ class Node:
         if n:
             self.events.info("compaction", records_removed=n)
 
-    def _flush(self) -> None:
-        self.replicas.logs.flush_all()
+    def _flush(self) -> list:
+        return self.replicas.logs.flush_all()
 
     def _retention(self) -> None:
         n = self.replicas.logs.retention_all()

@@ -30,6 +30,7 @@ from raftlog.errors import (
     ErrorCode,
     StorageError,
 )
+from raftlog.group_commit import GroupCommitter
 from raftlog.log import PartitionLog
 from raftlog.recompress import recompress
 
@@ -50,7 +51,7 @@ class Partition:
     """One replica. Leadership, ISR and epochs come from metadata."""
 
     def __init__(self, topic: str, partition: int, log: PartitionLog, leader_epoch: int = 0,
-                 node_id: int = 0, unflushed: set | None = None):
+                 node_id: int = 0, unflushed: set | None = None, syncs=None):
         self.topic = topic
         self.partition = partition
         self.key = (topic, partition)
@@ -78,10 +79,62 @@ class Partition:
         self.throttled: tuple | None = None
         #: the node's data dir health (node/disk.py); None in tools and unit tests
         self.disk = None
+        #: planted bug (test.flags ``bug-ack-before-fsync``, jepsen/): durable topics
+        #: run as write.caching=true
+        self.bug_ack_before_fsync = False
         #: the node's set of partitions written since its last periodic flush (the
         #: flush then looks at those only); None in tools and unit tests
         self._unflushed = unflushed
         self._written()  # (a new log's first flush writes its checkpoint)
+        #: group commit of this log (raftlog/group_commit.py) when the node runs syncs
+        #: (``syncs``: node/log_manager.py's SyncRunner); None in tools and unit tests,
+        #: where a durable topic's append syncs inline
+        self.committer: GroupCommitter | None = None
+        if syncs is not None:
+            self.committer = syncs.committer(self)
+
+    @property
+    def durable(self) -> bool:
+        """``write.caching=false``: acknowledged (and visible to consumers) only once
+        every ISR member has it on disk."""
+        return not self.log.config.write_caching and not self.bug_ack_before_fsync
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.log.flushed_offset
+
+    def _appended(self) -> None:
+        """After an append of a durable topic: its group commit (O(1) here; the sync
+        runs in a worker thread, see node/log_manager.py)."""
+        c = self.committer
+        if c is not None and c.nursery is not None:
+            c.appended(self.log.log_end_offset)
+        else:  # (tools, unit tests, a node not running yet: no worker; sync now)
+            try:
+                self.log.sync()
+            except StorageError as e:  # not on disk: the HW waits for a later sync
+                self._write_failed(e)
+                return
+            self.on_flushed()
+
+    def on_flushed(self, _flushed: int | None = None) -> None:
+        """A sync of this log finished (trio thread): as leader the HW may move, and
+        acks=1 produces of a durable topic wait for this."""
+        if self.is_leader:
+            self.maybe_advance_hw()
+            if self._waiters:
+                self.wake_waiters()
+
+    async def wait_flushed(self, offset: int) -> bool:
+        """Wait until this log is on disk below ``offset`` (False: a sync failed, or
+        none runs: the caller retries later)."""
+        if self.log.flushed_offset >= offset:
+            return True
+        c = self.committer
+        if c is None:
+            return False
+        c.kick()
+        return await c.wait_flushed(offset)
 
     def _written(self) -> None:
         if self._unflushed is not None:
@@ -134,23 +187,34 @@ class Partition:
         return tuple(set(self.isr) | set(self.pending_isr))
 
     def maybe_advance_hw(self) -> bool:
-        """As leader: HW = min LEO over the ISR (never moves back)."""
+        """As leader: HW = min LEO over the ISR (never moves back); of a durable topic
+        (``write.caching=false``), min *flushed* offset over the ISR, so a consumer never
+        sees a record that a power loss of every replica could take."""
         if not self.is_leader:
             return False
         isr = self.hw_isr
+        durable = self.durable
+        own = self.log.flushed_offset if durable else self.log.log_end_offset
         if len(isr) == 1 and isr[0] == self.node_id:
-            hw = self.log.log_end_offset
+            hw = own
         elif self.leader_state is None:
             return False
         else:
-            hw = self.leader_state.high_watermark(self.log.log_end_offset, isr)
+            hw = self.leader_state.high_watermark(own, isr, durable)
             if hw == UNKNOWN:
                 return False
+        if durable and hw > self.log.high_watermark:
+            assert hw <= self.log.flushed_offset <= self.log.log_end_offset, (
+                hw, self.log.flushed_offset, self.log.log_end_offset)
+            assert self.leader_state is None or all(
+                hw <= self.leader_state.flushed_of(r) for r in isr if r != self.node_id), hw
         return self.maybe_increment_high_watermark(hw)
 
-    def on_follower_fetch(self, replica: int, fetch_offset: int, session=None) -> None:
+    def on_follower_fetch(self, replica: int, fetch_offset: int, session=None,
+                          flushed: int | None = None) -> None:
         """A follower fetched at ``fetch_offset`` (through ``session``, if any): it
-        holds everything below it.
+        holds everything below it, and has ``flushed`` of it on disk (None: not told
+        in this fetch).
 
         Raises:
             ApiError: NOT_LEADER_OR_FOLLOWER (not the leader, or ``replica`` is not a
@@ -159,10 +223,17 @@ class Partition:
         if not self.is_leader or self.leader_state is None:
             raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"not the leader of {self}")
         if not self.leader_state.on_fetch(replica, fetch_offset, self.log.log_end_offset,
-                                          node_ms(), session):
+                                          node_ms(), session, flushed):
             raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                            f"broker {replica} is not a replica of {self}")
         self.maybe_advance_hw()
+
+    def on_follower_flushed(self, replica: int, flushed: int) -> None:
+        """A follower told (in a fetch that did not name this partition) that it has
+        ``flushed`` of it on disk."""
+        if self.is_leader and self.leader_state is not None:
+            if self.leader_state.on_flushed(replica, flushed):
+                self.maybe_advance_hw()
 
     def set_follower_high_watermark(self, leader_hw: int) -> None:
         """As follower: HW = min(leader's HW, own LEO). Moves back only by truncation."""
@@ -172,8 +243,10 @@ class Partition:
     def append_as_leader(self, data: bytes, max_message_bytes: int) -> tuple[int, int]:
         """Append client batches; the caller answers the producer.
 
-        Durable when it returns: written to the OS (page cache); fsynced per
-        ``flush.messages``/``flush.ms`` or by the node's periodic flush.
+        Durable when it returns: written to the OS (page cache); of a durable topic
+        (``write.caching=false``) a group-commit sync is started (the HW, and so
+        acks=all, waits for it); fsynced per ``flush.messages``/``flush.ms`` or by the
+        node's periodic flush otherwise.
 
         Raises:
             ApiError: NOT_LEADER_OR_FOLLOWER, MESSAGE_TOO_LARGE, CORRUPT_MESSAGE,
@@ -214,6 +287,8 @@ class Partition:
             self.wake_leo_waiters()
             raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR,
                            f"{self._write_failed(e)} {STORAGE_ERROR_APPENDED}") from None
+        if self.durable:
+            self._appended()
         self.wake_leo_waiters()
         self.maybe_advance_hw()
         return base, last
@@ -241,15 +316,23 @@ class Partition:
             raise
         if self.disk is not None:
             self.disk.write_ok(self)
+        if self.durable:
+            self._appended()
         return base, last
 
     def truncate_to(self, offset: int) -> None:
         self._written()
         self.log.truncate_to(offset)
+        self._truncated()
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         self._written()
         self.log.truncate_fully_and_start_at(offset)
+        self._truncated()
+
+    def _truncated(self) -> None:
+        if self.committer is not None:
+            self.committer.truncated(self.log.log_end_offset, self.log.flushed_offset)
 
     def maybe_increment_high_watermark(self, hw: int) -> bool:
         """Move the HW forward to ``hw`` (never back); wake waiters if it moved."""

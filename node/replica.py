@@ -36,6 +36,11 @@ class FollowerState:
     last_caught_up_ms: int = 0
     last_fetch_ms: int = 0
     last_fetch_leader_leo: int = UNKNOWN
+    #: what the follower has on disk (its last report, <= leo); UNKNOWN until told
+    flushed: int = UNKNOWN
+    #: whether it reports its flushed offset (a node older than #34 does not: its
+    #: LEO stands for it, the page-cache acknowledgement of before)
+    reports_flushed: bool = False
     #: the fetch session this follower last fetched through (None: plain fetches)
     session: object = None
 
@@ -77,8 +82,9 @@ class LeaderState:
             del self.followers[r]
 
     def on_fetch(self, replica: int, fetch_offset: int, leader_leo: int, now_ms: int,
-                 session=None) -> bool:
-        """Record a follower's fetch (through ``session``, if one). False if
+                 session=None, flushed: int | None = None) -> bool:
+        """Record a follower's fetch (through ``session``, if one) and the flushed
+        offset it reported with it (None: not reported in this fetch). False if
         ``replica`` is not a follower of this partition (the caller answers with an
         error)."""
         f = self.followers.get(replica)
@@ -94,7 +100,29 @@ class LeaderState:
         f.leo = min(fetch_offset, leader_leo)
         f.last_fetch_ms = now_ms
         f.last_fetch_leader_leo = leader_leo
+        if flushed is not None:
+            self.on_flushed(replica, flushed)
+        elif f.flushed > f.leo:
+            f.flushed = f.leo
         return True
+
+    def on_flushed(self, replica: int, flushed: int) -> bool:
+        """A follower reported ``flushed``: everything below it is on its disk. True if
+        that changed what is known."""
+        f = self.followers.get(replica)
+        if f is None:
+            return False
+        new = min(flushed, f.leo) if f.leo != UNKNOWN else UNKNOWN
+        changed = new != f.flushed or not f.reports_flushed
+        f.flushed, f.reports_flushed = new, True
+        return changed
+
+    def flushed_of(self, replica: int) -> int:
+        """What ``replica`` has on disk as far as known (its LEO if it does not report)."""
+        f = self.followers.get(replica)
+        if f is None:
+            return UNKNOWN
+        return f.flushed if f.reports_flushed else f.leo
 
     def before_append(self, leader_leo: int) -> None:
         """The leader is about to append at ``leader_leo``. A follower that had all of it
@@ -107,8 +135,10 @@ class LeaderState:
                     and s.last_fetch_ms > f.last_caught_up_ms):
                 f.last_caught_up_ms = s.last_fetch_ms
 
-    def high_watermark(self, leader_leo: int, isr) -> int:
-        """min LEO over ``isr``; UNKNOWN while an ISR follower has not fetched yet."""
+    def high_watermark(self, leader_leo: int, isr, durable: bool = False) -> int:
+        """min LEO over ``isr`` (``leader_leo``: the leader's); ``durable``: min flushed
+        offset (``leader_leo`` is then the leader's flushed offset). UNKNOWN while an ISR
+        follower has not fetched (or told its flushed offset) yet."""
         hw = leader_leo
         for r in isr:
             if r == self.leader_id:
@@ -116,7 +146,12 @@ class LeaderState:
             f = self.followers.get(r)
             if f is None or f.leo == UNKNOWN:
                 return UNKNOWN
-            hw = min(hw, f.leo)
+            if durable and f.reports_flushed:
+                if f.flushed == UNKNOWN:
+                    return UNKNOWN
+                hw = min(hw, f.flushed)
+            else:
+                hw = min(hw, f.leo)
         return hw
 
     def lagging(self, isr, now_ms: int, max_lag_ms: int,
@@ -158,15 +193,18 @@ class LeaderState:
                 and f.leo != UNKNOWN and f.leo < high_watermark]
 
     def caught_up(self, isr, high_watermark: int, epoch_start_offset: int, now_ms: int,
-                  max_lag_ms: int) -> list[int]:
+                  max_lag_ms: int, durable: bool = False) -> list[int]:
         """Out-of-ISR followers that are fetching (a fetch within ``max_lag_ms``) and
         whose LEO reached the HW and the start of the current leader epoch (so they
         have truncated any divergent tail): candidates to add. A follower that died
-        keeps its last LEO, so the recent fetch is what tells the living apart."""
+        keeps its last LEO, so the recent fetch is what tells the living apart.
+        ``durable``: its flushed offset must reach the HW too (the HW never passes
+        what an ISR member has on disk)."""
         need = max(high_watermark, epoch_start_offset)
         return sorted(
             r for r, f in self.followers.items()
             if r not in isr and f.leo != UNKNOWN and f.leo >= need
+            and (not durable or self.flushed_of(r) >= high_watermark)
             and now_ms - f.fetched_ms() <= max_lag_ms
         )
 

@@ -58,6 +58,7 @@ PLANTED_BUGS = frozenset({
     "bug-serve-beyond-hw",  # consumers may read records the ISR does not have yet
     "bug-skip-truncation",  # followers keep a divergent tail after a leader change
     "bug-ack-before-commit",  # metadata writes answered before the quorum commits them
+    "bug-ack-before-fsync",  # durable topics acknowledged (and served) before the fsync
 })
 
 
@@ -123,6 +124,9 @@ class ReplicaManager:
         self._bug_early_ack = "bug-ack-before-replication" in flags
         self._bug_beyond_hw = "bug-serve-beyond-hw" in flags
         self.bug_skip_truncation = "bug-skip-truncation" in flags
+        #: write.caching=false topics run as write.caching=true (page-cache acks, the
+        #: periodic flush): node/partition.py's ``durable``
+        self.bug_ack_before_fsync = "bug-ack-before-fsync" in flags
         if flags:
             self.events.warning("planted_bugs_enabled", flags=",".join(sorted(flags)))
 
@@ -224,8 +228,10 @@ class ReplicaManager:
             keys.append(key)
             if part is None:
                 part = Partition(name, p.partition, self.logs.open_log(name, p.partition, cfg),
-                                 p.leader_epoch, node_id=me, unflushed=self.logs.unflushed)
+                                 p.leader_epoch, node_id=me, unflushed=self.logs.unflushed,
+                                 syncs=self.logs.syncs)
                 part.disk = self.logs.disk
+                part.bug_ack_before_fsync = self.bug_ack_before_fsync
                 self.partitions[key] = part
             part.log.config = cfg
             self._update_role(part, p)
@@ -357,14 +363,17 @@ class ReplicaManager:
     # ------------------------------------------------------------------ produce
 
     def produce(self, req: Request) -> list:
-        """acks 0 or 1: append every batch as leader now; the per-partition results."""
+        """acks 0 or 1: append every batch as leader now; the per-partition results
+        (acks=1 of a durable topic waits for the leader's sync: :meth:`produce_append`)."""
         return [self.produce_one(t, p, data) for (t, p, _), data in _produce_parts(req)]
 
     def produce_one(self, topic: str, partition: int, data, acks: int = 1,
                     waits=None) -> ProducePartResult:
         """Append one partition's batches as leader (produce and the group coordinator's
-        ``__consumer_offsets`` writes). With acks=-1 and ``waits``, a wait for the ISR is
-        added for :meth:`await_replicated` / :meth:`check_high_watermarks`."""
+        ``__consumer_offsets`` writes). With ``waits``, what the answer waits for is added
+        for :meth:`await_replicated` / :meth:`check_high_watermarks`: with acks=-1 the
+        HW passing the batch (the ISR has it; on disk, of a durable topic), with acks=1
+        of a durable topic (``write.caching=false``) the leader's own sync."""
         try:
             if topic not in self.store.topics:
                 self._unknown_topic(topic)
@@ -382,8 +391,12 @@ class ReplicaManager:
             ts = self.metrics.topic(topic)
             ts.bytes_in += len(data)
             ts.records_in += last - base + 1
-            if waits is not None and part.high_watermark <= last and not self._bug_early_ack:
-                waits.append((part, part.leader_epoch, last, topic, partition))
+            if waits is not None and not self._bug_early_ack:
+                if acks == -1:
+                    if part.high_watermark <= last:
+                        waits.append((part, part.leader_epoch, last, topic, partition, False))
+                elif part.durable and part.log.flushed_offset <= last:
+                    waits.append((part, part.leader_epoch, last, topic, partition, True))
             return ProducePartResult(topic, partition, 0, base, -1, "")
         except ApiError as e:
             return ProducePartResult(topic, partition, int(e.code), -1, -1, e.message)
@@ -398,7 +411,8 @@ class ReplicaManager:
                        "auto.create.topics.enable: a Metadata request then creates it)")
 
     def produce_acks_all_append(self, req: Request) -> tuple[list, list, float]:
-        """acks=all, first half (synchronous): append every batch now, in request order.
+        """acks=all, and acks=1 when a partition is durable (its answer waits for the
+        leader's sync), first half (synchronous): append every batch now, in request order.
 
         Returns (per-partition results, waits, deadline in trio time): the request is
         answered once the HW passes every wait or it fails (:meth:`check_high_watermarks`,
@@ -407,10 +421,20 @@ class ReplicaManager:
         wait, so a producer with several requests in flight pays one replication
         round for all of them, not one each."""
         waits: list = []
-        results = [self.produce_one(t, p, data, -1, waits)
+        acks = req.fields["acks"]
+        results = [self.produce_one(t, p, data, acks, waits)
                    for (t, p, _), data in _produce_parts(req)]
         timeout_ms = min(req.fields["timeout_ms"], self.config.request_timeout_ms)
         return results, waits, trio.current_time() + timeout_ms / 1000
+
+    def any_durable(self, parts) -> bool:
+        """Whether a produce's partitions ([topic, partition, ...]) include one of a
+        durable topic led here (its acks=1 answer waits for the leader's sync)."""
+        for row in parts:
+            part = self.partitions.get((row[0], row[1]))
+            if part is not None and part.durable:
+                return True
+        return False
 
     @staticmethod
     def mark_failed(results: list, failed: dict) -> None:
@@ -424,24 +448,27 @@ class ReplicaManager:
 
     @staticmethod
     def check_high_watermarks(waits: list, expired: bool) -> tuple[list, dict]:
-        """(waits still pending, failed) for acks=all waits: a wait is done once the HW
-        passes its last offset (every ISR follower holds it); it fails when leadership
-        moved, or -- ``expired`` -- when the request timeout passed first."""
+        """(waits still pending, failed) for produce waits: an acks=all wait is done once
+        the HW passes its last offset (every ISR follower holds it), an acks=1 one once
+        the leader's flushed offset does; it fails when leadership moved, or --
+        ``expired`` -- when the request timeout passed first."""
         failed: dict = {}
         pending = []
         for w in waits:
-            part, epoch, last, topic, partition = w
+            part, epoch, last, topic, partition, own = w
             if not part.is_leader or part.leader_epoch != epoch:
                 failed[(topic, partition)] = ApiError(
                     ErrorCode.NOT_LEADER_OR_FOLLOWER,
                     f"leadership of {part} changed before the write was replicated; "
                     "it may or may not be committed")
-            elif part.high_watermark <= last:
+            elif (part.log.flushed_offset if own else part.high_watermark) <= last:
                 pending.append(w)
         if expired:
-            for part, _e, last, topic, partition in pending:
+            for part, _e, last, topic, partition, own in pending:
                 failed[(topic, partition)] = ApiError(
                     ErrorCode.REQUEST_TIMED_OUT,
+                    f"{part}: offset {last} not on the leader's disk in time (flushed "
+                    f"offset {part.log.flushed_offset})" if own else
                     f"{part}: offset {last} not replicated to the ISR {list(part.isr)} "
                     f"in time (high watermark {part.high_watermark})")
             pending = []
@@ -529,7 +556,8 @@ class ReplicaManager:
                 # a leadership (or replica entry) newer than the follower's last word:
                 # its session's offset is its progress here
                 with contextlib.suppress(ApiError):
-                    part.on_follower_fetch(replica, sp.offset, session)
+                    part.on_follower_fetch(replica, sp.offset, session,
+                                           sp.flushed if sp.flushed >= 0 else None)
             if piece is not None:
                 pieces.append(piece)
                 total += header.length
@@ -611,19 +639,35 @@ class ReplicaManager:
 
     def on_replica_fetch(self, req: Request, session=None) -> None:
         """A follower's Fetch: record its progress (once per request, before reading);
-        with a fetch ``session``, of the partitions the request names."""
+        with a fetch ``session``, of the partitions the request names. Its flushed
+        offsets (``flushed``, #34) go with it: of the partitions named, and of others
+        whose flushed offset moved."""
         replica = req.fields["replica_id"]
+        reported = req.fields.get("flushed")
+        flushed = {(t, p): o for t, p, o in reported} if reported else {}
         for topic, partition, offset, _max, epoch in req.fields["parts"]:
-            part = self.partitions.get((topic, partition))
+            key = (topic, partition)
+            part = self.partitions.get(key)
+            told = flushed.pop(key, None)
+            if session is not None and told is not None:
+                session.flushed(key, told)
             if part is None or not part.is_leader or (epoch >= 0 and epoch != part.leader_epoch):
                 continue  # fetch_once answers with the error
             try:
                 was_in_isr = replica in part.isr
-                part.on_follower_fetch(replica, offset, session)
+                part.on_follower_fetch(replica, offset, session, told)
                 if not was_in_isr and self.isr_changed is not None:
                     self.isr_changed((part.key,))
             except ApiError:
                 continue
+        for key, told in flushed.items():  # moved without a new fetch offset
+            if session is not None:
+                session.flushed(key, told)
+            part = self.partitions.get(key)
+            if part is not None:
+                part.on_follower_flushed(replica, told)
+                if replica not in part.isr and self.isr_changed is not None:
+                    self.isr_changed((key,))
 
 
 def _produce_parts(req: Request):

@@ -784,8 +784,10 @@ class Server:
 
     def produce(self, req, conn: Conn):
         """acks=all parks until replicated (later requests of the connection go on);
-        acks 0 and 1 are answered at once (acks=0: not at all)."""
-        if req.fields["acks"] == -1:
+        acks=1 parks until the leader's sync when a partition is durable
+        (``write.caching=false``); acks 0 and other acks=1 are answered at once (acks=0:
+        not at all)."""
+        if req.fields["acks"] == -1 or (req.fields["acks"] == 1 and self._durable(req)):
             results, waits, deadline = self.replicas.produce_acks_all_append(req)
             if waits:
                 op = ParkedProduce(self, conn, req, deadline, results, waits)
@@ -810,6 +812,9 @@ class Server:
 
     async def init_producer_id(self, req, conn: Conn):
         return await self.broker.producer_ids.init_producer_id(req.fields), []
+
+    def _durable(self, req) -> bool:
+        return self.replicas.any_durable(req.fields["parts"])
 
     async def group_api(self, req, conn: Conn):
         if self.broker.groups is None:

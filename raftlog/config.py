@@ -38,6 +38,11 @@ class LogConfig:
     #: the codec a leader stores batches in (Kafka's): "producer" keeps each batch as
     #: its producer compressed it (raftlog/recompress.py)
     compression_type: str = "producer"
+    #: False (durable, the default): a write is acknowledged, and consumers see it,
+    #: only once every in-sync replica has fsynced it (group commit). True: once they
+    #: have it in the page cache, fsynced per flush.* and the node's periodic flush
+    #: (Kafka's behaviour). Redpanda's name and meaning.
+    write_caching: bool = False
 
     def __post_init__(self) -> None:
         _check_range("segment.bytes", self.segment_bytes, 1024, 2**31 - 1)

@@ -108,6 +108,12 @@ class PartitionLog:
         self._clock_ms = clock_ms
         self._lock = threading.RLock()
         self._checkpoint_lock = threading.Lock()
+        #: held across every fsync of segment data (:meth:`sync`, :meth:`flush`): one at
+        #: a time, so a flush never counts as durable what a concurrent sync has taken
+        #: the dirty mark of but not yet synced
+        self._sync_lock = threading.RLock()
+        #: everything below this offset is on disk (fsynced); <= the log end offset
+        self._flushed = 0
         self.segments: list[LogSegment] = []
         self._bases: list[int] = []
         self.log_start_offset = 0
@@ -174,6 +180,9 @@ class PartitionLog:
         self.epochs = [(e, o) for e, o in self.epochs if o <= leo]
         if scanned:
             self._sync_recovered(scanned)
+        # what a clean shutdown left, what lies below the recovery point, and what
+        # recovery scanned (synced just above) is on disk
+        self._flushed = leo
         if os.path.exists(clean_marker):
             os.unlink(clean_marker)
             fsync_dir(self.path)
@@ -238,6 +247,12 @@ class PartitionLog:
         assert hw <= self.log_end_offset, (hw, self.log_end_offset)
         self._high_watermark = hw
         return True
+
+    @property
+    def flushed_offset(self) -> int:
+        """Everything below this offset is on disk (fsynced): what a power loss cannot
+        take. Moved by :meth:`sync` and :meth:`flush`, lowered by truncation."""
+        return self._flushed
 
     @property
     def size_bytes(self) -> int:
@@ -562,6 +577,7 @@ class PartitionLog:
                 seg.flush()
             self._truncations += 1
             self._high_watermark = min(self._high_watermark, self.log_end_offset)
+            self._flushed = min(self._flushed, self.log_end_offset)
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
             self.epochs = [(e, o) for e, o in self.epochs if o < self.log_end_offset]
             self.checkpoint()
@@ -577,6 +593,7 @@ class PartitionLog:
             self.segments = [LogSegment(self.path, offset, self.config.index_interval_bytes)]
             self._bases = [offset]
             self.log_start_offset = self._high_watermark = self.recovery_point = offset
+            self._flushed = offset
             self.epochs = []
             self._truncations += 1
             self._dir_dirty = True
@@ -625,6 +642,11 @@ class PartitionLog:
         Raises:
             StorageError: an fsync or write failed (the recovery point does not move).
         """
+        with self._sync_lock:
+            self._flush()
+        self.checkpoint()
+
+    def _flush(self) -> None:
         with self._lock:
             dirty = [s for s in self.segments if s.dirty]
             leo, truncations, dir_dirty = self.log_end_offset, self._truncations, self._dir_dirty
@@ -654,8 +676,53 @@ class PartitionLog:
         with self._lock:
             if truncations == self._truncations:
                 self.recovery_point = max(self.recovery_point, min(leo, self.log_end_offset))
+                self._flushed = max(self._flushed, min(leo, self.log_end_offset))
             self._last_flush_ms = self._clock_ms()
-        self.checkpoint()
+            assert self._flushed <= self.log_end_offset, (self._flushed, self.log_end_offset)
+
+    def sync(self) -> int:
+        """Group commit's sync: fdatasync every segment appended to (or rolled) since
+        the last sync or flush, and the directory after a roll; nothing else (no
+        checkpoint, no index write: the periodic :meth:`flush` does those). Returns the
+        flushed offset: everything appended before the call is on disk.
+
+        Runs in a worker thread while the event loop appends (the lock is held for
+        bookkeeping only); one sync or flush of a log at a time (``_sync_lock``).
+
+        Raises:
+            StorageError: an fdatasync failed (the flushed offset does not move).
+        """
+        with self._sync_lock:
+            with self._lock:
+                leo, truncations = self.log_end_offset, self._truncations
+                if self._flushed >= leo and not self._dir_dirty and not self._parent_dirty:
+                    return self._flushed
+                dirty = [s for s in self.segments if s.dirty]
+                dir_dirty, self._dir_dirty = self._dir_dirty, False
+                parent_dirty, self._parent_dirty = self._parent_dirty, False
+                for seg in dirty:
+                    seg.dirty = False
+                files = [seg.file for seg in dirty]  # keep the fds open while we sync
+            try:
+                for f in files:
+                    if f.fd >= 0:
+                        os.fdatasync(f.fd)
+                if dir_dirty:
+                    fsync_dir(self.path)
+                if parent_dirty:
+                    fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+            except OSError as e:
+                with self._lock:
+                    for seg in dirty:
+                        seg.dirty = True
+                    self._dir_dirty = self._dir_dirty or dir_dirty
+                    self._parent_dirty = self._parent_dirty or parent_dirty
+                raise StorageError(f"fdatasync of {self.path} failed: {e}", e.errno) from e
+            with self._lock:
+                if truncations == self._truncations:
+                    self._flushed = max(self._flushed, min(leo, self.log_end_offset))
+                assert self._flushed <= self.log_end_offset, (self._flushed, self.log_end_offset)
+                return self._flushed
 
     def maybe_flush(self, now_ms: int | None = None) -> bool:
         """Flush if ``flush.messages`` or ``flush.ms`` says so. True if it flushed.
@@ -749,7 +816,7 @@ class PartitionLog:
 
         Durable when it returns: everything appended, indexes, checkpoint, marker.
         """
-        with self._lock:
+        with self._sync_lock, self._lock:  # (in :meth:`sync`'s lock order)
             self._write_producer_snapshot()
             self.flush()
             self.active_segment.seal()

@@ -390,6 +390,12 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         # answer holds only partitions with news. See node/fetch_session.py.
         "session": (_one_of(0, FETCH_SESSION_FULL, FETCH_SESSION_INCREMENTAL), 0),
         "forgotten": (_list(_tuple(_TOPIC, _nonneg), L.PARTITIONS_PER_FETCH_MAX), []),
+        # A follower's flushed offsets (#34, durable acknowledgement): [topic, partition,
+        # flushed offset] of every partition named in ``parts`` and of any other whose
+        # flushed offset moved since it last told. Absent (None) from a node older than
+        # #34 (and ignored by one): its fetch offsets then stand for what it has on disk.
+        "flushed": (_opt(_list(_tuple(_TOPIC, _nonneg, _int), L.PARTITIONS_PER_FETCH_MAX)),
+                    None),
     },
     Api.LIST_OFFSETS: {"parts": (_list(_LIST_PART, L.ENTRIES_PER_REQUEST_MAX), REQUIRED)},
     Api.METADATA: {

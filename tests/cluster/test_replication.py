@@ -319,3 +319,38 @@ def test_leader_with_corrupt_segment_hands_over_and_repairs_from_replicas(cluste
     cluster.stop()
     logs = [cluster.read_replica(i, "rot") for i in (1, 2, 3)]
     assert logs[0] == logs[1] == logs[2]
+
+
+def test_follower_that_lost_its_unsynced_tail_rejoins_identical(cluster):
+    """#34: a follower whose tail did not reach its disk (simulated: killed, then its
+    segment file cut mid-batch while stopped) recovers to a prefix, fetches the rest
+    from the leader (whose HW never counted what was not on every ISR disk) and rejoins
+    the ISR with a log identical to the others."""
+    with cluster.admin() as a:
+        a.create_topic("tail", partitions=1, replication_factor=3)
+    p = cluster.wait_isr("tail", 0, {1, 2, 3})
+    leader = cluster.node(p.leader)
+    with Producer(leader.bootstrap, acks="all", linger_ms=1) as prod:
+        metas = [prod.send("tail", b"a%d" % i, partition=0) for i in range(300)]
+        prod.flush(30)
+    acked = {m.result(1).offset: b"a%d" % i for i, m in enumerate(metas)}
+    victim = cluster.node(next(r for r in p.replicas if r != p.leader))
+    victim.kill()
+    seg = os.path.join(victim.data_dir, "tail-0", "00000000000000000000.log")
+    size = os.path.getsize(seg)
+    with open(seg, "r+b") as f:  # the unsynced tail is gone: cut mid-batch
+        f.truncate(size // 2 + 7)
+    with Producer(leader.bootstrap, acks="all", linger_ms=1) as prod:
+        metas = [prod.send("tail", b"b%d" % i, partition=0) for i in range(100)]
+        prod.flush(60)
+    acked.update({m.result(1).offset: b"b%d" % i for i, m in enumerate(metas)})
+    victim.start()
+    cluster.wait_isr("tail", 0, {1, 2, 3}, timeout_s=60, via=leader)
+    with Producer(leader.bootstrap, acks="all", linger_ms=1) as prod:
+        metas = [prod.send("tail", b"c%d" % i, partition=0) for i in range(50)]
+        prod.flush(30)
+    acked.update({m.result(1).offset: b"c%d" % i for i, m in enumerate(metas)})
+    cluster.stop()
+    logs = [cluster.read_replica(i, "tail") for i in (1, 2, 3)]
+    assert logs[0] == logs[1] == logs[2]
+    assert {o: v for o, _k, v in logs[0]} == acked

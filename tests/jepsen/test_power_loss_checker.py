@@ -79,6 +79,15 @@ def test_flush_per_batch_documents_no_loss():
     assert node_config_key("flush.messages") == "log.flush.messages"
     assert node_config_key("min.insync.replicas") == "min.insync.replicas"
     assert node_config_key("auto.leader.rebalance.enable") == "auto.leader.rebalance.enable"
-    assert not unsynced_loss_documented({"log.flush.messages": "1"})
-    assert unsynced_loss_documented({})
-    assert unsynced_loss_documented({"log.flush.messages": "100"})
+    # write.caching=false (the default, #34): an acknowledged record lost is never excused
+    assert not unsynced_loss_documented({})
+    assert not unsynced_loss_documented({"log.flush.messages": "100"})
+    # write.caching=true (node default, or the workload topic's): excused unless per batch
+    cached = {"log.write.caching": "true"}
+    assert unsynced_loss_documented(cached)
+    assert unsynced_loss_documented({"write.caching.default": "true"})
+    assert unsynced_loss_documented({"log.flush.messages": "100", **cached})
+    assert not unsynced_loss_documented({"log.flush.messages": "1", **cached})
+    assert unsynced_loss_documented({}, {"write.caching": "true"})
+    assert not unsynced_loss_documented(cached, {"write.caching": "false"})
+    assert node_config_key("write.caching") == "log.write.caching"

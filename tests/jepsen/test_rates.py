@@ -30,4 +30,5 @@ def test_command_line():
     assert (a.bug, a.seed, a.time, a.json, a.seeds) == (["bug-skip-truncation"], [5, 6],
                                                           30.0, True, 10)
     assert set(rates.BUGS) == {"bug-ack-before-replication", "bug-serve-beyond-hw",
-                               "bug-skip-truncation"}
+                               "bug-skip-truncation", "bug-ack-before-fsync"}
+    assert set(rates.DEFAULT_BUGS) < set(rates.BUGS)

@@ -1,0 +1,168 @@
+"""Durable acknowledgement (#34, write.caching=false): the leader's HW never passes the
+minimum flushed offset of the ISR; write.caching=true keeps the page-cache HW; a
+follower older than #34 (no flushed offsets) counts by its fetch offset. Pure and
+over real logs, no sockets."""
+
+from __future__ import annotations
+
+from raftlog.config import LogConfig
+from raftlog.log import PartitionLog
+from raftlog.node.partition import Partition
+from raftlog.node.replica import UNKNOWN, LeaderState
+from raftlog.protocol import REQUEST_SCHEMAS, Api, _apply_fields
+from raftlog.records import encode_batch
+
+
+def _leader(tmp_path, write_caching: bool) -> Partition:
+    log = PartitionLog.open(str(tmp_path / "t-0"), LogConfig(write_caching=write_caching))
+    part = Partition("t", 0, log, node_id=1)
+    part.update_metadata(1, 1, (1, 2, 3), (1, 2, 3), 0)
+    return part
+
+
+def _min_isr_flushed(part: Partition) -> int:
+    st = part.leader_state
+    return min([part.log.flushed_offset]
+               + [st.flushed_of(r) for r in part.isr if r != part.node_id])
+
+
+def test_hw_waits_for_every_isr_member_to_flush(tmp_path):
+    part = _leader(tmp_path, write_caching=False)
+    part.append_as_leader(encode_batch([b"a", b"b", b"c"]), 1 << 20)
+    assert part.log.flushed_offset == 3  # (no worker here: the leader synced inline)
+    part.on_follower_fetch(2, 3, flushed=1)  # has all three, one on disk
+    part.on_follower_fetch(3, 3, flushed=3)
+    assert part.high_watermark == 1 == _min_isr_flushed(part)
+    part.on_follower_flushed(2, 2)  # a report without a new fetch offset
+    assert part.high_watermark == 2 == _min_isr_flushed(part)
+    part.on_follower_fetch(2, 3, flushed=3)
+    assert part.high_watermark == 3
+    part.log.close()
+
+
+def test_page_cache_topic_keeps_the_min_leo_hw(tmp_path):
+    part = _leader(tmp_path, write_caching=True)
+    part.append_as_leader(encode_batch([b"a", b"b", b"c"]), 1 << 20)
+    assert part.log.flushed_offset == 0  # no sync on the append path
+    part.on_follower_fetch(2, 3, flushed=0)
+    part.on_follower_fetch(3, 3, flushed=0)
+    assert part.high_watermark == 3
+    part.log.close()
+
+
+def test_a_follower_that_does_not_report_counts_by_its_fetch_offset():
+    s = LeaderState(1, (1, 2, 3), now_ms=0)
+    s.on_fetch(2, 5, leader_leo=9, now_ms=1)  # an older node: no flushed offsets
+    s.on_fetch(3, 9, leader_leo=9, now_ms=1, flushed=4)
+    assert s.high_watermark(9, (1, 2, 3), durable=True) == 4
+    assert s.high_watermark(9, (1, 2), durable=True) == 5
+    assert s.high_watermark(9, (1, 2, 3)) == 5  # write.caching=true: LEOs
+    s.on_fetch(3, 9, leader_leo=9, now_ms=2, flushed=12)  # never above what it holds
+    assert s.flushed_of(3) == 9
+
+
+def test_flushed_is_unknown_until_told_and_rejoin_needs_it_on_disk():
+    s = LeaderState(1, (1, 2), now_ms=0)
+    assert s.high_watermark(5, (1, 2), durable=True) == UNKNOWN
+    s.on_fetch(2, 5, leader_leo=5, now_ms=1, flushed=2)
+    # out of the ISR, at the leader's end, but only 2 on disk: not back while HW is 5
+    assert s.caught_up((1,), 5, 0, now_ms=1, max_lag_ms=1000, durable=True) == []
+    assert s.caught_up((1,), 5, 0, now_ms=1, max_lag_ms=1000) == [2]
+    s.on_fetch(2, 5, leader_leo=5, now_ms=2, flushed=5)
+    assert s.caught_up((1,), 5, 0, now_ms=2, max_lag_ms=1000, durable=True) == [2]
+
+
+def test_fetch_flushed_field_is_optional_on_the_wire():
+    base = {"replica_id": 2, "parts": [["t", 0, 5, 1024, 1]]}
+    assert _apply_fields(REQUEST_SCHEMAS[Api.FETCH], base, "")["flushed"] is None
+    got = _apply_fields(REQUEST_SCHEMAS[Api.FETCH], {**base, "flushed": [["t", 0, 4]]}, "")
+    assert got["flushed"] == [("t", 0, 4)]
+
+
+def test_acks_one_and_the_hw_wait_for_the_leaders_group_commit(tmp_path):
+    """A one-replica durable topic with its group commit on trio's MockClock: the
+    append returns at once (the sync runs as a task), an acks=1 wait and the HW pass the
+    batch only when the sync that started after it returns."""
+    import trio
+    import trio.testing
+
+    from raftlog.group_commit import GroupCommitter
+    from raftlog.node.replica_manager import ReplicaManager
+
+    log = PartitionLog.open(str(tmp_path / "t-0"), LogConfig())
+    part = Partition("t", 0, log, node_id=1)
+    part.update_metadata(1, 1, (1,), (1,), 0)
+    syncs = []
+
+    async def slow_sync() -> int:  # the real fdatasync, taking 1 s of mock time
+        syncs.append(trio.current_time())
+        flushed = log.sync()  # (what it covers: the log end when it starts)
+        await trio.sleep(1)
+        return flushed
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            part.committer = GroupCommitter(slow_sync, log.flushed_offset,
+                                            on_flushed=part.on_flushed, nursery=nursery)
+            _, last = part.append_as_leader(encode_batch([b"a"]), 1 << 20)
+            wait = [(part, part.leader_epoch, last, "t", 0, True)]
+            assert part.high_watermark == 0 and log.flushed_offset == 0
+            assert ReplicaManager.check_high_watermarks(wait, False) == (wait, {})
+            await trio.sleep(0.5)
+            part.append_as_leader(encode_batch([b"b"]), 1 << 20)  # during the sync
+            await trio.sleep(0.6)  # the first sync returned: "a" on disk, "b" not yet
+            assert ReplicaManager.check_high_watermarks(wait, False) == ([], {})
+            assert part.high_watermark == 1  # (the second sync, started at once, covers "b")
+            assert await part.committer.wait_flushed(2)
+            assert part.high_watermark == 2
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert syncs == [0.0, 1.0]
+    log.close()
+
+
+def test_a_failed_sync_is_reported_and_the_periodic_flush_lets_the_hw_move(tmp_path,
+                                                                            monkeypatch):
+    """The node's group commits (node/log_manager.py SyncRunner, real worker threads):
+    an fdatasync that fails leaves the HW where it is and logs the data dir as
+    unwritable; the periodic flush then fsyncs the log and its after_flush kick moves
+    the HW although nothing more is appended."""
+    import io
+    import os
+
+    import trio
+
+    from raftlog.node.config import NodeConfig
+    from raftlog.node.log_manager import LogManager
+    from raftlog.node.logfmt import EventLog
+
+    events = io.StringIO()
+    partitions: dict = {}
+    logs = LogManager(NodeConfig(data_dir=str(tmp_path / "data")), EventLog(1, stream=events),
+                      partitions)
+    part = Partition("t", 0, logs.open_log("t", 0, LogConfig()), node_id=1,
+                     unflushed=logs.unflushed, syncs=logs.syncs)
+    part.disk = logs.disk
+    partitions[part.key] = part
+    part.update_metadata(1, 1, (1,), (1,), 0)
+
+    def broken(fd):
+        raise OSError(5, "Input/output error")
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            logs.syncs.start(nursery)
+            monkeypatch.setattr(os, "fdatasync", broken)
+            part.append_as_leader(encode_batch([b"a"]), 1 << 20)
+            assert not await part.committer.wait_flushed(1)  # the sync failed
+            assert part.high_watermark == 0 and part.log.flushed_offset == 0
+            monkeypatch.undo()
+            done = await trio.to_thread.run_sync(logs.flush_all)
+            assert done == [part] and part.log.flushed_offset == 1
+            logs.syncs.after_flush(done)
+            assert await part.committer.wait_flushed(1)
+            assert part.high_watermark == 1
+
+    trio.run(main)
+    assert "log_dir_unwritable" in events.getvalue() and "op=sync" in events.getvalue()
+    part.close()

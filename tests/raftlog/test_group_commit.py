@@ -1,0 +1,111 @@
+"""Group commit's scheduling (raftlog/group_commit.py) on trio's MockClock: a fake
+sync that takes 1 s of mock time stands for the fdatasync, so when each sync starts,
+what it covers and when each waiter is released are exact."""
+
+import trio
+import trio.testing
+
+from raftlog.group_commit import GroupCommit, GroupCommitter
+
+SYNC_S = 1.0
+
+
+class FakeLog:
+    """A log end that appends move, and a sync that captures it at its start."""
+
+    def __init__(self):
+        self.end = 0
+        self.starts: list[tuple[float, int]] = []  # (time, log end captured)
+
+    async def sync(self) -> int:
+        captured = self.end
+        self.starts.append((trio.current_time(), captured))
+        await trio.sleep(SYNC_S)
+        return captured
+
+
+def run(main):
+    return trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def test_pure_state_one_sync_in_flight_and_the_next_at_once():
+    g = GroupCommit(0)
+    assert g.append(1) is True  # idle: a sync is due
+    assert g.begin() and g.in_flight == 1
+    assert g.append(2) is False and g.append(3) is False  # one in flight: they wait
+    assert not g.begin()
+    assert g.done(1) is True and g.flushed == 1  # covers what it captured only
+    assert g.begin() and g.in_flight == 3  # the next covers both appends
+    assert g.done(3) is False and g.flushed == 3
+    g.truncated(2, 3)
+    assert g.flushed == 2 and g.appended == 2 and not g.pending
+
+
+def test_one_sync_covers_many_appends():
+    log = FakeLog()
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            gc = GroupCommitter(log.sync, 0, nursery=nursery)
+            log.end = 1
+            gc.appended(1)  # starts sync 1 at t=0
+            await trio.sleep(0.1)
+            for i in range(2, 102):  # 100 appends while sync 1 runs
+                log.end = i
+                gc.appended(i)
+                await trio.sleep(0.005)
+            assert await gc.wait_flushed(101)
+            assert gc.flushed == 101
+            return gc.state.syncs
+
+    syncs = run(main)
+    assert syncs == 2, log.starts  # one for the first append, one for the 100 after it
+    assert log.starts == [(0.0, 1), (SYNC_S, 101)]  # the second as soon as the first returned
+
+
+def test_no_append_is_released_by_a_sync_that_started_before_it():
+    log = FakeLog()
+    released: dict[int, float] = {}
+
+    async def waiter(gc, offset):
+        assert await gc.wait_flushed(offset)
+        released[offset] = trio.current_time()
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            gc = GroupCommitter(log.sync, 0, nursery=nursery)
+            log.end = 1
+            gc.appended(1)  # sync 1: [0, 1]
+            nursery.start_soon(waiter, gc, 1)
+            await trio.sleep(0.5)
+            log.end = 2
+            gc.appended(2)  # during sync 1: must wait for sync 2, [1, 2]
+            nursery.start_soon(waiter, gc, 2)
+
+    run(main)
+    assert released == {1: SYNC_S, 2: 2 * SYNC_S}
+    assert [s for _, s in log.starts] == [1, 2]
+
+
+def test_idle_append_syncs_at_once_and_a_failure_is_reported_then_retried():
+    errors = []
+    calls = []
+
+    async def sync():
+        calls.append(trio.current_time())
+        await trio.sleep(SYNC_S)
+        if len(calls) == 1:
+            raise OSError("disk gone")
+        return 5
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            gc = GroupCommitter(sync, 0, on_error=errors.append, nursery=nursery)
+            gc.appended(5)
+            assert not await gc.wait_flushed(5)  # the sync failed: the waiter is told
+            assert errors and gc.flushed == 0 and not gc.in_flight
+            gc.kick()  # (the next append or the periodic flush)
+            assert await gc.wait_flushed(5)
+
+    run(main)
+    assert calls == [0.0, SYNC_S]
