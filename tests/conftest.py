@@ -158,6 +158,7 @@ def node_factory(tmp_path):
 SERIAL_DIRS = ("jepsen", "deploy", "docs")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
         parts = item.nodeid.split("/")
