@@ -658,10 +658,23 @@ class PartitionLog:
             files = [seg.file for seg in dirty]  # keep the fds open while we sync
             self._unflushed_messages = 0
             self._dir_dirty = False
+        self._sync_files(os.fsync, files, dirty, dir_dirty, parent_dirty)
+        with self._lock:
+            if truncations == self._truncations:
+                self.recovery_point = max(self.recovery_point, min(leo, self.log_end_offset))
+                self._flushed = max(self._flushed, min(leo, self.log_end_offset))
+            self._last_flush_ms = self._clock_ms()
+            assert self._flushed <= self.log_end_offset, (self._flushed, self.log_end_offset)
+
+    def _sync_files(self, sync, files, dirty, dir_dirty: bool, parent_dirty: bool) -> None:
+        """``sync`` (os.fsync or os.fdatasync) each segment file, then the directory
+        (after a roll) and its parent (after the directory was made), outside the lock.
+        On a failure everything is marked dirty again (the next flush or sync retries)
+        and StorageError is raised."""
         try:
             for f in files:
                 if f.fd >= 0:
-                    os.fsync(f.fd)
+                    sync(f.fd)
             if dir_dirty:
                 fsync_dir(self.path)
             if parent_dirty:
@@ -672,13 +685,7 @@ class PartitionLog:
                     seg.dirty = True
                 self._dir_dirty = self._dir_dirty or dir_dirty
                 self._parent_dirty = self._parent_dirty or parent_dirty
-            raise StorageError(f"fsync of {self.path} failed: {e}", e.errno) from e
-        with self._lock:
-            if truncations == self._truncations:
-                self.recovery_point = max(self.recovery_point, min(leo, self.log_end_offset))
-                self._flushed = max(self._flushed, min(leo, self.log_end_offset))
-            self._last_flush_ms = self._clock_ms()
-            assert self._flushed <= self.log_end_offset, (self._flushed, self.log_end_offset)
+            raise StorageError(f"{sync.__name__} of {self.path} failed: {e}", e.errno) from e
 
     def sync(self) -> int:
         """Group commit's sync: fdatasync every segment appended to (or rolled) since
@@ -703,21 +710,7 @@ class PartitionLog:
                 for seg in dirty:
                     seg.dirty = False
                 files = [seg.file for seg in dirty]  # keep the fds open while we sync
-            try:
-                for f in files:
-                    if f.fd >= 0:
-                        os.fdatasync(f.fd)
-                if dir_dirty:
-                    fsync_dir(self.path)
-                if parent_dirty:
-                    fsync_dir(os.path.dirname(os.path.abspath(self.path)))
-            except OSError as e:
-                with self._lock:
-                    for seg in dirty:
-                        seg.dirty = True
-                    self._dir_dirty = self._dir_dirty or dir_dirty
-                    self._parent_dirty = self._parent_dirty or parent_dirty
-                raise StorageError(f"fdatasync of {self.path} failed: {e}", e.errno) from e
+            self._sync_files(os.fdatasync, files, dirty, dir_dirty, parent_dirty)
             with self._lock:
                 if truncations == self._truncations:
                     self._flushed = max(self._flushed, min(leo, self.log_end_offset))
