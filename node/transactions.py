@@ -57,6 +57,10 @@ from dataclasses import dataclass, replace
 
 import cbor2
 
+from raftlog.decoded import as_bool as _bool
+from raftlog.decoded import as_int as _int
+from raftlog.decoded import as_nonneg as _nonneg
+from raftlog.decoded import as_str as _str
 from raftlog.errors import ApiError, ErrorCode, RaftlogError
 from raftlog.txn_markers import ControlType
 
@@ -224,30 +228,6 @@ def decode_txn_value(transactional_id: str, value: bytes) -> TxnMetadata:
         raise CorruptTxnRecordError(
             f"__transaction_state value of {transactional_id!r} does not decode: {e!r}") from None
     return m
-
-
-def _int(v) -> int:
-    if type(v) is not int:
-        raise ValueError(f"{v!r} is not an integer")
-    return v
-
-
-def _nonneg(v) -> int:
-    if _int(v) < 0:
-        raise ValueError(f"{v} is negative")
-    return v
-
-
-def _bool(v) -> bool:
-    if type(v) is not bool:
-        raise ValueError(f"{v!r} is not a boolean")
-    return v
-
-
-def _str(v) -> str:
-    if not isinstance(v, str):
-        raise ValueError(f"{v!r} is not a string")
-    return v
 
 
 def partition_for(transactional_id: str, partitions: int) -> int:

@@ -66,6 +66,9 @@ import crc32c as _crc32c
 from raftlog.errors import CorruptSnapshotError, ErrorCode
 from raftlog.records import ATTR_CONTROL, ATTR_TRANSACTIONAL, NO_PRODUCER_ID, BatchHeader
 
+from .decoded import as_int as _int
+from .decoded import as_nonneg as _nonneg
+
 #: Largest sequence number; the next one after it is 0.
 MAX_SEQUENCE = 2**31 - 1
 #: Batches remembered per producer (Kafka: 5, the client's max in-flight requests).
@@ -505,18 +508,6 @@ class ProducerStateManager:
         except Exception as e:  # cbor2 and unpacking raise many types on garbage
             raise CorruptSnapshotError(f"producer snapshot does not parse: {e!r}") from None
         return state
-
-
-def _int(v) -> int:
-    if type(v) is not int:
-        raise ValueError(f"{v!r} is not an integer")
-    return v
-
-
-def _nonneg(v) -> int:
-    if _int(v) < 0:
-        raise ValueError(f"{v} is negative")
-    return v
 
 
 # --------------------------------------------------------------------------- producer ids
