@@ -346,14 +346,22 @@ class Admin:
         }
         if assignments is not None:
             topic["assignments"] = [list(r) for r in assignments]
-        h = self._call(
-            Api.CREATE_TOPICS,
-            {
-                "topics": [topic],
-                "timeout_ms": int(self.timeout_s * 1000),
-            },
-        )
-        r = h["results"][0]
+        # NOT_CONTROLLER: the quorum had no leader (an election) and did not take the
+        # write (metadata/quorum.py: never appended, or discarded uncommitted), so it is
+        # asked again until the request timeout, as Kafka's admin client does
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            h = self._call(
+                Api.CREATE_TOPICS,
+                {
+                    "topics": [topic],
+                    "timeout_ms": int(self.timeout_s * 1000),
+                },
+            )
+            r = h["results"][0]
+            if r.error != ErrorCode.NOT_CONTROLLER or time.monotonic() >= deadline:
+                break
+            time.sleep(READ_BACKOFF_S)
         if r.error:
             raise api_error(r.error, r.message)
 

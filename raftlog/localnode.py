@@ -12,7 +12,9 @@ Imports nothing from the node: the client SDK (the CLI) uses it too.
 
 from __future__ import annotations
 
+import collections
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -27,15 +29,61 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """``n`` distinct free ports (all bound at once, so the OS cannot hand one out twice)."""
-    socks = [socket.socket() for _ in range(n)]
+    """``n`` distinct free ports (all bound at once, so none is handed out twice).
+
+    Taken below the kernel's ephemeral range (``ip_local_port_range``), not from it:
+    a port picked in that range may meanwhile become the local port of some process's
+    outgoing connection, and the node meant to listen there then fails to start. The
+    environment variable ``RAFTLOG_PORT_SPAN`` (``lo-hi``) narrows the span (the test
+    suite gives each pytest-xdist worker its own); ports handed out lately by this
+    process are not handed out again. Where no span is left below the ephemeral range,
+    the kernel picks (bind to port 0)."""
+    lo, hi = _port_span()
+    socks: list[socket.socket] = []
     try:
-        for s in socks:
-            s.bind((host, 0))
-        return [s.getsockname()[1] for s in socks]
+        if hi - lo >= 4 * n:
+            rnd = random.Random()
+            for _ in range(50 * n):
+                if len(socks) == n:
+                    break
+                port = rnd.randint(lo, hi)
+                if port in _RECENT or any(sk.getsockname()[1] == port for sk in socks):
+                    continue
+                sk = socket.socket()
+                try:
+                    sk.bind((host, port))
+                except OSError:
+                    sk.close()
+                    continue
+                socks.append(sk)
+        while len(socks) < n:  # (no span: the kernel's choice)
+            sk = socket.socket()
+            sk.bind((host, 0))
+            socks.append(sk)
+        ports = [sk.getsockname()[1] for sk in socks]
+        _RECENT.extend(ports)
+        return ports
     finally:
-        for s in socks:
-            s.close()
+        for sk in socks:
+            sk.close()
+
+
+#: Ports this process handed out lately (not handed out again while here).
+_RECENT: collections.deque = collections.deque(maxlen=2000)
+
+
+def _port_span() -> tuple[int, int]:
+    """(lo, hi) to pick ports from: ``RAFTLOG_PORT_SPAN`` or below the ephemeral range."""
+    env = os.environ.get("RAFTLOG_PORT_SPAN", "")
+    if env:
+        lo, _, hi = env.partition("-")
+        return int(lo), int(hi)
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as f:
+            ephemeral_lo = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_lo = 32768  # Linux's default
+    return 10000, ephemeral_lo - 1
 
 
 def node_command(*, node_id: int | None = None, host: str | None = None,

@@ -11,6 +11,14 @@ import pytest
 
 from raftlog.localnode import free_port, free_ports, node_command, spawn, wait_listening
 
+#: Each pytest-xdist worker picks ports from its own span (raftlog/localnode.py
+#: free_ports), below the kernel's ephemeral range: two workers never pick the same port
+#: while one's node is starting, and no outgoing connection takes a port meant for a node.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _WORKER.startswith("gw") and _WORKER[2:].isdigit():
+    _lo = 10000 + 5000 * (int(_WORKER[2:]) % 4)
+    os.environ.setdefault("RAFTLOG_PORT_SPAN", f"{_lo}-{_lo + 4999}")
+
 #: (free_port and free_ports are imported by the test modules from here)
 __all__ = ["free_port", "free_ports", "wait_for_port", "NodeProcess", "kafka_python_read"]
 
