@@ -370,6 +370,9 @@ def _banner(args, data_dir: str, client_props: str | None = None) -> str:
         + ("Kafka clients: bootstrap.servers="
            + ",".join(f"{args.host}:{args.kafka_port + i}" for i in range(args.nodes)) + "\n"
            if args.kafka_port is not None else "")
-        + f"  restart one node: raftlog node --config {data_dir}/node-I/server.properties\n"
+        + (f"  restart the node: raftlog node --config {data_dir}/node-1/server.properties\n"
+           if args.nodes == 1 else
+           f"  restart one node (I = 1..{args.nodes}): raftlog node --config "
+           f"{data_dir}/node-I/server.properties\n")
         + "Ctrl-C stops it."
     )
