@@ -446,7 +446,30 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: kafka-configs.sh options a Kafka user types out of habit, and what raftlog takes instead
+KAFKA_TOOL_OPTIONS = {
+    "--entity-type": "--topic NAME or --broker N",
+    "--entity-name": "--topic NAME or --broker N",
+    "--add-config": "--add KEY=VALUE (repeatable)",
+    "--delete-config": "--delete KEY (repeatable)",
+}
+
+
+def _kafka_tool_hint(argv: list[str]) -> str | None:
+    """A line saying what to type instead, when ``argv`` uses a Kafka tool's option."""
+    for a in argv:
+        flag = a.split("=", 1)[0]
+        if flag in KAFKA_TOOL_OPTIONS:
+            return (f"raftlog: {flag} is an option of Kafka's tools; raftlog takes "
+                    f"{KAFKA_TOOL_OPTIONS[flag]} (see raftlog configs --help)")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
+    hint = _kafka_tool_hint(sys.argv[1:] if argv is None else argv)
+    if hint is not None:
+        print(hint, file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     if (
         args.command == "topics"

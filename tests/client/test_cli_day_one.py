@@ -552,3 +552,16 @@ def test_describing_configs_needs_describe_on_the_topic_or_the_cluster(secure, h
                "--topic", "acl-cfg", *cfg).returncode == 0
     allowed = run(node, home, "configs", "describe", "--topic", "acl-cfg", "--all", *mine)
     assert allowed.returncode == 0 and b"retention.ms=" in allowed.stdout, allowed.stderr
+
+
+def test_kafka_tool_options_get_raftlogs_names(capsys):
+    """kafka-configs.sh habits (--entity-type/--entity-name, --add-config) are answered
+    with the options raftlog takes instead, before anything is sent."""
+    from raftlog.client.cli import main
+
+    rc = main(["configs", "describe", "--entity-type", "topics", "--entity-name", "t",
+               "--bootstrap-server", "127.0.0.1:1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--topic NAME or --broker N" in err and "--entity-type" in err
+    rc = main(["configs", "alter", "--topic", "t", "--add-config=retention.ms=1"])
+    assert rc == 2 and "--add KEY=VALUE" in capsys.readouterr().err
