@@ -431,15 +431,8 @@ class TransactionCoordinator:
             target = TxnMetadata(tid, self._fresh_pid(), 0, timeout_ms, _S.EMPTY,
                                  update_ms=now_ms)
             return self._write("init", partition, cepoch, target, tid)
-        if producer_id != NO_PRODUCER_ID:
-            if producer_id != m.producer_id:
-                raise ApiError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
-                               f"transactional id {tid!r} has producer id {m.producer_id}, "
-                               f"not {producer_id}")
-            if producer_epoch != m.producer_epoch:
-                raise ApiError(ErrorCode.PRODUCER_FENCED,
-                               f"epoch {producer_epoch} of {tid!r} is fenced by "
-                               f"{m.producer_epoch}")
+        if producer_id != NO_PRODUCER_ID:  # (KIP-360: must be the current producer)
+            self._current(tid, producer_id, producer_epoch)
         if m.state in _PREPARE:
             raise ApiError(ErrorCode.CONCURRENT_TRANSACTIONS,
                            f"transaction of {tid!r} is completing: retry")

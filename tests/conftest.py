@@ -20,7 +20,23 @@ if _WORKER.startswith("gw") and _WORKER[2:].isdigit():
     os.environ.setdefault("RAFTLOG_PORT_SPAN", f"{_lo}-{_lo + 4999}")
 
 #: (free_port and free_ports are imported by the test modules from here)
-__all__ = ["free_port", "free_ports", "wait_for_port", "NodeProcess", "kafka_python_read"]
+__all__ = ["free_port", "free_ports", "wait_for_port", "NodeProcess", "kafka_python_read",
+           "kafka_node"]
+
+
+def kafka_node(directory: str, offsets_partitions: int = 4) -> NodeProcess:
+    """A started node with the Kafka listener on (``node.kafka``: its host:port), one
+    replica of the offsets topic and no initial rebalance delay: for module fixtures."""
+    port, kport = free_ports(2)
+    n = NodeProcess(directory, port, extra={
+        "kafka.listener": f"127.0.0.1:{kport}",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": str(offsets_partitions),
+        "group.initial.rebalance.delay.ms": "0",
+    })
+    n.start()
+    n.kafka = f"127.0.0.1:{kport}"
+    return n
 
 
 def kafka_python_read(consumer, n: int, timeout_s: float = 30.0) -> list:

@@ -10,7 +10,7 @@ import pytest
 
 from raftlog import kafka_batch as kb
 from raftlog.client import Admin, TopicPartition
-from tests.conftest import NodeProcess, free_ports
+from tests.conftest import kafka_node
 
 ck = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")
@@ -38,15 +38,7 @@ GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, GROUP_SUBSCRIBED_TO_TOPIC = 69, 68, 86
 
 @pytest.fixture(scope="module")
 def knode(tmp_path_factory):
-    port, kport = free_ports(2)
-    n = NodeProcess(str(tmp_path_factory.mktemp("kadmin") / "node-1"), port, extra={
-        "kafka.listener": f"127.0.0.1:{kport}",
-        "offsets.topic.replication.factor": "1",
-        "offsets.topic.num.partitions": "2",
-        "group.initial.rebalance.delay.ms": "0",
-    })
-    n.start()
-    n.kafka = f"127.0.0.1:{kport}"
+    n = kafka_node(str(tmp_path_factory.mktemp("kadmin") / "node-1"), 2)
     yield n
     n.stop()
     assert "kafka_handler_failed" not in n.log_text()

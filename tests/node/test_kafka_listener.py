@@ -11,7 +11,7 @@ import pytest
 
 from raftlog.client import Admin, Consumer, Producer, TopicPartition
 from raftlog.kafka_wire import FrameDecoder, decode_response, encode_request
-from tests.conftest import NodeProcess, free_ports, kafka_python_read
+from tests.conftest import kafka_node, kafka_python_read
 
 kafka = pytest.importorskip("kafka")
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer  # noqa: E402
@@ -23,15 +23,7 @@ from kafka.structs import TopicPartition as KTP  # noqa: E402
 def knode(tmp_path_factory):
     """One node with the Kafka listener on; shared by this module's tests (each uses
     its own topics and groups)."""
-    port, kport = free_ports(2)
-    n = NodeProcess(str(tmp_path_factory.mktemp("kafka") / "node-1"), port, extra={
-        "kafka.listener": f"127.0.0.1:{kport}",
-        "offsets.topic.replication.factor": "1",
-        "offsets.topic.num.partitions": "4",
-        "group.initial.rebalance.delay.ms": "0",
-    })
-    n.start()
-    n.kafka = f"127.0.0.1:{kport}"
+    n = kafka_node(str(tmp_path_factory.mktemp("kafka") / "node-1"), 4)
     yield n
     n.stop()
     assert "kafka_handler_failed" not in n.log_text()
