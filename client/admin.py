@@ -327,6 +327,26 @@ class Admin:
                 time.sleep(READ_BACKOFF_S)
         raise AssertionError("unreachable")
 
+    def _write(self, api: Api, fields: dict, *, result_error=None):
+        """A metadata write (topics, configs, partitions, ACLs, users, leaders,
+        reassignments): asked again on NOT_CONTROLLER until the request timeout, as
+        Kafka's admin client does -- the quorum had no leader (an election) and did not
+        take the write (metadata/quorum.py), so another attempt is the right answer.
+        ``result_error(header)``: the error code of a per-item answer (CreateTopics and
+        DeleteTopics answer per topic) when the header carries none."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                h = self._call(api, fields)
+                code = result_error(h) if result_error is not None else 0
+            except ApiError as e:
+                if e.code != ErrorCode.NOT_CONTROLLER or time.monotonic() >= deadline:
+                    raise
+            else:
+                if code != ErrorCode.NOT_CONTROLLER or time.monotonic() >= deadline:
+                    return h
+            time.sleep(READ_BACKOFF_S)
+
     def create_topic(
         self,
         name: str,
@@ -346,29 +366,17 @@ class Admin:
         }
         if assignments is not None:
             topic["assignments"] = [list(r) for r in assignments]
-        # NOT_CONTROLLER: the quorum had no leader (an election) and did not take the
-        # write (metadata/quorum.py: never appended, or discarded uncommitted), so it is
-        # asked again until the request timeout, as Kafka's admin client does
-        deadline = time.monotonic() + self.timeout_s
-        while True:
-            h = self._call(
-                Api.CREATE_TOPICS,
-                {
-                    "topics": [topic],
-                    "timeout_ms": int(self.timeout_s * 1000),
-                },
-            )
-            r = h["results"][0]
-            if r.error != ErrorCode.NOT_CONTROLLER or time.monotonic() >= deadline:
-                break
-            time.sleep(READ_BACKOFF_S)
+        h = self._write(Api.CREATE_TOPICS,
+                        {"topics": [topic], "timeout_ms": int(self.timeout_s * 1000)},
+                        result_error=lambda h: h["results"][0].error)
+        r = h["results"][0]
         if r.error:
             raise api_error(r.error, r.message)
 
     def delete_topic(self, name: str) -> None:
-        h = self._call(
-            Api.DELETE_TOPICS, {"names": [name], "timeout_ms": int(self.timeout_s * 1000)}
-        )
+        h = self._write(
+            Api.DELETE_TOPICS, {"names": [name], "timeout_ms": int(self.timeout_s * 1000)},
+            result_error=lambda h: h["results"][0].error)
         r = h["results"][0]
         if r.error:
             raise api_error(r.error, r.message)
@@ -442,7 +450,7 @@ class Admin:
 
     def alter_config(self, topic: str, config: dict) -> None:
         """Set (value) or remove (None) topic config keys."""
-        self._call(
+        self._write(
             Api.ALTER_CONFIGS,
             {
                 "topic": topic,
@@ -454,7 +462,7 @@ class Admin:
         """Make ``topic``'s own configs exactly ``config`` (Kafka's AlterConfigs: keys
         left out return to their defaults). ``validate_only``: check, change nothing.
         InvalidConfig (INVALID_CONFIG) names a bad key or value."""
-        self._call(Api.ALTER_CONFIGS, {
+        self._write(Api.ALTER_CONFIGS, {
             "topic": topic, "config": {k: str(v) for k, v in config.items()},
             "replace": True, "validate_only": validate_only})
 
@@ -463,7 +471,7 @@ class Admin:
         ``ops`` is a list of ``(key, op, value)``, op one of "set", "delete" (value
         ignored), "append" and "subtract" (list configs such as cleanup.policy). All
         are checked together and applied only if the result is valid."""
-        self._call(Api.ALTER_CONFIGS, {
+        self._write(Api.ALTER_CONFIGS, {
             "topic": topic, "config": {}, "validate_only": validate_only,
             "ops": [[k, op, None if v is None else str(v)] for k, op, v in ops]})
 
@@ -497,7 +505,7 @@ class Admin:
         (topic, partition) or TopicPartition; None means all. Returns
         [(topic, partition, error_code, message)]; code 0 includes "nothing to do"."""
         parts = None if partitions is None else [[tp[0], tp[1]] for tp in partitions]
-        h = self._call(Api.ELECT_LEADERS, {"parts": parts})
+        h = self._write(Api.ELECT_LEADERS, {"parts": parts})
         return [tuple(r) for r in h["results"]]
 
     def alter_partition_reassignments(self, reassignments: Mapping,
@@ -510,14 +518,14 @@ class Admin:
         :meth:`list_partition_reassignments`)."""
         parts = [[tp[0], tp[1], [] if replicas is None else [int(b) for b in replicas]]
                  for tp, replicas in reassignments.items()]
-        h = self._call(Api.ALTER_PARTITION_REASSIGNMENTS,
+        h = self._write(Api.ALTER_PARTITION_REASSIGNMENTS,
                        {"parts": parts, "throttle": int(throttle_bytes_per_sec)})
         return list(h["results"])
 
     def unregister_broker(self, broker_id: int) -> None:
         """Remove a broker that holds no replica from the cluster's metadata (after a
         decommission moved its replicas away)."""
-        self._call(Api.UNREGISTER_BROKER, {"broker_id": int(broker_id)})
+        self._write(Api.UNREGISTER_BROKER, {"broker_id": int(broker_id)})
 
     def list_partition_reassignments(self, partitions=None) -> list:
         """ReassignmentRow (topic, partition, replicas, adding, removing, isr, leader,
@@ -535,7 +543,7 @@ class Admin:
         fields = {"topic": topic, "count": count, "validate_only": validate_only}
         if assignments is not None:
             fields["assignments"] = [list(r) for r in assignments]
-        self._call(Api.CREATE_PARTITIONS, fields)
+        self._write(Api.CREATE_PARTITIONS, fields)
 
     def delete_records(self, offsets: Mapping, *, rounds: int = 3) -> dict:
         """Delete the records of each partition before an offset (Kafka's
@@ -898,9 +906,10 @@ class Admin:
         self._alter_users([], [[user, mechanism]])
 
     def _alter_users(self, upsertions: list, deletions: list) -> None:
-        h = self._call(Api.ALTER_USER_SCRAM_CREDENTIALS, {
+        h = self._write(Api.ALTER_USER_SCRAM_CREDENTIALS, {
             "upsertions": upsertions, "deletions": deletions,
-            "timeout_ms": int(self.timeout_s * 1000)})
+            "timeout_ms": int(self.timeout_s * 1000)},
+            result_error=lambda h: next((r.error for r in h["results"] if r.error), 0))
         for r in h["results"]:
             if r.error:
                 raise api_error(r.error, r.message)
@@ -915,7 +924,7 @@ class Admin:
         (principal, resource type, name, pattern type, operation, permission).
         Returns how many were new."""
         rows = [list(b.as_tuple()) if hasattr(b, "as_tuple") else list(b) for b in bindings]
-        h = self._call(Api.CREATE_ACLS, {"acls": rows, "timeout_ms": int(self.timeout_s * 1000)})
+        h = self._write(Api.CREATE_ACLS, {"acls": rows, "timeout_ms": int(self.timeout_s * 1000)})
         return h.get("created") or 0
 
     def describe_acls(self, **acl_filter) -> list[tuple]:
@@ -926,7 +935,7 @@ class Admin:
 
     def delete_acls(self, **acl_filter) -> list[tuple]:
         """Delete the bindings matching the filter (as describe_acls); returns them."""
-        h = self._call(Api.DELETE_ACLS, {**acl_filter, "timeout_ms": int(self.timeout_s * 1000)})
+        h = self._write(Api.DELETE_ACLS, {**acl_filter, "timeout_ms": int(self.timeout_s * 1000)})
         return [tuple(b) for b in h["deleted"]]
 
     def close(self) -> None:

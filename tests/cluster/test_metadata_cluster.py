@@ -236,3 +236,29 @@ def test_a_restarted_node_never_calls_an_existing_topic_unknown(cluster):
         c.assign([TopicPartition("known", 0)])
     finally:
         c.close()
+
+
+def test_admin_writes_ride_out_a_controller_election(cluster):
+    """Every metadata write of the Admin client, sent right after the controller was
+    killed, meets NOT_CONTROLLER while the survivors elect a new one: each is asked
+    again until its request timeout (as Kafka's admin client does) and succeeds once,
+    instead of failing the user's first command after a node restart."""
+    _until(lambda: len(Admin(cluster[0].bootstrap).describe_cluster().brokers) == 3)
+    with Admin(cluster[0].bootstrap) as a:
+        a.create_topic("ride", partitions=1, replication_factor=1)
+        a.create_topic("gone", partitions=1, replication_factor=1)
+        controller = a.describe_cluster().controller_id
+    victim = next(n for n in cluster if n.node_id == controller)
+    survivor = next(n for n in cluster if n is not victim)
+    victim.kill()
+    with Admin(survivor.bootstrap, request_timeout_ms=30_000) as a:
+        a.incremental_alter_configs("ride", [("retention.ms", "set", "3600000")])
+        a.create_partitions("ride", 2)
+        a.create_acls([("User:bob", "topic", "ride", "literal", "read", "allow")])
+        a.delete_topic("gone")
+        a.create_topic("made-after", partitions=1, replication_factor=1)
+        new = a.describe_cluster().controller_id
+        assert new not in (-1, controller)
+        assert a.describe_configs(topic="ride") and len(a.describe_topic("ride").partitions) == 2
+        assert a.describe_acls(principal="User:bob")
+        assert "gone" not in a.list_topics() and "made-after" in a.list_topics()
