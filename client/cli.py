@@ -471,6 +471,13 @@ def main(argv: list[str] | None = None) -> int:
         print(hint, file=sys.stderr)
         return 2
     args = build_parser().parse_args(argv)
+    if args.command in ("produce", "consume"):
+        from .cli_console import resolve_topic
+
+        problem = resolve_topic(args)
+        if problem is not None:
+            print(f"raftlog {args.command}: {problem}", file=sys.stderr)
+            return 2
     if (
         args.command == "topics"
         and args.action != "list"

@@ -8,6 +8,7 @@ stdout (``raftlog consume ... | head``) ends the consumer without a traceback.
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import os
 import sys
@@ -172,9 +173,27 @@ def _quiet_stdout() -> None:
     os.close(devnull)
 
 
+def _topic_hint(cmd):
+    """An unknown topic is answered with what to do, not only Kafka's error name."""
+    @functools.wraps(cmd)
+    def run(args):
+        from .errors import UnknownTopicOrPartitionError
+
+        try:
+            return cmd(args)
+        except UnknownTopicOrPartitionError as e:
+            if "unknown topic" not in str(e):  # (a partition that does not exist)
+                raise
+            raise ValueError(
+                f"no topic {args.topic!r} ({e.code.name}): `raftlog topics list` shows the "
+                f"topics; `raftlog topics create {args.topic}` makes it") from None
+    return run
+
+
 # --------------------------------------------------------------------------- produce
 
 
+@_topic_hint
 def cmd_produce(args) -> int:
     from .producer import Producer
 
@@ -304,6 +323,7 @@ def _open_consumer(args):
     return c
 
 
+@_topic_hint
 def cmd_consume(args) -> int:
     _check_consume_args(args)
     fmt = consume_format(args)
@@ -373,12 +393,33 @@ def _flush_quietly(out) -> None:
 # --------------------------------------------------------------------------- parsers
 
 
+def add_topic_args(parser) -> None:
+    """The topic as ``--topic T`` (kafka-console-*'s way) or as the first word after
+    the command (rpk's and ``raftlog topics``'s way): ``raftlog produce demo``. Which
+    one was given is settled by :func:`resolve_topic`."""
+    parser.add_argument("topic_word", nargs="?", metavar="TOPIC",
+                        help="the topic (or --topic TOPIC)")
+    parser.add_argument("--topic", help="the topic (or give it as the first word)")
+
+
+def resolve_topic(args) -> str | None:
+    """The one topic of ``args`` (from TOPIC or --topic) into ``args.topic``; an error
+    message when neither or two different ones were given."""
+    word = getattr(args, "topic_word", None)
+    if word is not None and args.topic is not None and word != args.topic:
+        return f"two topics given ({word!r} and --topic {args.topic!r}): give one"
+    args.topic = args.topic if args.topic is not None else word
+    if args.topic is None:
+        return "which topic? give it as the first word or as --topic TOPIC"
+    return None
+
+
 def add_parsers(sub, with_bootstrap) -> None:
     from raftlog.records import COMPRESSION_NAMES
 
     produce = with_bootstrap(sub.add_parser(
         "produce", help="stdin lines -> records (like kafka-console-producer)"))
-    produce.add_argument("--topic", required=True)
+    add_topic_args(produce)
     produce.add_argument("--key-separator", help="split each line into key SEP value")
     produce.add_argument("--partition", type=int, metavar="P",
                          help="write every record to partition P (default: by key, or "
@@ -392,7 +433,7 @@ def add_parsers(sub, with_bootstrap) -> None:
 
     consume = with_bootstrap(sub.add_parser(
         "consume", help="records -> stdout (like kafka-console-consumer and kcat)"))
-    consume.add_argument("--topic", required=True)
+    add_topic_args(consume)
     consume.add_argument("--partition", type=int, help="only this partition")
     consume.add_argument("--group", metavar="G",
                          help="consume as a member of group G: partitions shared with the "

@@ -191,7 +191,7 @@ def print_summary(s: dict, as_json: bool) -> None:
 def add_parser(sub, with_bootstrap) -> None:
     perf = with_bootstrap(sub.add_parser("perf", help="load generators like kafka-*-perf-test"))
     perf.add_argument("action", choices=["produce", "consume"])
-    perf.add_argument("--topic", required=True)
+    perf.add_argument("--topic", required=True, help="the topic to load")
     perf.add_argument("--num-records", type=int, default=100_000)
     perf.add_argument("--record-size", type=int, default=100)
     perf.add_argument("--throughput", type=float, default=-1, help="records/s cap (-1: none)")

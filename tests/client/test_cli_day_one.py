@@ -326,6 +326,17 @@ def test_produce_headers_compression_partition_and_kcat_format(node, home):
         f"CreateTime:{got[0].timestamp}\tHeaders:src=web,empty=\tk1\tone\n")
 
 
+def test_the_topic_may_be_the_first_word_as_in_topics_create_and_rpk(node, home):
+    """`raftlog topics create demo` then `raftlog produce demo`: the topic as a word
+    (a new user's first try after the topics command), as well as --topic."""
+    assert run(node, home, "topics", "create", "word").returncode == 0
+    out = run(node, home, "produce", "word", stdin=b"one\ntwo\n")
+    assert out.returncode == 0, out.stderr
+    got = run(node, home, "consume", "word", "--from-beginning", "--max-messages", "2",
+              "--timeout-ms", "20000", "--format", "raw")
+    assert got.returncode == 0 and got.stdout == b"one\ntwo\n", got.stderr
+
+
 def test_produce_and_consume_bad_input_loses_nothing(node, home):
     assert run(node, home, "topics", "create", "bad-in").returncode == 0
     bad = run(node, home, "produce", "--topic", "bad-in", "--header", "nokey",
@@ -341,12 +352,19 @@ def test_produce_and_consume_bad_input_loses_nothing(node, home):
     fmt = run(node, home, "consume", "--topic", "bad-in", "--format", "%q")
     assert fmt.returncode == 2 and b"unknown %q" in fmt.stderr
     unknown = run(node, home, "consume", "--topic", "no-such-topic", "--timeout-ms", "1000")
-    assert unknown.returncode == 1 and b"unknown topic 'no-such-topic'" in unknown.stderr
+    assert unknown.returncode == 1 and b"no topic 'no-such-topic'" in unknown.stderr
+    assert b"raftlog topics create no-such-topic" in unknown.stderr
+    nowhere = run(node, home, "produce", "no-such-topic", stdin=b"x\n")
+    assert nowhere.returncode == 1 and b"raftlog topics create no-such-topic" in nowhere.stderr
+    none = run(node, home, "consume", "--max-messages", "1")
+    assert none.returncode == 2 and b"which topic?" in none.stderr
+    two = run(node, home, "produce", "bad-in", "--topic", "hdr", stdin=b"x\n")
+    assert two.returncode == 2 and b"two topics given" in two.stderr
     both = run(node, home, "consume", "--topic", "bad-in", "--offset", "1", "--from-end", "-1")
     assert both.returncode == 2 and b"at most one of --offset, --from-end" in both.stderr
     grp = run(node, home, "consume", "--topic", "bad-in", "--group", "g", "--offset", "0")
     assert grp.returncode == 2 and b"--offset cannot be used with it" in grp.stderr
-    for out in (bad, part, comp, fmt, unknown, both, grp):
+    for out in (bad, part, comp, fmt, unknown, nowhere, none, two, both, grp):
         assert b"Traceback" not in out.stderr
 
 
