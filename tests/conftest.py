@@ -39,7 +39,7 @@ def kafka_node(directory: str, offsets_partitions: int = 4) -> NodeProcess:
     return n
 
 
-def kafka_python_read(consumer, n: int, timeout_s: float = 30.0) -> list:
+def kafka_python_read(consumer, n: int, timeout_s: float = 60.0) -> list:
     """The first ``n`` messages a kafka-python ``consumer`` polls, waiting for them up to
     ``timeout_s`` (not ``consumer_timeout_ms``: on a loaded machine a consumer's join and
     first fetch can take longer than its idle timeout, and it then returns nothing)."""

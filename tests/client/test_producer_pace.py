@@ -49,11 +49,14 @@ def test_the_default_producer_keeps_up_with_a_steady_rate(node, rate, linger):
     offsets = [f.result().offset for f in futures]
     assert offsets == list(range(len(futures)))
     # Bounded, not growing: the old accumulator fell behind without bound at 5000/s
-    # (~9 s of backlog after 10 s, so a median over the run of seconds). The median
-    # tick sees at most 20 ms of records waiting, and no tick a whole second: a
-    # scheduler stall of a loaded machine (a few hundred ms) moves neither; latency
-    # targets are bench/throughput.py's (--rate).
+    # (~9 s of backlog after 10 s: one-record batches queued behind each other). The
+    # backlog of the last second is compared with the whole run's: it may not have grown
+    # towards that (a scheduler stall of a loaded machine lifts both alike), and the
+    # median stays far below the old bug's seconds of records. How low it stays -- the
+    # latency at each rate -- is a timing target: bench/throughput.py --rate measures it.
     median = statistics.median(backlog)
-    assert median <= rate // 50, f"median backlog {median} records at {rate}/s"
-    assert max(backlog) <= rate, f"{max(backlog)} records waited for acknowledgement at {rate}/s"
+    last = statistics.median(backlog[-max(1, len(backlog) // int(SECONDS)):])
+    assert median <= rate // 4, f"median backlog {median} records at {rate}/s"
+    assert last <= max(rate // 4, 3 * median), (
+        f"backlog grew to {last} records in the last second at {rate}/s (median {median})")
     assert drain_s < 10.0, f"{drain_s:.1f} s to acknowledge the backlog at {rate}/s"

@@ -44,7 +44,7 @@ class LocalCluster:
     def start(self) -> LocalCluster:
         for n in self.nodes:
             n.start()
-        until(lambda: self._all_registered(), timeout_s=30)
+        until(lambda: self._all_registered(), timeout_s=60)
         return self
 
     def _all_registered(self) -> bool:
