@@ -321,6 +321,24 @@ class Producer:
         txn.state = "in_transaction"
         self._txn_error = None
 
+    def send_offsets_to_transaction(self, offsets, group_metadata) -> None:
+        """Commit a consumer group's positions as part of the transaction (a
+        read-process-write loop: the outputs and the inputs' offsets commit or abort
+        together). ``offsets``: {(topic, partition): next offset to read} or
+        [(topic, partition, offset), ...], as ``consumer.position``s;
+        ``group_metadata``: ``consumer.group_metadata()``."""
+        txn = self._transactions()
+        txn.check("in_transaction")
+        if group_metadata is None:
+            raise ValueError("group_metadata is None: the consumer needs a group_id")
+        if isinstance(offsets, dict):
+            rows = [(getattr(tp, "topic", None) or tp[0],
+                     tp.partition if hasattr(tp, "partition") else tp[1], int(o))
+                    for tp, o in offsets.items()]
+        else:
+            rows = [(t, p, int(o)) for t, p, o in offsets]
+        txn.send_offsets(rows, group_metadata)
+
     def commit_transaction(self, timeout: float | None = None) -> None:
         """Send every record of the transaction, then commit it: read_committed
         consumers see all of its records or none. Raises TransactionAbortableError when

@@ -131,6 +131,57 @@ class TransactionManager:
             "producer_epoch": self.producer_epoch, "parts": [[topic, partition]]})
         self.partitions.add((topic, partition))
 
+    def send_offsets(self, offsets: list, group) -> None:
+        """AddOffsetsToTxn, then TxnOffsetCommit at the group's coordinator."""
+        fields = {"transactional_id": self.transactional_id, "producer_id": self.producer_id,
+                  "producer_epoch": self.producer_epoch}
+        self.call(Api.ADD_OFFSETS_TO_TXN, {**fields, "group": group.group_id})
+        self.partitions.add(("__consumer_offsets", -1))  # (an EndTxn is needed now)
+        deadline = time.monotonic() + self._max_block_s
+        while True:
+            conn = None
+            try:
+                conn = self._group_coordinator(group.group_id)
+                h = conn.request(Api.TXN_OFFSET_COMMIT, {
+                    **fields, "group": group.group_id, "generation": group.generation_id,
+                    "member_id": group.member_id,
+                    "group_instance_id": getattr(group, "group_instance_id", None),
+                    "offsets": [[t, p, o, None] for t, p, o in offsets]},
+                    timeout_s=self._request_timeout_s).header
+                bad = [r for r in h["parts"] if r.error]
+                if not bad:
+                    return
+                raise ApiError(ErrorCode(bad[0].error), bad[0].message)
+            except (ApiError, BrokerNotAvailableError) as e:
+                code = getattr(e, "code", None)
+                if code in _FATAL:
+                    self.state = "fatal"
+                    raise ProducerFencedError(str(e)) from None
+                if (code is not None and code not in _RETRY) or time.monotonic() > deadline:
+                    raise
+                time.sleep(self._backoff_s)
+            finally:
+                if conn is not None:
+                    conn.close()
+
+    def _group_coordinator(self, group_id: str) -> BrokerConnection:
+        for host, port in self._addresses():
+            try:
+                conn = BrokerConnection(host, port, self._request_timeout_s,
+                                        security=self._security)
+            except BrokerNotAvailableError:
+                continue
+            try:
+                h = conn.request(Api.FIND_COORDINATOR, {"key": group_id},
+                                 timeout_s=self._request_timeout_s).header
+            except (ApiError, BrokerNotAvailableError):
+                continue
+            finally:
+                conn.close()
+            return BrokerConnection(h["host"], h["port"], self._request_timeout_s,
+                                    security=self._security)
+        raise BrokerNotAvailableError(f"no node named the coordinator of group {group_id!r}")
+
     def end(self, commit: bool) -> tuple[int, int]:
         if not self.partitions:  # nothing was sent: nothing to decide
             self.state = "ready"

@@ -200,6 +200,7 @@ class Node:
         )
         self.broker.groups = host  # (the group APIs' handlers)
         txn = self._start_transactions(nursery)
+        txn.groups, host.txn = host, txn
 
         def on_reconciled(deleted=()):
             host.on_reconcile(deleted)

@@ -826,6 +826,12 @@ class Server:
             raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the node is starting")
         return self.broker.txn
 
+    async def txn_offset_commit(self, req, conn: Conn):
+        """TXN_OFFSET_COMMIT, at the group's coordinator (node/coordinator.py)."""
+        if self.broker.groups is None:
+            raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the node is starting")
+        return await self.broker.groups.txn_offset_commit(req.fields), []
+
     async def txn_api(self, req, conn: Conn):
         """ADD_PARTITIONS_TO_TXN, END_TXN, WRITE_TXN_MARKERS (node/txn_host.py)."""
         return await self._txn().handle(req.api, req.fields), []

@@ -36,6 +36,7 @@ from raftlog.txn_markers import ControlType
 
 from .clock import SteadyWallClock
 from .coordinator import _read_all
+from .groups import OFFSETS_TOPIC
 from .transactions import (
     TRANSACTION_STATE_TOPIC,
     CorruptTxnRecordError,
@@ -81,6 +82,9 @@ class TxnHost:
         self._allocating = False
         self._verified: OrderedDict = OrderedDict()  # (pid, epoch) -> {(topic, p)}
         self._poked = trio.Event()
+        #: the group coordinator's host (node/coordinator.py): told of the markers
+        #: appended to ``__consumer_offsets`` (transactional offset commits)
+        self.groups = None
         replicas.txn_verified = self.is_verified
 
     def now_ms(self) -> int:
@@ -348,6 +352,8 @@ class TxnHost:
                                        f"unknown topic {topic!r}")
                     part = self.replicas.leader_partition(topic, partition)
                     offset = part.append_marker(pid, epoch, cepoch, commit)
+                    if topic == OFFSETS_TOPIC and self.groups is not None:
+                        self.groups.on_marker(partition, pid, commit)
                     if part.high_watermark <= offset:
                         waits.append((part, part.leader_epoch, offset, topic, partition, False))
                     self._forget_verified(pid)
@@ -441,6 +447,12 @@ class TxnHost:
         await self._finish(self.coordinator.add_partitions(tid, pid, epoch, tps, self.now_ms()))
         return {"parts": [PartitionResult(t, p, 0, "") for t, p in tps]}
 
+    async def add_offsets(self, fields: dict) -> dict:
+        await self._finish(self.coordinator.add_offsets(
+            fields["transactional_id"], fields["producer_id"], fields["producer_epoch"],
+            fields["group"], self.now_ms()))
+        return {}
+
     async def end_txn(self, fields: dict) -> dict:
         return await self._finish(self.coordinator.end_txn(
             fields["transactional_id"], fields["producer_id"], fields["producer_epoch"],
@@ -449,6 +461,8 @@ class TxnHost:
     async def handle(self, api: Api, fields: dict) -> dict:
         if api is Api.ADD_PARTITIONS_TO_TXN:
             out = await self.add_partitions(fields)
+        elif api is Api.ADD_OFFSETS_TO_TXN:
+            out = await self.add_offsets(fields)
         elif api is Api.END_TXN:
             out = await self.end_txn(fields)
         elif api is Api.WRITE_TXN_MARKERS:

@@ -185,3 +185,45 @@ def test_coordinator_killed_the_next_one_finishes(tmp_path, when):
             b"v%d" % i for i in range(6)]
     finally:
         cluster.stop()
+
+
+def test_offsets_sent_to_the_transaction_commit_only_with_it(cluster):
+    """Read-process-write: the consumed offsets commit with the output, or not at all."""
+    from raftlog.client import TopicPartition
+
+    src, dst = _topic(cluster, "rpw-in", partitions=1), _topic(cluster, "rpw-out", partitions=1)
+    plain = Producer(cluster.bootstrap)
+    for i in range(10):
+        plain.send(src, b"in-%d" % i, partition=0)
+    plain.flush()
+    plain.close()
+    c = Consumer(cluster.bootstrap, group_id="rpw", enable_auto_commit=False,
+                 auto_offset_reset="earliest", session_timeout_ms=6000)
+    p = Producer(cluster.bootstrap, transactional_id="rpw")
+    tp = TopicPartition(src, 0)
+    try:
+        c.subscribe([src])
+        got: list = []
+        deadline = time.monotonic() + 30
+        while len(got) < 10 and time.monotonic() < deadline:
+            got += c.poll(timeout_ms=300)
+        assert len(got) == 10
+        p.init_transactions()
+        p.begin_transaction()
+        p.send(dst, b"out-0-4", partition=0)
+        p.send_offsets_to_transaction({tp: 5}, c.group_metadata())
+        p.commit_transaction()
+        until(lambda: c.committed(tp) == 5, timeout_s=20)
+        p.begin_transaction()
+        p.send(dst, b"out-5-9", partition=0)
+        p.send_offsets_to_transaction({tp: 10}, c.group_metadata())
+        p.abort_transaction()
+        p.begin_transaction()  # (a later transaction's marker passes the aborted one)
+        p.send(dst, b"out-again", partition=0)
+        p.commit_transaction()
+        assert sorted(_read(cluster.bootstrap, dst, 1, "read_committed", 2)) == [
+            b"out-0-4", b"out-again"]
+        assert c.committed(tp) == 5  # the aborted transaction's offsets never count
+    finally:
+        p.close()
+        c.close()
