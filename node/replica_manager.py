@@ -60,6 +60,10 @@ PLANTED_BUGS = frozenset({
     "bug-skip-truncation",  # followers keep a divergent tail after a leader change
     "bug-ack-before-commit",  # metadata writes answered before the quorum commits them
     "bug-ack-before-fsync",  # durable topics acknowledged (and served) before the fsync
+    # transactions (#33):
+    "bug-skip-txn-verification",  # a transactional batch appended without KIP-890's check
+    "bug-lso-ignores-open-txn",  # read_committed reads up to the HW, open transactions too
+    "bug-marker-before-prepare-durable",  # markers sent before PrepareCommit/Abort is durable
 })
 
 
@@ -132,6 +136,10 @@ class ReplicaManager:
         #: write.caching=false topics run as write.caching=true (page-cache acks, the
         #: periodic flush): node/partition.py's ``durable``
         self.bug_ack_before_fsync = "bug-ack-before-fsync" in flags
+        self._bug_skip_txn_verification = "bug-skip-txn-verification" in flags
+        self._bug_lso_ignores_open_txn = "bug-lso-ignores-open-txn" in flags
+        #: node/txn_host.py's
+        self.bug_marker_before_prepare_durable = "bug-marker-before-prepare-durable" in flags
         if flags:
             self.events.warning("planted_bugs_enabled", flags=",".join(sorted(flags)))
 
@@ -398,7 +406,8 @@ class ReplicaManager:
                 if h.attributes & records.ATTR_TRANSACTIONAL:
                     # KIP-890: only a partition of the producer's ongoing transaction
                     # (verified with its coordinator before this call) takes the batch
-                    if not self.txn_verified(h.producer_id, h.producer_epoch, topic, partition):
+                    if not (self._bug_skip_txn_verification or self.txn_verified(
+                            h.producer_id, h.producer_epoch, topic, partition)):
                         raise ApiError(
                             ErrorCode.INVALID_TXN_STATE,
                             f"{topic}-{partition} is not in the ongoing transaction of "
@@ -610,7 +619,8 @@ class ReplicaManager:
             max_offset = part.high_watermark if consumer else None
             lso = -1
             if committed:  # read_committed: up to the last stable offset
-                lso = log.last_stable_offset()
+                lso = (part.high_watermark if self._bug_lso_ignores_open_txn
+                       else log.last_stable_offset())
                 max_offset = lso
             throttled = part.throttled is not None and replica in part.throttled[0]
             if throttled:  # a replica a reassignment adds: the node's byte budget

@@ -52,8 +52,10 @@ VERIFIED_MAX = 100_000
 MARKER_BACKOFF_S = (0.05, 1.0)
 #: How long one WRITE_TXN_MARKERS or verification call may take.
 PEER_TIMEOUT_S = 10.0
-#: Longest wait of the timeout-abort timer.
+#: Longest wait of the timeout-abort timer; and the shortest (a deadline already
+#: passed whose abort is still being written is looked at again after this).
 TICK_MAX_S = 1.0
+TICK_MIN_S = 0.02
 
 
 class TxnHost:
@@ -113,7 +115,7 @@ class TxnHost:
         while True:
             deadline = self.coordinator.next_deadline_ms()
             wait = self.check_s if deadline is None else (deadline - self.now_ms()) / 1000
-            with trio.move_on_after(min(max(wait, 0.001), self.check_s, TICK_MAX_S)):
+            with trio.move_on_after(min(max(wait, TICK_MIN_S), self.check_s, TICK_MAX_S)):
                 await self._poked.wait()
             self._poked = trio.Event()
             try:
@@ -257,6 +259,13 @@ class TxnHost:
         effects; the response (raises the request's error)."""
         if outcome.write is not None:
             w = outcome.write
+            if (self.replicas.bug_marker_before_prepare_durable and w.kind == "end"
+                    and w.target is not None):  # (planted bug: test.flags)
+                m = w.target
+                self.nursery.start_soon(self._send_markers_early, SendMarkers(
+                    w.transactional_id, m.marker_producer_id, m.marker_epoch,
+                    ControlType.COMMIT if m.state.value == "PrepareCommit" else ControlType.ABORT,
+                    w.coordinator_epoch, tuple(sorted(m.partitions))))
             try:
                 await self._persist(w)
             except ApiError as e:
@@ -313,6 +322,18 @@ class TxnHost:
                     return
             await trio.sleep(backoff)
             backoff = min(backoff * 2, MARKER_BACKOFF_S[1])
+
+    async def _send_markers_early(self, m: SendMarkers) -> None:
+        """bug-marker-before-prepare-durable: the markers go out before the decision is
+        in the log (a coordinator that dies now leaves them without a durable decision)."""
+        by_leader: dict[int, list] = {}
+        for tp in m.partitions:
+            try:
+                by_leader.setdefault(self._leader_of(*tp), []).append(tp)
+            except ApiError:
+                pass
+        for leader, tps in by_leader.items():
+            await self._send_markers(leader, m, tps)
 
     async def _send_markers(self, leader: int, m: SendMarkers, tps: list) -> tuple[set, bool]:
         """(partitions marked, whether a leader refused the coordinator epoch)."""

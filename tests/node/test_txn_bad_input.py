@@ -110,3 +110,16 @@ def test_markers_of_a_stale_coordinator_or_producer_epoch_are_refused(txn_node):
         r = conn.request(Api.WRITE_TXN_MARKERS, {
             "markers": [[900, 3, 5, True, [["nope", 0]]]]}).header["results"][0]
         assert r.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_planted_bug_skips_the_verification(node_factory):
+    """test.flags=bug-skip-txn-verification (the harness's planted bug) lets the same
+    unverified batch in: the check above is what refuses it."""
+    n = node_factory(**{"transaction.state.log.num.partitions": "1",
+                        "test.flags": "bug-skip-txn-verification"})
+    with Admin(n.bootstrap) as a:
+        a.create_topic("t", partitions=1, replication_factor=1)
+    with _conn(n) as conn:
+        pid, epoch = _init(conn, "planted")
+        assert _produce(conn, "planted", pid, epoch).error == 0
+        assert _end_offset(conn) == 1
