@@ -46,7 +46,7 @@ from .transactions import (
     TxnConfig,
 )
 
-#: Verified (producer id, epoch) entries a leader remembers at most (LRU).
+#: Producers whose verified partitions a leader remembers at most (LRU).
 VERIFIED_MAX = 100_000
 #: Marker delivery: backoff between rounds (doubling up to the cap).
 MARKER_BACKOFF_S = (0.05, 1.0)
@@ -82,7 +82,8 @@ class TxnHost:
         self._loaded: dict[int, int] = {}
         self._creating = False
         self._allocating = False
-        self._verified: OrderedDict = OrderedDict()  # (pid, epoch) -> {(topic, p)}
+        #: producer id -> (epoch, {(topic, partition)}) verified in its transaction
+        self._verified: OrderedDict = OrderedDict()
         self._poked = trio.Event()
         #: the group coordinator's host (node/coordinator.py): told of the markers
         #: appended to ``__consumer_offsets`` (transactional offset commits)
@@ -393,17 +394,18 @@ class TxnHost:
     # ------------------------------------------------------------------ KIP-890 verification
 
     def is_verified(self, pid: int, epoch: int, topic: str, partition: int) -> bool:
-        got = self._verified.get((pid, epoch))
-        return got is not None and (topic, partition) in got
+        got = self._verified.get(pid)
+        return got is not None and got[0] == epoch and (topic, partition) in got[1]
 
     def _forget_verified(self, pid: int) -> None:
-        for k in [k for k in self._verified if k[0] == pid]:
-            del self._verified[k]
+        self._verified.pop(pid, None)
 
     def _remember(self, pid: int, epoch: int, tps) -> None:
-        key = (pid, epoch)
-        self._verified.setdefault(key, set()).update(tps)
-        self._verified.move_to_end(key)
+        got = self._verified.get(pid)
+        if got is None or got[0] != epoch:  # (only the producer's latest epoch counts)
+            got = self._verified[pid] = (epoch, set())
+        got[1].update(tps)
+        self._verified.move_to_end(pid)
         while len(self._verified) > VERIFIED_MAX:
             self._verified.popitem(last=False)
 
