@@ -66,6 +66,10 @@ def _produce(conn, tid, pid, epoch, seq=0):
 
 def test_end_txn_without_a_transaction_is_invalid_txn_state(txn_node):
     with _conn(txn_node) as conn:
+        with pytest.raises(ApiError) as e:  # over transaction.max.timeout.ms (15 min)
+            _call(conn, Api.INIT_PRODUCER_ID, {"transactional_id": "no-txn",
+                                               "transaction_timeout_ms": 900_001})
+        assert e.value.code is ErrorCode.INVALID_TRANSACTION_TIMEOUT
         pid, epoch = _init(conn, "no-txn")
         with pytest.raises(ApiError) as e:
             _call(conn, Api.END_TXN, {"transactional_id": "no-txn", "producer_id": pid,
