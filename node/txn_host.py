@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from dataclasses import replace
 
 import trio
 
@@ -471,6 +472,10 @@ class TxnHost:
         return {"parts": [PartitionResult(t, p, 0, "") for t, p in tps]}
 
     async def add_offsets(self, fields: dict) -> dict:
+        if self.groups is not None:  # (the group's partition as the group host places it)
+            n = self.groups.coordinator.config.offsets_partitions
+            if self.coordinator.config.offsets_partitions != n:
+                self.coordinator.config = replace(self.coordinator.config, offsets_partitions=n)
         await self._finish(self.coordinator.add_offsets(
             fields["transactional_id"], fields["producer_id"], fields["producer_epoch"],
             fields["group"], self.now_ms()))
