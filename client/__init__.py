@@ -32,7 +32,9 @@ from .errors import (
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
     ProducerClosedError,
+    ProducerFencedError,
     TopicAlreadyExistsError,
+    TransactionAbortableError,
     UnknownTopicOrPartitionError,
     UnsupportedFeatureError,
 )
@@ -62,6 +64,8 @@ __all__ = [
     "GroupNotEmptyError",
     "GroupOffset",
     "KafkaStorageError",
+    "ProducerFencedError",
+    "TransactionAbortableError",
     "LogDirDescription",
     "MemberDescription",
     "NoOffsetForPartitionError",

@@ -90,7 +90,7 @@ class ProducerBatch:
 
     def encode(self, compression: int, producer_id: int = records.NO_PRODUCER_ID,
                producer_epoch: int = records.NO_PRODUCER_EPOCH,
-               base_sequence: int = records.NO_SEQUENCE) -> bytes:
+               base_sequence: int = records.NO_SEQUENCE, transactional: bool = False) -> bytes:
         """The batch's bytes, built once: the producer id and sequence of the first
         encoding stay with the batch through every retry (idempotence needs that)."""
         if self.data is None:
@@ -104,6 +104,7 @@ class ProducerBatch:
                 producer_id=producer_id,
                 producer_epoch=producer_epoch,
                 base_sequence=base_sequence,
+                transactional=transactional,
             )
             self.producer_id = producer_id
             self.values = self.keys = self.headers = self.timestamps = None  # free memory

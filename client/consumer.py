@@ -25,7 +25,8 @@ import time
 
 from raftlog.errors import ApiError, ErrorCode
 from raftlog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Api
-from raftlog.records import Record, decode_batches
+from raftlog.records import Record, decode_batches, iter_batches
+from raftlog.txn_index import AbortedFilter
 
 from .conn import Cluster
 from .errors import (
@@ -98,9 +99,16 @@ class Consumer:
         client_id: str = "raftlog-consumer",
         heartbeat_interval_ms: int | None = None,
         max_poll_records: int = 500,
+        isolation_level: str = "read_committed",
         **security_options,
     ):
-        check_options(Consumer, security_options)  # a misspelt option: named, with the nearest
+        check_options(Consumer, security_options)
+        if isolation_level not in ("read_committed", "read_uncommitted"):
+            raise ValueError(f"isolation_level must be 'read_committed' or "
+                             f"'read_uncommitted', not {isolation_level!r}")
+        #: read_committed (the default, as librdkafka's): fetches stop at the last
+        #: stable offset and aborted transactions' records are dropped
+        self.isolation_level = isolation_level  # a misspelt option: named, with the nearest
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise ValueError(
                 f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}"
@@ -719,6 +727,7 @@ class _Fetcher:
                 [tp.topic, tp.partition, positions[tp], c.max_partition_fetch_bytes, -1]
                 for tp in tps
             ],
+            "isolation_level": 1 if c.isolation_level == "read_committed" else 0,
         }
         conn.send(Api.FETCH, fields)
         epochs = [_epoch(self.cluster, tp) for tp in tps]
@@ -796,12 +805,16 @@ class _Fetcher:
         if h.get("error"):
             raise api_error(h["error"], h.get("message", ""))
         c = self.c
-        batches, resets, errors = _decode_fetch(frame, tps, positions)
+        skipped: dict = {}
+        batches, resets, errors = _decode_fetch(frame, tps, positions, skipped)
         with c._lock:
             current = gen == c._generation and not c._closed
             if current:
                 for tp, recs in batches:
                     c._fetch_positions[tp] = recs[-1].offset + 1
+                for tp, end in skipped.items():  # (nothing but markers / aborted data)
+                    if tp in c._fetch_positions:
+                        c._fetch_positions[tp] = max(c._fetch_positions[tp], end)
                 next_positions = dict(c._fetch_positions)
         if not current:
             return
@@ -849,11 +862,16 @@ def _epoch(cluster: Cluster, tp: TopicPartition) -> int:
     return meta.leader_epoch if meta is not None else -1
 
 
-def _decode_fetch(frame, tps: list, positions: dict) -> tuple[list, list, list]:
+def _decode_fetch(frame, tps: list, positions: dict,
+                  skipped: dict | None = None) -> tuple[list, list, list]:
     """A FETCH response -> ([(tp, records)], [tp out of range], [ApiError]).
 
     Whole bodies are decoded with ``decode_batches`` (C-level per batch); records
-    before the requested position (the first batch may start earlier) are dropped.
+    before the requested position (the first batch may start earlier) are dropped,
+    and so are control batches (markers) and, read_committed, the batches of the
+    aborted transactions the answer names (raftlog/txn_index.py ``AbortedFilter``).
+    A partition whose data held no record to return goes in ``skipped`` with the
+    offset after its last batch (the next fetch starts there).
     """
     body, pos = memoryview(frame.body), 0
     batches, resets, errors = [], [], []
@@ -871,7 +889,27 @@ def _decode_fetch(frame, tps: list, positions: dict) -> tuple[list, list, list]:
                 )
             )
         elif n:
-            recs = decode_batches(data, tp.topic, tp.partition, start_offset=positions[tp])
+            if part.aborted:
+                recs = _decode_committed(data, tp, positions[tp], part.aborted)
+            else:
+                recs = decode_batches(data, tp.topic, tp.partition, start_offset=positions[tp])
             if recs:
                 batches.append((tp, recs))
+            elif skipped is not None:
+                ends = [h.next_offset for _, h in iter_batches(data, verify=False,
+                                                                 allow_partial=True)]
+                if ends:
+                    skipped[tp] = ends[-1]
     return batches, resets, errors
+
+
+def _decode_committed(data, tp: TopicPartition, start: int, aborted) -> list:
+    """read_committed: the records of ``data`` but those of aborted transactions."""
+    f = AbortedFilter(tuple(a) for a in aborted)
+    out: list = []
+    for pos, h in iter_batches(data, verify=False, allow_partial=True):
+        if f.skip(h.producer_id, h.base_offset, h.is_transactional, h.is_control):
+            continue
+        out += decode_batches(data[pos : pos + h.size], tp.topic, tp.partition,
+                              start_offset=start)
+    return out

@@ -100,7 +100,26 @@ class KafkaStorageError(ApiError):
         return super().__str__()
 
 
+class ProducerFencedError(ApiError):
+    """Fatal for a transactional producer: a newer instance with the same
+    transactional id called init_transactions() (PRODUCER_FENCED, or a batch refused
+    with INVALID_PRODUCER_EPOCH). Close this producer."""
+
+    def __init__(self, message: str = ""):
+        super().__init__(ErrorCode.PRODUCER_FENCED, message)
+
+
+class TransactionAbortableError(ApiError):
+    """The ongoing transaction cannot commit (a send of it failed, or the
+    coordinator aborted it): call abort_transaction(), then retry the transaction."""
+
+    def __init__(self, message: str = ""):
+        super().__init__(ErrorCode.TRANSACTION_ABORTABLE, message)
+
+
 _BY_CODE = {
+    ErrorCode.PRODUCER_FENCED: ProducerFencedError,
+    ErrorCode.TRANSACTION_ABORTABLE: TransactionAbortableError,
     ErrorCode.KAFKA_STORAGE_ERROR: KafkaStorageError,
     ErrorCode.TOPIC_ALREADY_EXISTS: TopicAlreadyExistsError,
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: UnknownTopicOrPartitionError,

@@ -125,6 +125,8 @@ class Producer:
         buffer_memory: int = 32 * 1024 * 1024,
         max_block_ms: int = 60_000,
         client_id: str = "raftlog-producer",
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60_000,
         **security_options,
     ):
         """``security_options``: kafka-python's security_protocol, ssl_cafile,
@@ -133,6 +135,9 @@ class Producer:
         check_options(Producer, security_options)  # a misspelt option: named, with the nearest
         self.security = ClientSecurity.from_options(**security_options)
         self.acks = _acks(acks)
+        if transactional_id is not None and (enable_idempotence is False or self.acks != -1):
+            raise ValueError("a transactional producer is idempotent: transactional_id needs "
+                             "acks='all' and enable_idempotence left on")
         if enable_idempotence is None:
             enable_idempotence = self.acks == -1
         if enable_idempotence and self.acks != -1:
@@ -170,6 +175,17 @@ class Producer:
             metadata_timeout_s=min(self.request_timeout_s, IO_METADATA_TIMEOUT_S),
         )
         self._sticky = StickyPartitioner()
+        #: transactions (client/txn.py); None: not a transactional producer
+        self._txn = None
+        if transactional_id is not None:
+            from .txn import TransactionManager
+
+            self._txn = TransactionManager(
+                transactional_id, transaction_timeout_ms,
+                lambda: list(self._meta.brokers.values()) + list(self._meta.bootstrap),
+                self.security, self.request_timeout_s, self.retry_backoff_s, self.max_block_s)
+        #: the first error of a send of the ongoing transaction (it must abort)
+        self._txn_error: BaseException | None = None
 
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -216,6 +232,8 @@ class Producer:
             )
         elif not 0 <= partition < (self._partition_counts.get(topic) or 0):
             self._check_partition(topic, partition)
+        if self._txn is not None:
+            self._txn_add(topic, partition)
         if not self._direct:
             return self._acc.append(topic, partition, value, key, headers, timestamp_ms)
         fut = self._acc.append(topic, partition, value, key, headers, timestamp_ms, wake=False)
@@ -258,6 +276,8 @@ class Producer:
             partition = self._sticky.partition(topic, n)
         elif not 0 <= partition < (self._partition_counts.get(topic) or 0):
             self._check_partition(topic, partition)
+        if self._txn is not None:
+            self._txn_add(topic, partition)
         total = sum(map(len, filter(None, values))) + RECORD_OVERHEAD * len(values)
         chunks = max(1, -(-total // self.batch_size))
         per = -(-len(values) // chunks)
@@ -276,6 +296,94 @@ class Producer:
                 )
             )
         return futures[0] if len(futures) == 1 else futures
+
+    # ------------------------------------------------------------------ transactions
+
+    def _transactions(self):
+        if self._txn is None:
+            raise ValueError("not a transactional producer: pass transactional_id=...")
+        return self._txn
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Register the transactional id with its coordinator: a producer id and a
+        new epoch that fences every earlier instance (whose open transaction is
+        aborted first). Call once, before the first transaction."""
+        txn = self._transactions()
+        txn.check("uninitialized", "ready")
+        pid, epoch = txn.init()
+        self._set_producer(pid, epoch)
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: the sends until commit_transaction() or
+        abort_transaction() are its records."""
+        txn = self._transactions()
+        txn.check("ready")
+        txn.state = "in_transaction"
+        self._txn_error = None
+
+    def send_offsets_to_transaction(self, offsets, group_metadata) -> None:
+        """Commit a consumer group's positions as part of the transaction (a
+        read-process-write loop: the outputs and the inputs' offsets commit or abort
+        together). ``offsets``: {(topic, partition): next offset to read} or
+        [(topic, partition, offset), ...], as ``consumer.position``s;
+        ``group_metadata``: ``consumer.group_metadata()``."""
+        txn = self._transactions()
+        txn.check("in_transaction")
+        if group_metadata is None:
+            raise ValueError("group_metadata is None: the consumer needs a group_id")
+        if isinstance(offsets, dict):
+            rows = [(getattr(tp, "topic", None) or tp[0],
+                     tp.partition if hasattr(tp, "partition") else tp[1], int(o))
+                    for tp, o in offsets.items()]
+        else:
+            rows = [(t, p, int(o)) for t, p, o in offsets]
+        txn.send_offsets(rows, group_metadata)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Send every record of the transaction, then commit it: read_committed
+        consumers see all of its records or none. Raises TransactionAbortableError when
+        a send failed (abort_transaction(), then retry), ProducerFencedError (fatal)."""
+        from .errors import TransactionAbortableError
+
+        txn = self._transactions()
+        txn.check("in_transaction")
+        try:
+            self.flush(timeout)
+        except TimeoutError:
+            raise TransactionAbortableError("the transaction's records were not all "
+                                            "acknowledged in time: abort it") from None
+        if self._txn_error is not None:
+            txn.check("in_transaction")  # (fenced meanwhile: fatal)
+            txn.state = "abortable"
+            raise TransactionAbortableError(
+                f"a send of the transaction failed ({self._txn_error}): abort it and retry")
+        self._set_producer(*txn.end(True))
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort the transaction: its records are never seen by read_committed
+        consumers."""
+        txn = self._transactions()
+        txn.check("in_transaction", "abortable")
+        try:
+            self.flush(timeout)
+        except TimeoutError:
+            pass  # (the abort marker closes whatever landed)
+        self._set_producer(*txn.end(False))
+        self._txn_error = None
+
+    def _set_producer(self, pid: int, epoch: int) -> None:
+        """The producer id and epoch the next batches carry (a new epoch starts every
+        partition's sequence at 0)."""
+        with self._io_lock:
+            io = self._io
+            io.producer_id, io.producer_epoch = pid, epoch
+            io.next_seq.clear()
+            io.acked.clear()
+
+    def _txn_add(self, topic: str, partition: int) -> None:
+        txn = self._txn
+        txn.check("in_transaction")
+        txn.add_partition(topic, partition)
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued and wait until every record is acknowledged or failed.
@@ -298,6 +406,8 @@ class Producer:
             self._acc.close()
             self._thread.join(timeout if timeout is not None else 30)
             self._meta.close()
+            if self._txn is not None:
+                self._txn.close()
             self._wake_r.close()
             self._wake_w.close()
 
@@ -394,6 +504,7 @@ class _ProducerIO:
         #: retention is no error), so a second batch must not overtake a failed first.
         self.acked: set[tuple[str, int]] = set()
         self._pid_retry_at = 0.0
+        self.txn_id = producer._txn.transactional_id if producer._txn is not None else None
         #: A request unanswered far longer than usual: look whether its partitions moved
         #: (client/stale.py), every retry_backoff_ms while it waits.
         self.clock = ResponseClock(cap_s=self.p.request_timeout_s / 2)
@@ -518,6 +629,7 @@ class _ProducerIO:
             datas = [self._encode(b) for b in chunk]
             parts = [[b.topic, b.partition, len(d)] for b, d in zip(chunk, datas)]
             fields = {
+                "transactional_id": self.txn_id,
                 "acks": self.p.acks,
                 "timeout_ms": int(self.p.request_timeout_s * 1000),
                 "parts": parts,
@@ -563,7 +675,8 @@ class _ProducerIO:
         seq = self.next_seq.get(key, 0)
         if b.data is None:
             n = len(b)
-            data = b.encode(self.p.compression, self.producer_id, self.producer_epoch, seq)
+            data = b.encode(self.p.compression, self.producer_id, self.producer_epoch, seq,
+                            self.txn_id is not None)
         else:
             n = records.read_header(b.data, 0).record_count
             b.data = data = records.restamp_producer(b.data, self.producer_id,
@@ -577,6 +690,10 @@ class _ProducerIO:
         its own: pipelined produce connections must not interleave a second request."""
         if self.producer_id >= 0:
             return True
+        if self.txn_id is not None:  # (init_transactions() gives it)
+            self.fail_everything(ApiError(ErrorCode.INVALID_TXN_STATE,
+                                          "call init_transactions() before sending"))
+            return False
         now = time.monotonic()
         if now < self._pid_retry_at:
             return False
@@ -772,7 +889,16 @@ class _ProducerIO:
             # (a copy: one error object may answer several batches of a request)
             err = KafkaStorageError(err.message)
             err.written = False if b.storage_refusals == b.attempts else None
-        if self.in_order and b.producer_id >= 0 and b.producer_id == self.producer_id:
+        if self.txn_id is not None:
+            # the transaction must abort (the epoch bump of the abort restarts the
+            # sequences); a refused epoch means a newer instance fenced this one
+            if isinstance(err, ApiError) and err.code is ErrorCode.INVALID_PRODUCER_EPOCH:
+                from .errors import ProducerFencedError
+
+                err = ProducerFencedError(err.message)
+            if self.p._txn_error is None:
+                self.p._txn_error = err
+        elif self.in_order and b.producer_id >= 0 and b.producer_id == self.producer_id:
             # its sequence numbers may or may not be in the log: start a new id
             self.producer_id = records.NO_PRODUCER_ID
         self.p._complete(b, -1, err)

@@ -86,6 +86,8 @@ class Broker:
         #: The group coordinator host (node/coordinator.py), set by the node once it
         #: runs (its tasks need the node's nursery); None while starting.
         self.groups = None
+        #: the transaction coordinator (node/txn_host.py), once the node runs
+        self.txn = None
         from .producer_ids import ProducerIdService
 
         #: InitProducerId (idempotent producers).

@@ -150,6 +150,11 @@ class NodeConfig:
     offsets_topic_num_partitions: int = 16
     offsets_topic_replication_factor: int = 3
     offsets_retention_minutes: int = 10_080
+    #: Transactions (issue #33; node/txn_host.py, Kafka's names).
+    transaction_max_timeout_ms: int = 900_000
+    transaction_state_log_num_partitions: int = 16
+    transaction_state_log_replication_factor: int = 3
+    transaction_abort_timed_out_check_ms: int = 10_000
     #: Security (issue 19; see raftlog/listeners.py, tls.py, scram.py, acl.py). The raw
     #: listener keys; the validated form is :attr:`listener_config`.
     listeners_spec: str = ""
@@ -630,6 +635,14 @@ _NODE_KEYS = {
         "offsets_topic_replication_factor", lambda k, v: _int(k, v, 1, 100)
     ),
     "offsets.retention.minutes": _set("offsets_retention_minutes", lambda k, v: _int(k, v, 1)),
+    "transaction.max.timeout.ms": _set("transaction_max_timeout_ms",
+                                       lambda k, v: _int(k, v, 1)),
+    "transaction.state.log.num.partitions": _set(
+        "transaction_state_log_num_partitions", lambda k, v: _int(k, v, 1, 1000)),
+    "transaction.state.log.replication.factor": _set(
+        "transaction_state_log_replication_factor", lambda k, v: _int(k, v, 1, 100)),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": _set(
+        "transaction_abort_timed_out_check_ms", lambda k, v: _int(k, v, 10)),
     "metrics.listener": _set_metrics_listener,
     "metrics.ssl.keystore.location": _set("metrics_ssl_keystore_location", _path),
     "metrics.ssl.key.location": _set("metrics_ssl_key_location", _path),

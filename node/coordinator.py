@@ -65,6 +65,12 @@ class GroupHost:
         self._recent_deletions: deque = deque(maxlen=MAX_RECENT_DELETIONS)
         #: name -> number of its latest deletion among the remembered ones
         self._deleted_names: dict[str, int] = {}
+        #: transactional offset commits (TxnOffsetCommit) in the log, waiting for their
+        #: transaction's marker: {partition: {producer id: [(key, value), ...]}}
+        self.pending_txn: dict[int, dict[int, list]] = {}
+        #: the transaction coordinator (node/txn_host.py), set by the node: verifies
+        #: that a TxnOffsetCommit's partition is in the producer's transaction
+        self.txn = None
 
     async def run(self) -> None:
         async with trio.open_nursery() as n:
@@ -121,6 +127,62 @@ class GroupHost:
                 return b.node_id, b.host, b.port
         raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
                        f"{OFFSETS_TOPIC}-{partition} has no live leader")
+
+    # ------------------------------------------------------------------ transactions
+
+    async def txn_offset_commit(self, fields: dict) -> dict:
+        """TxnOffsetCommit: the offsets are validated as an OffsetCommit's, then appended
+        as a transactional batch of the producer (verified with its transaction
+        coordinator, KIP-890) and held back until the transaction's marker: a commit
+        makes them the group's committed offsets, an abort drops them."""
+        from .groups import OFFSETS_TOPIC as topic
+
+        out = self.coordinator.commit_offsets(
+            fields["group"], fields["member_id"], fields["generation"], fields["offsets"],
+            now_ms=self.service.now_ms(), group_instance_id=fields["group_instance_id"])
+        parts = out.response["parts"]
+        if not out.effects:
+            return {"parts": parts}
+        (persist,) = out.effects
+        pid, epoch, tid = fields["producer_id"], fields["producer_epoch"], fields["transactional_id"]
+        if self.txn is None:
+            raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the node is starting")
+        if not self.txn.is_verified(pid, epoch, topic, persist.partition):
+            got = await self.txn.verify(tid, pid, epoch, [(topic, persist.partition)])
+            if got.get((topic, persist.partition)):
+                self.txn._remember(pid, epoch, [(topic, persist.partition)])
+        part = self.replicas.partitions.get((topic, persist.partition))
+        if part is None or not part.is_leader:
+            raise ApiError(ErrorCode.NOT_COORDINATOR, f"not the leader of {topic}-{persist.partition}")
+        entry = part.log.producers.producers.get(pid)
+        seq = 0 if entry is None or entry.epoch != epoch or entry.last_seq < 0 else (
+            (entry.last_seq + 1) % (2**31))
+        data = batch_format.encode_batch([v for _, v in persist.records],
+                                         [k for k, _ in persist.records],
+                                         timestamp=int(time.time() * 1000), producer_id=pid,
+                                         producer_epoch=epoch, base_sequence=seq,
+                                         transactional=True)
+        waits: list = []
+        r = self.replicas.produce_one(topic, persist.partition, data, -1, waits)
+        if r.error:
+            raise ApiError(ErrorCode(r.error), r.message)
+        if waits:
+            deadline = trio.current_time() + self.replicas.config.request_timeout_ms / 1000
+            failed = await self.replicas.await_replicated(waits, deadline)
+            for err in failed.values():
+                raise err
+        self.pending_txn.setdefault(persist.partition, {}).setdefault(pid, []).extend(
+            persist.records)
+        return {"parts": parts}
+
+    def on_marker(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A marker was appended to ``__consumer_offsets``-``partition`` here: the
+        producer's pending offsets become committed (or are dropped)."""
+        from .groups import Persist
+
+        recs = self.pending_txn.get(partition, {}).pop(producer_id, None)
+        if recs and commit:
+            self.coordinator.persisted(Persist(partition, tuple(recs)))
 
     async def _persist(self, partition: int, recs: tuple) -> None:
         waits: list = []
@@ -212,6 +274,7 @@ class GroupHost:
 
     def _unload(self, partition: int) -> None:
         self._loaded.pop(partition, None)
+        self.pending_txn.pop(partition, None)
         effects = self.coordinator.unload(partition)
         if effects:
             self.nursery.start_soon(self.service.run_effects, effects)
@@ -228,7 +291,8 @@ class GroupHost:
         mark = self._deletions
         end = part.log.log_end_offset
         try:
-            recs = await trio.to_thread.run_sync(_read_all, part.log, end)
+            recs, open_txns = await trio.to_thread.run_sync(read_with_transactions,
+                                                            part.log, end)
         except (CorruptRecordError, OffsetOutOfRangeError, OSError) as e:
             self.events.error("group_load_failed", partition=partition, error=repr(e))
             if self._loaded.get(partition) == epoch:
@@ -245,6 +309,7 @@ class GroupHost:
                 bad += 1
                 self.events.error("group_record_corrupt", partition=partition, error=str(e))
         self.coordinator.finish_loading(partition, self.service.now_ms())
+        self.pending_txn[partition] = open_txns
         deleted = self._deleted_since(mark)
         if deleted is None:
             self.events.warning("group_load_missed_topic_deletions", partition=partition,
@@ -257,11 +322,30 @@ class GroupHost:
 
 
 def _read_all(log, end: int) -> list[tuple[bytes, bytes | None]]:
-    """(key, value) of every record of ``log`` below ``end`` (worker thread)."""
+    """(key, value) of every record of ``log`` below ``end`` (worker thread), but
+    control batches and transactional records not committed by a marker below ``end``
+    (:func:`read_with_transactions` keeps those)."""
+    return read_with_transactions(log, end)[0]
+
+
+def read_with_transactions(log, end: int) -> tuple[list, dict]:
+    """``(records, open)``: (key, value) of every record below ``end`` in log order --
+    a transactional batch's records (TxnOffsetCommit) where its commit marker is, none
+    of an aborted one -- and {producer id: [(key, value), ...]} of the transactions
+    still open at ``end`` (worker thread)."""
     out: list = []
+    pending: dict[int, list] = {}
     start = log.log_start_offset
     for h, batch in log.iter_batches(start, end, chunk_bytes=LOAD_READ_BYTES):
+        if h.attributes & batch_format.ATTR_CONTROL:
+            if h.base_offset < end:
+                recs = pending.pop(h.producer_id, [])
+                if batch_format.read_control_marker(batch, 0, h).committed:
+                    out.extend(recs)
+            continue
+        into = (pending.setdefault(h.producer_id, [])
+                if h.attributes & batch_format.ATTR_TRANSACTIONAL else out)
         for r in batch_format.decode_records(batch, 0, h):
             if start <= r.offset < end and r.key is not None:
-                out.append((bytes(r.key), None if r.value is None else bytes(r.value)))
-    return out
+                into.append((bytes(r.key), None if r.value is None else bytes(r.value)))
+    return out, pending

@@ -363,7 +363,7 @@ class LeaderFetcher:
             timeout_s=REQUEST_TIMEOUT_S + wait_ms / 1000, interruptible=True)
         pos = used = 0
         syncing = []  # (key, partition, log end) of durable partitions appended
-        for topic, partition, err, hw, log_start, n, msg in header["parts"]:
+        for topic, partition, err, hw, log_start, n, msg, *_ in header["parts"]:
             data = body[pos:pos + n]
             pos += n
             key = (topic, partition)

@@ -436,7 +436,9 @@ class KafkaApis:
                               p["current_leader_epoch"]))
         max_wait_ms = min(max(body["max_wait_ms"], 0), FETCH_MAX_WAIT_MS)
         try:
+            isolation = 1 if v >= 4 and body.get("isolation_level") == 1 else 0
             req = _req(Api.FETCH, ctx, {"replica_id": -1, "max_wait_ms": max_wait_ms,
+                                        "isolation_level": isolation,
                                         "min_bytes": max(body["min_bytes"], 0),
                                         "max_bytes": min(max_bytes, FETCH_MAX_BYTES_MAX),
                                         "parts": parts, "min_one": min_one})
@@ -486,9 +488,15 @@ class KafkaApis:
                         data, start_offset=offset, verify=False)) if data else b"")
                 except CorruptRecordError:
                     code, records = int(ErrorCode.KAFKA_STORAGE_ERROR), b""
+                committed = h.last_stable_offset >= 0  # (isolation_level 1)
                 row = {"partition_index": key[1], "error_code": to_kafka(code),
-                       "high_watermark": h.high_watermark, "last_stable_offset": h.high_watermark,
-                       "log_start_offset": h.log_start_offset, "aborted_transactions": None,
+                       "high_watermark": h.high_watermark,
+                       "last_stable_offset": (h.last_stable_offset if committed
+                                              else h.high_watermark),
+                       "log_start_offset": h.log_start_offset,
+                       "aborted_transactions": ([{"producer_id": pid, "first_offset": first}
+                                                 for pid, first in h.aborted]
+                                                if committed else None),
                        "preferred_read_replica": -1, "records": records}
             by_topic.setdefault(key[0], []).append(row)
         return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0,

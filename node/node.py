@@ -199,9 +199,32 @@ class Node:
             topic_replication_factor=c.offsets_topic_replication_factor,
         )
         self.broker.groups = host  # (the group APIs' handlers)
-        self.replicas.on_reconciled = host.on_reconcile
+        txn = self._start_transactions(nursery)
+        txn.groups, host.txn = host, txn
+
+        def on_reconciled(deleted=()):
+            host.on_reconcile(deleted)
+            txn.on_reconcile(deleted)
+
+        self.replicas.on_reconciled = on_reconciled
         nursery.start_soon(host.run)
         host.on_reconcile()
+        txn.on_reconcile()
+
+    def _start_transactions(self, nursery):
+        """The transaction coordinator (node/txn_host.py) and its peer calls."""
+        from .peer import PeerSecurity
+        from .peer_calls import PeerCalls
+        from .txn_host import TxnHost
+
+        security = self.peer_security or PeerSecurity(self.config)
+        peers = PeerCalls(security, self.store, self.config.node_id)
+        txn = TxnHost(self.replicas, self.store, self.events, nursery, peers,
+                      self.broker.producer_ids, self.config,
+                      offsets_partitions=self.config.offsets_topic_num_partitions)
+        self.broker.txn = txn
+        nursery.start_soon(txn.run)
+        return txn
 
     def _start_scrubber(self, nursery) -> None:
         rate = self.config.log_scrub_bytes_per_sec

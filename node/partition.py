@@ -240,7 +240,8 @@ class Partition:
         hw = min(leader_hw, self.log.log_end_offset)
         self.maybe_increment_high_watermark(hw)
 
-    def append_as_leader(self, data: bytes, max_message_bytes: int) -> tuple[int, int]:
+    def append_as_leader(self, data: bytes, max_message_bytes: int,
+                         transactional_ok: bool = False) -> tuple[int, int]:
         """Append client batches; the caller answers the producer.
 
         Durable when it returns: written to the OS (page cache); of a durable topic
@@ -272,13 +273,39 @@ class Partition:
         if self.leader_state is not None:
             self.leader_state.before_append(self.log.log_end_offset)
         try:
-            base, last, duplicate = self.log.append_as_leader(data, leader_epoch=self.leader_epoch)
+            base, last, duplicate = self.log.append_as_leader(
+                data, leader_epoch=self.leader_epoch, transactional_ok=transactional_ok)
         except CorruptRecordError as e:
             raise ApiError(ErrorCode.CORRUPT_MESSAGE, str(e)) from None
         except StorageError as e:
             raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR, self._write_failed(e)) from None
         if duplicate:  # a retry of a batch this log holds: its original offsets
             return base, last
+        self._after_append()
+        return base, last
+
+    def append_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                      commit: bool) -> int:
+        """Append a transaction marker (WriteTxnMarkers) as leader; its offset.
+
+        Raises:
+            ApiError: NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR, or the log's marker
+                checks (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED).
+        """
+        if not self.is_leader:
+            raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"not the leader of {self}")
+        self._written()
+        if self.leader_state is not None:
+            self.leader_state.before_append(self.log.log_end_offset)
+        try:
+            offset = self.log.append_marker(producer_id, producer_epoch, coordinator_epoch,
+                                            commit, leader_epoch=self.leader_epoch)
+        except StorageError as e:
+            raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR, self._write_failed(e)) from None
+        self._after_append()
+        return offset
+
+    def _after_append(self) -> None:
         if self.disk is not None:
             self.disk.write_ok(self)
         try:
@@ -291,7 +318,6 @@ class Partition:
             self._appended()
         self.wake_leo_waiters()
         self.maybe_advance_hw()
-        return base, last
 
     def _write_failed(self, err: StorageError) -> str:
         """A write of this replica failed: the message for clients (and one log line

@@ -23,6 +23,7 @@ import time
 
 import trio
 
+from raftlog import records
 from raftlog.config import LogConfig
 from raftlog.errors import (
     ApiError,
@@ -59,6 +60,10 @@ PLANTED_BUGS = frozenset({
     "bug-skip-truncation",  # followers keep a divergent tail after a leader change
     "bug-ack-before-commit",  # metadata writes answered before the quorum commits them
     "bug-ack-before-fsync",  # durable topics acknowledged (and served) before the fsync
+    # transactions (#33):
+    "bug-skip-txn-verification",  # a transactional batch appended without KIP-890's check
+    "bug-lso-ignores-open-txn",  # read_committed reads up to the HW, open transactions too
+    "bug-marker-before-prepare-durable",  # markers sent before PrepareCommit/Abort is durable
 })
 
 
@@ -113,6 +118,10 @@ class ReplicaManager:
         self.on_reconciled = None
         #: Called with (partition, offset, error) when a read finds corrupt data on disk.
         self.on_corrupt_log = None
+        #: (producer id, epoch, topic, partition) -> whether the partition was verified
+        #: to be in the producer's ongoing transaction (node/txn_host.py); none here
+        #: until the transaction coordinator is hosted
+        self.txn_verified = lambda pid, epoch, topic, partition: False
 
     def _init_planted_bugs(self, flags: frozenset) -> None:
         # Planted bugs for the safety harness's proof that its checkers fire (test.flags;
@@ -127,6 +136,10 @@ class ReplicaManager:
         #: write.caching=false topics run as write.caching=true (page-cache acks, the
         #: periodic flush): node/partition.py's ``durable``
         self.bug_ack_before_fsync = "bug-ack-before-fsync" in flags
+        self._bug_skip_txn_verification = "bug-skip-txn-verification" in flags
+        self._bug_lso_ignores_open_txn = "bug-lso-ignores-open-txn" in flags
+        #: node/txn_host.py's
+        self.bug_marker_before_prepare_durable = "bug-marker-before-prepare-durable" in flags
         if flags:
             self.events.warning("planted_bugs_enabled", flags=",".join(sorted(flags)))
 
@@ -387,7 +400,22 @@ class ReplicaManager:
                         f"{part} has {len(part.isr)} in-sync replica(s) {list(part.isr)}; "
                         f"min.insync.replicas is {min_isr}",
                     )
-            base, last = part.append_as_leader(data, cfg.max_message_bytes)  # copied once, by the log
+            txn_ok = False
+            if len(data) >= records.HEADER_SIZE:
+                h = records.read_header(data, 0)
+                if h.attributes & records.ATTR_TRANSACTIONAL:
+                    # KIP-890: only a partition of the producer's ongoing transaction
+                    # (verified with its coordinator before this call) takes the batch
+                    if not (self._bug_skip_txn_verification or self.txn_verified(
+                            h.producer_id, h.producer_epoch, topic, partition)):
+                        raise ApiError(
+                            ErrorCode.INVALID_TXN_STATE,
+                            f"{topic}-{partition} is not in the ongoing transaction of "
+                            f"producer {h.producer_id} epoch {h.producer_epoch}: "
+                            "AddPartitionsToTxn first (nothing was written)")
+                    txn_ok = True
+            base, last = part.append_as_leader(data, cfg.max_message_bytes,  # copied once
+                                               txn_ok)
             ts = self.metrics.topic(topic)
             ts.bytes_in += len(data)
             ts.records_in += last - base + 1
@@ -509,6 +537,7 @@ class ReplicaManager:
         partition it has room for, so no partition of a busy leader starves."""
         replica = req.fields["replica_id"]
         consumer = replica < 0 and not self._bug_beyond_hw
+        committed = replica < 0 and req.fields.get("isolation_level", 0) == 1
         budget = req.fields["max_bytes"]
         min_one = req.fields.get("min_one", True)
         each_one = replica >= 0
@@ -520,7 +549,8 @@ class ReplicaManager:
             seen.add((topic, partition))
             limit = min(part_max, budget - total)
             header, piece = self._read_part(topic, partition, offset, limit, epoch, replica,
-                                            consumer, min_one and (not total or each_one))
+                                            consumer, min_one and (not total or each_one),
+                                            committed)
             headers.append(header)
             if piece is not None:
                 pieces.append(piece)
@@ -570,7 +600,8 @@ class ReplicaManager:
         return headers, pieces, total, error
 
     def _read_part(self, topic: str, partition: int, offset: int, limit: int, epoch: int,
-                   replica: int, consumer: bool, min_one: bool = True):
+                   replica: int, consumer: bool, min_one: bool = True,
+                   committed: bool = False):
         """One partition of a fetch: (FetchPartHeader, a file slice or None). Whole
         batches within ``limit`` bytes; with ``min_one``, at least the first batch
         even if it is larger, else nothing when it is."""
@@ -586,6 +617,11 @@ class ReplicaManager:
                                f"broker {replica} is not a replica of {part} here (yet)")
             log = part.log
             max_offset = part.high_watermark if consumer else None
+            lso = -1
+            if committed:  # read_committed: up to the last stable offset
+                lso = (part.high_watermark if self._bug_lso_ignores_open_txn
+                       else log.last_stable_offset())
+                max_offset = lso
             throttled = part.throttled is not None and replica in part.throttled[0]
             if throttled:  # a replica a reassignment adds: the node's byte budget
                 limit = min(limit, self.reassign_rate.allowance(part.throttled[1],
@@ -603,8 +639,13 @@ class ReplicaManager:
                     piece = sl
                 if throttled:
                     self.reassign_rate.spend(n)
+            if not committed:
+                return FetchPartHeader(topic, partition, 0, part.high_watermark,
+                                       log.log_start_offset, n, ""), piece
+            aborted = log.aborted_transactions(offset, piece.next_offset) if n else []
             return FetchPartHeader(topic, partition, 0, part.high_watermark,
-                                   log.log_start_offset, n, ""), piece
+                                   log.log_start_offset, n, "", lso,
+                                   [list(a) for a in aborted]), piece
         except ApiError as e:
             return FetchPartHeader(topic, partition, int(e.code), -1, -1, 0, e.message), None
         except OffsetOutOfRangeError as e:

@@ -80,6 +80,16 @@ ROUTES: dict[Api, Route] = {
     Api.UNREGISTER_BROKER: Route(Mode.QUORUM, "unregister_broker", Z.cluster(Z.ALTER)),
     Api.INIT_PRODUCER_ID: Route(Mode.AWAITS, "init_producer_id", "check_init_producer_id"),
     **{api: Route(Mode.AWAITS, "group_api", _GROUP_ACL[api]) for api in sorted(GROUP_APIS)},
+    # Transactions (node/txn_host.py). (No TransactionalId ACL resource yet: a
+    # principal that may write some topic may use them, as InitProducerId.)
+    Api.ADD_PARTITIONS_TO_TXN: Route(Mode.AWAITS, "txn_api",
+                                     Z.topics_of_parts(Z.WRITE)),
+    Api.ADD_OFFSETS_TO_TXN: Route(Mode.AWAITS, "txn_api", Z.group_field(Z.READ)),
+    Api.END_TXN: Route(Mode.AWAITS, "txn_api", "check_init_producer_id"),
+    Api.TXN_OFFSET_COMMIT: Route(Mode.AWAITS, "txn_offset_commit",
+                                 Z.both(Z.group_field(Z.READ),
+                                        Z.topics_of_parts(Z.READ, "offsets"))),
+    Api.WRITE_TXN_MARKERS: Route(Mode.AWAITS, "txn_api", Z.cluster(Z.CLUSTER_ACTION)),
     Api.DESCRIBE_LOG_DIRS: Route(Mode.INLINE, "describe_log_dirs", Z.cluster(Z.DESCRIBE)),
     # SASL is handled by the server itself (node/authn.py) before any route is used.
     Api.SASL_HANDSHAKE: Route(Mode.INLINE, "sasl"),

@@ -656,6 +656,12 @@ class Server:
         metrics = self.metrics
         try:
             if mode is Mode.PARKS:
+                if req.api is Api.PRODUCE and req.fields["transactional_id"] is not None:
+                    # KIP-890: the coordinator confirms the transactional batches'
+                    # partitions first (it may take a call to another node)
+                    if out.pieces:
+                        await out.flush(conn.sock)
+                    await self._verify_txn_produce(req)
                 parked = len(conn.parked)
                 answer = handler(req, conn)
                 if answer is None:  # parked (answered later) or acks=0 (never answered)
@@ -811,7 +817,36 @@ class Server:
         return self.broker.metadata(req, created)
 
     async def init_producer_id(self, req, conn: Conn):
+        if req.fields["transactional_id"] is not None:
+            return await self._txn().init_producer_id(req.fields), []
         return await self.broker.producer_ids.init_producer_id(req.fields), []
+
+    def _txn(self):
+        if self.broker.txn is None:
+            raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the node is starting")
+        return self.broker.txn
+
+    async def txn_offset_commit(self, req, conn: Conn):
+        """TXN_OFFSET_COMMIT, at the group's coordinator (node/coordinator.py)."""
+        if self.broker.groups is None:
+            raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the node is starting")
+        return await self.broker.groups.txn_offset_commit(req.fields), []
+
+    async def txn_api(self, req, conn: Conn):
+        """ADD_PARTITIONS_TO_TXN, END_TXN, WRITE_TXN_MARKERS (node/txn_host.py)."""
+        return await self._txn().handle(req.api, req.fields), []
+
+    async def _verify_txn_produce(self, req) -> None:
+        from raftlog.protocol import split_body
+
+        if self.broker.txn is None:
+            return  # (refused by the produce: nothing verified)
+        parts = req.fields["parts"]
+        try:
+            datas = split_body(req.body, [n for _t, _p, n in parts])
+        except ValueError:
+            return  # (the produce answers the bad body)
+        await self.broker.txn.verify_produce(req.fields["transactional_id"], parts, datas)
 
     def _durable(self, req) -> bool:
         return self.replicas.any_durable(req.fields["parts"])
@@ -820,6 +855,8 @@ class Server:
         if self.broker.groups is None:
             raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the node is starting")
         fields = req.fields
+        if req.api is Api.FIND_COORDINATOR and fields.get("key_type") == 1:
+            return self._txn().locate(fields["key"]), []
         if req.api is Api.JOIN_GROUP:  # DescribeGroups shows the member's host, as Kafka
             fields = {**fields, "client_host": _peer_host(conn)}
         return await self.broker.groups.service.handle(req.api, fields), []

@@ -66,6 +66,8 @@ from raftlog.segment import (
     LogSegment,
     parse_segment_name,
 )
+from raftlog.txn_log import CorruptTxnIndexError, TxnIndexes, replay_batch
+from raftlog.txn_log import rebuild as rebuild_txn_state
 
 CHECKPOINT_FILE = "partition.checkpoint"
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
@@ -130,6 +132,10 @@ class PartitionLog:
         # first use and after every truncation (so never ahead of the log); kept current
         # by leader and follower appends alike, so a new leader has it.
         self._producers: ProducerStateManager | None = None
+        # Aborted-transaction indexes (raftlog/txn_log.py), loaded or rebuilt with the
+        # producer state; ``_txn_stale``: segments were rewritten (compaction), rebuild.
+        self._txn: TxnIndexes | None = None
+        self._txn_stale = False
 
     # ------------------------------------------------------------------ open / recovery
 
@@ -281,7 +287,8 @@ class PartitionLog:
         return r.base_offset, r.last_offset
 
     def append_as_leader(
-        self, batches, *, leader_epoch: int = 0, now_ms: int | None = None
+        self, batches, *, leader_epoch: int = 0, now_ms: int | None = None,
+        transactional_ok: bool = False,
     ) -> LeaderAppend:
         """Append client batches as leader: assign offsets from the LEO, stamp the epoch.
 
@@ -296,7 +303,8 @@ class PartitionLog:
             CorruptRecordError: a batch is malformed (the log is unchanged).
             ApiError: INVALID_REQUEST (several idempotent batches at once) or the
                 producer check's error (OUT_OF_ORDER_SEQUENCE, INVALID_PRODUCER_EPOCH,
-                ...); the log is unchanged.
+                ...); INVALID_TXN_STATE for a transactional batch without
+                ``transactional_ok`` (its transaction not verified); the log is unchanged.
             StorageError: the disk write failed (the log is unchanged).
         """
         buf = bytearray(batches)  # the one copy: offsets are stamped into it
@@ -304,18 +312,23 @@ class PartitionLog:
         if not headers:
             raise CorruptRecordError("no record batch in the appended bytes")
         first = headers[0][1]
-        if any(h.attributes & (records.ATTR_TRANSACTIONAL | records.ATTR_CONTROL)
-               for _, h in headers):
-            # (markers come from a transaction coordinator, and a transactional batch
-            # needs its ongoing transaction verified first: neither is wired yet)
-            raise CorruptRecordError("transactional and control batches are not accepted "
-                                     "from producers yet")
+        if any(h.attributes & records.ATTR_CONTROL for _, h in headers):
+            raise CorruptRecordError("control batches (transaction markers) are written by "
+                                     "the transaction coordinator only (WriteTxnMarkers)")
+        txn = bool(first.attributes & records.ATTR_TRANSACTIONAL)
+        if txn and not transactional_ok:
+            # (KIP-890: the partition leader verified the partition is in the
+            # producer's ongoing transaction before it calls with transactional_ok)
+            raise ApiError(ErrorCode.INVALID_TXN_STATE,
+                           f"{os.path.basename(self.path)}: a transactional batch of producer "
+                           f"{first.producer_id} whose partition is not in its ongoing "
+                           "transaction: AddPartitionsToTxn first")
         if first.producer_id >= 0:
             if len(headers) != 1:
                 raise ApiError(ErrorCode.INVALID_REQUEST,
                                "an idempotent produce carries exactly one batch per partition")
             check = self.producers.check(first.producer_id, first.producer_epoch,
-                                         first.base_sequence, first.last_offset_delta + 1)
+                                         first.base_sequence, first.last_offset_delta + 1, txn)
             if check.verdict is Verdict.DUPLICATE:
                 d = check.duplicate
                 return LeaderAppend(d.base_offset, d.last_offset, True)
@@ -342,8 +355,77 @@ class PartitionLog:
         if first.producer_id >= 0:
             h = stamped[0][1]
             self._producers.update(h.producer_id, h.producer_epoch, h.base_sequence,
-                                   last - base + 1, base, h.max_timestamp)
+                                   last - base + 1, base, h.max_timestamp, txn)
         return LeaderAppend(base, last)
+
+    def append_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                      commit: bool, *, leader_epoch: int = 0, now_ms: int | None = None) -> int:
+        """Append a transaction marker (a control batch) as leader: the producer's open
+        transaction here closes; an abort adds its entry to the aborted-transaction
+        index of the marker's segment. Returns the marker's offset.
+
+        Raises:
+            ApiError: INVALID_PRODUCER_EPOCH (an epoch below the producer's),
+                COORDINATOR_FENCED (a coordinator epoch below the last marker's),
+                INVALID_REQUEST; the log is unchanged.
+            StorageError: the disk write failed (the log is unchanged).
+        """
+        from raftlog.txn_markers import ControlType, EndTxnMarker
+
+        check = self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        if check.verdict is not Verdict.APPEND:
+            raise ApiError(check.error_code, f"{os.path.basename(self.path)}: {check.message}")
+        now = now_ms if now_ms is not None else self._clock_ms()
+        offset = self.log_end_offset
+        marker = EndTxnMarker(ControlType.COMMIT if commit else ControlType.ABORT,
+                              coordinator_epoch)
+        buf = records.encode_control_batch(marker, producer_id=producer_id,
+                                           producer_epoch=producer_epoch, timestamp=now,
+                                           base_offset=offset, leader_epoch=leader_epoch)
+        headers = list(records.iter_batches(buf, verify=False))
+        if leader_epoch > self.latest_epoch:
+            self.assign_epoch(leader_epoch, offset)
+        self._append(buf, headers, now_ms)
+        done = self._producers.complete_txn(producer_id, producer_epoch, coordinator_epoch,
+                                            offset, not commit, now)
+        if not commit:
+            self._index_abort(offset, done)
+        return offset
+
+    def _index_abort(self, marker_offset: int, done) -> None:
+        txn = self.txn_indexes
+        i = bisect.bisect_right(self._bases, marker_offset) - 1
+        try:
+            txn.add(self._bases[max(i, 0)], done)
+        except (OSError, CorruptTxnIndexError):
+            self._txn_stale = True  # (rebuilt from the log on next use)
+
+    @property
+    def txn_indexes(self) -> TxnIndexes:
+        """The aborted-transaction indexes (raftlog/txn_log.py), loaded with the
+        producer state."""
+        self.producers  # noqa: B018 (loads both)
+        if self._txn is None or self._txn_stale:
+            with self._lock:
+                self._txn_stale = False
+                _state, self._txn = rebuild_txn_state(self.path, list(self._bases),
+                                                      self.iter_batches(self.log_start_offset))
+                self._txn.write_all()
+        return self._txn
+
+    def last_stable_offset(self) -> int:
+        """Where a read_committed fetch stops: the first offset of the earliest open
+        transaction (or one whose marker is not yet replicated), never above the high
+        watermark."""
+        return self.producers.last_stable_offset(self.high_watermark)
+
+    def aborted_transactions(self, fetch_offset: int, upper: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions overlapping
+        ``[fetch_offset, upper)``, from the indexes."""
+        if upper <= fetch_offset:
+            return []
+        with self._lock:
+            return self.txn_indexes.aborted(fetch_offset, upper)
 
     def append_as_follower(self, batches) -> tuple[int, int]:
         """Append batches fetched from the leader, keeping their offsets and epochs;
@@ -374,10 +456,18 @@ class PartitionLog:
             if h.leader_epoch > self.latest_epoch:
                 self.assign_epoch(h.leader_epoch, h.base_offset)
             expected = h.next_offset
+        control = any(h.attributes & records.ATTR_CONTROL for _, h in headers)
+        if control:
+            self.producers  # noqa: B018 (loaded before: a marker's abort is indexed)
         base, last = self._append(buf, headers, None)
         if self._producers is not None:
-            for _pos, h in headers:
-                self._producers.apply_header(h)
+            for pos, h in headers:
+                if control and h.attributes & records.ATTR_CONTROL:
+                    done = replay_batch(self._producers, h, buf, pos)
+                    if done is not None and done.aborted:
+                        self._index_abort(h.base_offset, done)
+                else:
+                    self._producers.apply_header(h)
         return base, last
 
     def _append(self, data: bytes, headers, now_ms: int | None) -> tuple[int, int]:
@@ -514,12 +604,28 @@ class PartitionLog:
         from the clean-shutdown snapshot plus the batch headers after it, or rebuilt
         from every batch header, on first use."""
         if self._producers is None:
-            state = self._load_producer_snapshot() or ProducerStateManager()
-            start = state.end_offset
-            for h, _ in self.iter_batches(max(self.log_start_offset, start)):
-                if h.producer_id >= 0 and h.base_offset >= start:
-                    state.apply_header(h)
-            self._producers = state
+            with self._lock:
+                state = self._load_producer_snapshot()
+                txn = None
+                if state is not None:
+                    try:
+                        txn = TxnIndexes.load(self.path, [(s.base_offset, s.next_offset)
+                                                          for s in self.segments])
+                    except (CorruptTxnIndexError, OSError):
+                        txn = None
+                if txn is None:  # every batch replayed; the indexes rebuilt with it
+                    state, txn = rebuild_txn_state(self.path, list(self._bases),
+                                                   self.iter_batches(self.log_start_offset))
+                    txn.write_all()
+                else:
+                    start = state.end_offset
+                    for h, data in self.iter_batches(max(self.log_start_offset, start)):
+                        if h.producer_id >= 0 and h.base_offset >= start:
+                            done = replay_batch(state, h, data, 0)
+                            if done is not None and done.aborted:
+                                i = bisect.bisect_right(self._bases, h.base_offset) - 1
+                                txn.add(self._bases[max(i, 0)], done)
+                self._producers, self._txn = state, txn
         return self._producers
 
     def _snapshot_path(self) -> str:
@@ -538,6 +644,7 @@ class PartitionLog:
     def _forget_producers(self) -> None:
         """Before a truncation: the state and its snapshot may be ahead of the log."""
         self._producers = None
+        self._txn = None  # (rebuilt with the producer state)
         try:
             os.unlink(self._snapshot_path())
         except OSError:
@@ -799,7 +906,9 @@ class PartitionLog:
         """Compaction (``cleanup.policy=compact``); see compaction.py."""
         from raftlog.compaction import compact_log
 
-        return compact_log(self, now_ms if now_ms is not None else self._clock_ms())
+        stats = compact_log(self, now_ms if now_ms is not None else self._clock_ms())
+        self._txn_stale = True  # segments rewritten: the indexes are rebuilt on next use
+        return stats
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -80,6 +80,12 @@ class Api(enum.IntEnum):
     # Admin (issue 37)
     OFFSET_DELETE = 47  # (Kafka's key)
     DELETE_RECORDS = 48
+    # Transactions (issue 33); Kafka's keys 24-27 and 29 are taken natively
+    ADD_PARTITIONS_TO_TXN = 25
+    ADD_OFFSETS_TO_TXN = 26
+    END_TXN = 27
+    WRITE_TXN_MARKERS = 28
+    TXN_OFFSET_COMMIT = 29
 
 
 # Special timestamps of ListOffsets, as Kafka.
@@ -374,6 +380,9 @@ _LIST_PART = _tuple(_TOPIC, _nonneg, _int)
 REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     Api.API_VERSIONS: {},
     Api.PRODUCE: {
+        # a transactional producer's: its batches' partitions are verified to be in
+        # its ongoing transaction before they are appended (KIP-890)
+        "transactional_id": (_opt(_str), None),
         "acks": (_int, 1),
         "timeout_ms": (_nonneg, 30_000),
         "parts": (_list(_PRODUCE_PART, L.PARTITIONS_PER_PRODUCE_MAX), REQUIRED),
@@ -389,6 +398,9 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         # names only what changed (``parts`` upserted, ``forgotten`` dropped) and the
         # answer holds only partitions with news. See node/fetch_session.py.
         "session": (_one_of(0, FETCH_SESSION_FULL, FETCH_SESSION_INCREMENTAL), 0),
+        # 0 read_uncommitted (up to the high watermark), 1 read_committed (up to the
+        # last stable offset, with the aborted transactions of the range)
+        "isolation_level": (_one_of(0, 1), 0),
         "forgotten": (_list(_tuple(_TOPIC, _nonneg), L.PARTITIONS_PER_FETCH_MAX), []),
         # A follower's flushed offsets (#34, durable acknowledgement): [topic, partition,
         # flushed offset] of every partition named in ``parts`` and of any other whose
@@ -464,8 +476,55 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     Api.UNREGISTER_BROKER: {"broker_id": (_nonneg, REQUIRED), "timeout_ms": (_nonneg, 30_000)},
     # topics: only these (None: every partition the node hosts)
     Api.DESCRIBE_LOG_DIRS: {"topics": (_opt(_list(_TOPIC, L.ENTRIES_PER_REQUEST_MAX)), None)},
-    Api.INIT_PRODUCER_ID: {"timeout_ms": (_nonneg, 30_000)},
-    Api.FIND_COORDINATOR: {"key": (_str, REQUIRED)},
+    Api.INIT_PRODUCER_ID: {
+        "timeout_ms": (_nonneg, 30_000),
+        # a transactional producer's id and transaction.timeout.ms; producer_id/epoch
+        # its current ones (KIP-360), -1 for a new instance
+        "transactional_id": (_opt(_str), None),
+        "transaction_timeout_ms": (_int, 60_000),
+        "producer_id": (_int, -1),
+        "producer_epoch": (_int, -1),
+    },
+    # key_type 0: a group, 1: a transactional id
+    Api.FIND_COORDINATOR: {"key": (_str, REQUIRED), "key_type": (_one_of(0, 1), 0)},
+    Api.ADD_PARTITIONS_TO_TXN: {
+        "transactional_id": (_str, REQUIRED),
+        "producer_id": (_int, REQUIRED),
+        "producer_epoch": (_int, REQUIRED),
+        "parts": (_list(_tuple(_TOPIC, _nonneg), L.ENTRIES_PER_REQUEST_MAX), REQUIRED),
+        # KIP-890: only check the partitions are in the ongoing transaction
+        "verify_only": (_bool, False),
+    },
+    Api.ADD_OFFSETS_TO_TXN: {
+        "transactional_id": (_str, REQUIRED),
+        "producer_id": (_int, REQUIRED),
+        "producer_epoch": (_int, REQUIRED),
+        "group": (_str, REQUIRED),
+    },
+    Api.END_TXN: {
+        "transactional_id": (_str, REQUIRED),
+        "producer_id": (_int, REQUIRED),
+        "producer_epoch": (_int, REQUIRED),
+        "commit": (_bool, REQUIRED),
+    },
+    # markers: [producer id, producer epoch, coordinator epoch, commit, [[topic, p], ...]]
+    Api.WRITE_TXN_MARKERS: {
+        "markers": (_list(_tuple(_int, _int, _int, _bool,
+                                 _list(_tuple(_TOPIC, _nonneg), L.ENTRIES_PER_REQUEST_MAX)),
+                          1000), REQUIRED),
+        "timeout_ms": (_nonneg, 30_000),
+    },
+    Api.TXN_OFFSET_COMMIT: {
+        "transactional_id": (_str, REQUIRED),
+        "producer_id": (_int, REQUIRED),
+        "producer_epoch": (_int, REQUIRED),
+        "group": (_str, REQUIRED),
+        "generation": (_int, -1),
+        "member_id": (_str, ""),
+        "group_instance_id": (_opt(_str), None),
+        # [topic, partition, offset, metadata]
+        "offsets": (_list(_tuple(_TOPIC, _nonneg, _nonneg, _opt(_str)), 100_000), REQUIRED),
+    },
     Api.JOIN_GROUP: {
         "group": (_str, REQUIRED),
         "member_id": (_str, ""),
@@ -564,6 +623,20 @@ class FetchPartHeader(NamedTuple):
     high_watermark: int  # -1 on error
     log_start_offset: int
     length: int
+    message: str = ""
+    #: read_committed (isolation_level 1): the last stable offset, and [producer id,
+    #: first offset] of the aborted transactions the returned batches overlap
+    last_stable_offset: int = -1
+    aborted: list = []
+
+
+class TxnMarkerResult(NamedTuple):
+    """WRITE_TXN_MARKERS ``results``: one per (marker, partition)."""
+
+    producer_id: int
+    topic: str
+    partition: int
+    error: int
     message: str = ""
 
 
@@ -796,6 +869,9 @@ RESPONSE_PARTS: dict[Api, dict[str, Callable[[Any], Any]]] = {
     Api.DESCRIBE_CONFIGS: {"configs": _rows_of(ConfigEntry)},
     Api.JOIN_GROUP: {"members": _rows_of(JoinMember)},
     Api.OFFSET_COMMIT: {"parts": _rows_of(PartitionResult)},
+    Api.TXN_OFFSET_COMMIT: {"parts": _rows_of(PartitionResult)},
+    Api.ADD_PARTITIONS_TO_TXN: {"parts": _rows_of(PartitionResult)},
+    Api.WRITE_TXN_MARKERS: {"results": _rows_of(TxnMarkerResult)},
     Api.OFFSET_FETCH: {"parts": _rows_of(CommittedOffsetRow)},
     Api.LIST_GROUPS: {"groups": _rows_of(GroupListing)},
     Api.DESCRIBE_GROUPS: {"groups": _group_descriptions},

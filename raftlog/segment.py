@@ -578,7 +578,8 @@ class LogSegment:
 
     def delete(self) -> None:
         """Unlink the files; the fd closes when the last FileSlice is gone."""
-        for p in (self.path, self.index_path, self.timeindex_path):
+        txnindex = self.path[: -len(LOG_SUFFIX)] + ".txnindex"
+        for p in (self.path, self.index_path, self.timeindex_path, txnindex):
             try:
                 os.unlink(p)
             except FileNotFoundError:

@@ -226,7 +226,8 @@ def test_responses_come_back_typed_and_shape_checked():
                                      PartitionMetadata(0, 0, 1, 4, [1], [1], [])]).to_wire()]}))
     # a newer peer may append fields: ignored
     c.receive_data(encode_frame({"id": fetch_id, "error": 0,
-                                 "parts": [["t", 0, 0, 7, 0, 3, "", "future"]]}, b"abc"))
+                                 "parts": [["t", 0, 0, 7, 0, 3, "", -1, [], "future"]]},
+                                b"abc"))
     part = c.next_response().header["parts"][0]
     assert (part.topic, part.error, part.base_offset) == ("t", 0, 41)
     h = c.next_response().header

@@ -169,16 +169,25 @@ def test_produce_never_takes_control_batches_nor_unsequenced_transactional_ones(
         list(kb.iter_batches(bytes(raw)))
 
 
-def test_a_log_refuses_control_and_transactional_batches_from_producers(tmp_path):
+def test_a_log_refuses_control_and_unverified_transactional_batches_from_producers(tmp_path):
+    """A producer never appends a marker (only WriteTxnMarkers does, append_marker), and
+    a transactional batch only once its leader verified the transaction
+    (transactional_ok, KIP-890)."""
+    from raftlog.errors import ApiError, ErrorCode
+
     log = PartitionLog.open(str(tmp_path / "p"))
     log.append(rl.encode_batch([b"a"]))
-    for data in (rl.encode_control_batch(EndTxnMarker(ControlType.COMMIT, 0), producer_id=1,
-                                         producer_epoch=0, timestamp=1),
-                 rl.encode_batch([b"t"], producer_id=1, producer_epoch=0, base_sequence=0,
-                                 transactional=True)):
-        with pytest.raises(CorruptRecordError, match="not accepted"):
-            log.append(data)
+    with pytest.raises(CorruptRecordError, match="transaction coordinator only"):
+        log.append(rl.encode_control_batch(EndTxnMarker(ControlType.COMMIT, 0), producer_id=1,
+                                           producer_epoch=0, timestamp=1))
+    txn = rl.encode_batch([b"t"], producer_id=1, producer_epoch=0, base_sequence=0,
+                          transactional=True)
+    with pytest.raises(ApiError) as e:
+        log.append(txn)
+    assert e.value.code is ErrorCode.INVALID_TXN_STATE
     assert log.log_end_offset == 1
+    log.append_as_leader(txn, transactional_ok=True)
+    assert log.log_end_offset == 2
     log.close()
 
 

@@ -1,0 +1,195 @@
+"""The transactional producer's side of the protocol (KIP-98, KIP-890): the calls to the
+transaction coordinator, made on the caller's thread, and the transaction's state.
+
+States: ``uninitialized`` -> init_transactions() -> ``ready`` -> begin_transaction() ->
+``in_transaction`` -> commit/abort -> ``ready``. A fatal error (ProducerFencedError)
+leaves ``fatal``: only close() helps. The producer id and epoch come from InitProducerId
+and, after each EndTxn, from its answer (the epoch is bumped every time: KIP-890).
+"""
+
+from __future__ import annotations
+
+import time
+
+from raftlog.errors import ApiError, ErrorCode
+from raftlog.protocol import Api
+
+from .conn import BrokerConnection
+from .errors import BrokerNotAvailableError, ProducerFencedError
+
+#: Errors after which a coordinator call is sent again (after a backoff).
+_RETRY = {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR,
+          ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.CONCURRENT_TRANSACTIONS,
+          ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS,
+          ErrorCode.NOT_LEADER_OR_FOLLOWER}
+_FATAL = {ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH,
+          ErrorCode.INVALID_PRODUCER_ID_MAPPING}
+
+
+class TransactionManager:
+    def __init__(self, transactional_id: str, timeout_ms: int, addresses, security,
+                 request_timeout_s: float, retry_backoff_s: float, max_block_s: float):
+        if not transactional_id:
+            raise ValueError("transactional_id must be a non-empty string")
+        self.transactional_id = transactional_id
+        self.timeout_ms = timeout_ms
+        self._addresses = addresses  # () -> [(host, port), ...]
+        self._security = security
+        self._request_timeout_s = request_timeout_s
+        self._backoff_s = max(retry_backoff_s, 0.01)
+        self._max_block_s = max_block_s
+        self._coordinator: BrokerConnection | None = None
+        self.state = "uninitialized"
+        self.producer_id = -1
+        self.producer_epoch = -1
+        #: partitions added to the ongoing transaction
+        self.partitions: set = set()
+
+    # ------------------------------------------------------------------ calls
+
+    def _find(self) -> BrokerConnection:
+        last: Exception | None = None
+        for host, port in self._addresses():
+            try:
+                conn = BrokerConnection(host, port, self._request_timeout_s,
+                                        security=self._security)
+            except BrokerNotAvailableError as e:
+                last = e
+                continue
+            try:
+                h = conn.request(Api.FIND_COORDINATOR,
+                                 {"key": self.transactional_id, "key_type": 1},
+                                 timeout_s=self._request_timeout_s).header
+            except (ApiError, BrokerNotAvailableError) as e:
+                last = e
+                continue
+            finally:
+                conn.close()
+            return BrokerConnection(h["host"], h["port"], self._request_timeout_s,
+                                    security=self._security)
+        raise last or BrokerNotAvailableError("no node to ask for the transaction coordinator")
+
+    def call(self, api: Api, fields: dict, timeout_s: float | None = None) -> dict:
+        """Send to the coordinator; retriable errors are retried (found again) until
+        ``timeout_s`` (default max_block_ms). Fatal ones raise ProducerFencedError."""
+        deadline = time.monotonic() + (self._max_block_s if timeout_s is None else timeout_s)
+        while True:
+            try:
+                if self._coordinator is None:
+                    self._coordinator = self._find()
+                return self._coordinator.request(api, fields,
+                                                 timeout_s=self._request_timeout_s).header
+            except (ApiError, BrokerNotAvailableError) as e:
+                code = getattr(e, "code", None)
+                if code in _FATAL:
+                    self.state = "fatal"
+                    raise ProducerFencedError(
+                        f"{self.transactional_id!r}: {getattr(e, 'message', e)} (a newer "
+                        "instance with this transactional id took over: close this "
+                        "producer)") from None
+                retry = code is None or code in _RETRY
+                if code is None or code in (ErrorCode.NOT_COORDINATOR,
+                                            ErrorCode.COORDINATOR_NOT_AVAILABLE):
+                    self._close_coordinator()
+                if not retry or time.monotonic() + self._backoff_s > deadline:
+                    raise
+                time.sleep(self._backoff_s)
+
+    def _close_coordinator(self) -> None:
+        if self._coordinator is not None:
+            self._coordinator.close()
+            self._coordinator = None
+
+    def close(self) -> None:
+        self._close_coordinator()
+
+    # ------------------------------------------------------------------ operations
+
+    def init(self) -> tuple[int, int]:
+        h = self.call(Api.INIT_PRODUCER_ID, {
+            "transactional_id": self.transactional_id,
+            "transaction_timeout_ms": self.timeout_ms,
+            "producer_id": self.producer_id, "producer_epoch": self.producer_epoch})
+        self.producer_id, self.producer_epoch = h["producer_id"], h["producer_epoch"]
+        self.state = "ready"
+        self.partitions.clear()
+        return self.producer_id, self.producer_epoch
+
+    def check(self, *states: str) -> None:
+        if self.state == "fatal":
+            raise ProducerFencedError(f"{self.transactional_id!r} was fenced: close this producer")
+        if self.state not in states:
+            raise ApiError(ErrorCode.INVALID_TXN_STATE,
+                           f"transactional producer {self.transactional_id!r} is "
+                           f"{self.state}, not {' or '.join(states)}")
+
+    def add_partition(self, topic: str, partition: int) -> None:
+        if (topic, partition) in self.partitions:
+            return
+        self.call(Api.ADD_PARTITIONS_TO_TXN, {
+            "transactional_id": self.transactional_id, "producer_id": self.producer_id,
+            "producer_epoch": self.producer_epoch, "parts": [[topic, partition]]})
+        self.partitions.add((topic, partition))
+
+    def send_offsets(self, offsets: list, group) -> None:
+        """AddOffsetsToTxn, then TxnOffsetCommit at the group's coordinator."""
+        fields = {"transactional_id": self.transactional_id, "producer_id": self.producer_id,
+                  "producer_epoch": self.producer_epoch}
+        self.call(Api.ADD_OFFSETS_TO_TXN, {**fields, "group": group.group_id})
+        self.partitions.add(("__consumer_offsets", -1))  # (an EndTxn is needed now)
+        deadline = time.monotonic() + self._max_block_s
+        while True:
+            conn = None
+            try:
+                conn = self._group_coordinator(group.group_id)
+                h = conn.request(Api.TXN_OFFSET_COMMIT, {
+                    **fields, "group": group.group_id, "generation": group.generation_id,
+                    "member_id": group.member_id,
+                    "group_instance_id": getattr(group, "group_instance_id", None),
+                    "offsets": [[t, p, o, None] for t, p, o in offsets]},
+                    timeout_s=self._request_timeout_s).header
+                bad = [r for r in h["parts"] if r.error]
+                if not bad:
+                    return
+                raise ApiError(ErrorCode(bad[0].error), bad[0].message)
+            except (ApiError, BrokerNotAvailableError) as e:
+                code = getattr(e, "code", None)
+                if code in _FATAL:
+                    self.state = "fatal"
+                    raise ProducerFencedError(str(e)) from None
+                if (code is not None and code not in _RETRY) or time.monotonic() > deadline:
+                    raise
+                time.sleep(self._backoff_s)
+            finally:
+                if conn is not None:
+                    conn.close()
+
+    def _group_coordinator(self, group_id: str) -> BrokerConnection:
+        for host, port in self._addresses():
+            try:
+                conn = BrokerConnection(host, port, self._request_timeout_s,
+                                        security=self._security)
+            except BrokerNotAvailableError:
+                continue
+            try:
+                h = conn.request(Api.FIND_COORDINATOR, {"key": group_id},
+                                 timeout_s=self._request_timeout_s).header
+            except (ApiError, BrokerNotAvailableError):
+                continue
+            finally:
+                conn.close()
+            return BrokerConnection(h["host"], h["port"], self._request_timeout_s,
+                                    security=self._security)
+        raise BrokerNotAvailableError(f"no node named the coordinator of group {group_id!r}")
+
+    def end(self, commit: bool) -> tuple[int, int]:
+        if not self.partitions:  # nothing was sent: nothing to decide
+            self.state = "ready"
+            return self.producer_id, self.producer_epoch
+        h = self.call(Api.END_TXN, {
+            "transactional_id": self.transactional_id, "producer_id": self.producer_id,
+            "producer_epoch": self.producer_epoch, "commit": commit})
+        self.producer_id, self.producer_epoch = h["producer_id"], h["producer_epoch"]
+        self.partitions.clear()
+        self.state = "ready"
+        return self.producer_id, self.producer_epoch

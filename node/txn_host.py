@@ -1,0 +1,508 @@
+"""Hosts the transaction coordinator on a node, as node/coordinator.py hosts the group
+coordinator: the pure state machine is :class:`~raftlog.node.transactions.TransactionCoordinator`;
+this module gives it the node.
+
+* the topic ``__transaction_state``: created on the first FindCoordinator of a
+  transactional id (or InitProducerId), ``transaction.state.log.num.partitions``
+  partitions, replication factor ``min(transaction.state.log.replication.factor, live
+  brokers)``, ``cleanup.policy=compact`` and ``min.insync.replicas=2`` when RF >= 3;
+* load / unload after every metadata change: a partition this node now leads is
+  replayed into the coordinator at its leader epoch (the coordinator epoch), and the
+  transactions caught between Prepare* and Complete* are finished (markers re-sent);
+  one it no longer leads is dropped;
+* every :class:`~raftlog.node.transactions.Write` is appended to its partition with
+  acks=all (the ISR holds it, min.insync.replicas applies) before ``persisted``;
+* markers (:class:`~raftlog.node.transactions.SendMarkers`) go to the partitions'
+  leaders as WRITE_TXN_MARKERS (appended here when this node leads), retried with a
+  backoff while this node still coordinates the transaction at that epoch, then
+  ``complete`` is written;
+* a timer drives ``tick`` (timeout aborts, expired ids);
+* KIP-890: a leader verifies a transactional produce's partitions with the coordinator
+  (here, or AddPartitionsToTxn ``verify_only`` to the coordinator's node), and keeps
+  the yes answers per (producer id, epoch) in a bounded cache.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import replace
+
+import trio
+
+from raftlog import records
+from raftlog.errors import ApiError, CorruptRecordError, ErrorCode, OffsetOutOfRangeError
+from raftlog.protocol import Api, PartitionResult, TxnMarkerResult
+from raftlog.txn_markers import ControlType
+
+from .clock import SteadyWallClock
+from .coordinator import _read_all
+from .groups import OFFSETS_TOPIC
+from .transactions import (
+    TRANSACTION_STATE_TOPIC,
+    CorruptTxnRecordError,
+    Outcome,
+    SendMarkers,
+    TransactionCoordinator,
+    TxnConfig,
+)
+
+#: Producers whose verified partitions a leader remembers at most (LRU).
+VERIFIED_MAX = 100_000
+#: Marker delivery: backoff between rounds (doubling up to the cap).
+MARKER_BACKOFF_S = (0.05, 1.0)
+#: How long one WRITE_TXN_MARKERS or verification call may take.
+PEER_TIMEOUT_S = 10.0
+#: Longest wait of the timeout-abort timer; and the shortest (a deadline already
+#: passed whose abort is still being written is looked at again after this).
+TICK_MAX_S = 1.0
+TICK_MIN_S = 0.02
+
+
+class TxnHost:
+    """The node's transaction coordinator and its glue (trio thread only)."""
+
+    def __init__(self, replicas, store, events, nursery, peers, producer_ids, config, *,
+                 offsets_partitions: int):
+        self.replicas = replicas
+        self.store = store
+        self.events = events
+        self.nursery = nursery
+        self.peers = peers  # node/peer_calls.py
+        self.producer_ids = producer_ids  # node/producer_ids.py
+        self.node_id = config.node_id
+        self.topic_partitions = config.transaction_state_log_num_partitions
+        self.topic_replication_factor = config.transaction_state_log_replication_factor
+        self.check_s = config.transaction_abort_timed_out_check_ms / 1000
+        self.coordinator = TransactionCoordinator(
+            TxnConfig(max_timeout_ms=config.transaction_max_timeout_ms,
+                      partitions=config.transaction_state_log_num_partitions,
+                      offsets_partitions=offsets_partitions),
+            self._new_producer_id)
+        self._clock = SteadyWallClock()
+        self._loaded: dict[int, int] = {}
+        self._creating = False
+        self._allocating = False
+        #: producer id -> (epoch, {(topic, partition)}) verified in its transaction
+        self._verified: OrderedDict = OrderedDict()
+        self._poked = trio.Event()
+        #: the group coordinator's host (node/coordinator.py): told of the markers
+        #: appended to ``__consumer_offsets`` (transactional offset commits)
+        self.groups = None
+        replicas.txn_verified = self.is_verified
+
+    def now_ms(self) -> int:
+        return self._clock()
+
+    # ------------------------------------------------------------------ producer ids
+
+    def _new_producer_id(self) -> int | None:
+        pid = self.producer_ids.blocks.next_id()
+        if pid is None and not self._allocating:
+            self._allocating = True
+            self.nursery.start_soon(self._allocate)
+        return pid
+
+    async def _allocate(self) -> None:
+        try:
+            await self.producer_ids.init_producer_id({})  # reserves a block, takes one id
+        except ApiError as e:
+            self.events.warning("txn_producer_id_block_failed", error=e.message)
+        finally:
+            self._allocating = False
+
+    # ------------------------------------------------------------------ timer
+
+    async def run(self) -> None:
+        while True:
+            deadline = self.coordinator.next_deadline_ms()
+            wait = self.check_s if deadline is None else (deadline - self.now_ms()) / 1000
+            with trio.move_on_after(min(max(wait, TICK_MIN_S), self.check_s, TICK_MAX_S)):
+                await self._poked.wait()
+            self._poked = trio.Event()
+            try:
+                for w in self.coordinator.tick(self.now_ms()):
+                    self.nursery.start_soon(self._carry_out, w)
+            except Exception as e:  # a bug of ours: keep coordinating
+                self.events.error("txn_tick_failed", error=repr(e))
+
+    async def _carry_out(self, write) -> None:
+        """A write of the timer's (timeout abort, expiry): persisted, then its effects."""
+        try:
+            await self._finish(Outcome(write=write))
+        except ApiError as e:
+            self.events.warning("txn_timer_write_failed", transactional_id=write.transactional_id,
+                                kind=write.kind, error=e.message)
+
+    # ------------------------------------------------------------------ topic
+
+    def _topic(self):
+        return self.store.topics.get(TRANSACTION_STATE_TOPIC)
+
+    def _ensure_topic(self) -> None:
+        if not self._creating:
+            self._creating = True
+            self.nursery.start_soon(self._create_topic)
+
+    async def _create_topic(self) -> None:
+        try:
+            live = [b for b in self.store.brokers() if not b.fenced]
+            rf = max(1, min(self.topic_replication_factor, len(live)))
+            config = {"cleanup.policy": "compact"}
+            if rf >= 3:
+                config["min.insync.replicas"] = "2"
+            await trio.to_thread.run_sync(self.store.create, TRANSACTION_STATE_TOPIC,
+                                          self.topic_partitions, config, rf)
+            self.replicas.reconcile()
+            self.events.info("transaction_state_topic_created",
+                             partitions=self.topic_partitions, replication_factor=rf)
+        except ApiError as e:
+            if e.code is not ErrorCode.TOPIC_ALREADY_EXISTS:
+                self.events.warning("transaction_state_topic_create_failed", error=e.message)
+        finally:
+            self._creating = False
+
+    def _leader_of(self, topic: str, partition: int) -> int:
+        info = self.store.topics.get(topic)
+        if info is None or partition >= len(info.partitions):
+            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                           f"unknown partition {topic}-{partition}")
+        return info.partitions[partition].leader
+
+    def locate(self, transactional_id: str) -> dict:
+        """FindCoordinator of a transactional id: the leader of its partition."""
+        if not transactional_id:
+            raise ApiError(ErrorCode.INVALID_REQUEST, "a transactional id is a non-empty string")
+        info = self._topic()
+        if info is None:
+            self._ensure_topic()
+            raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                           f"{TRANSACTION_STATE_TOPIC} is being created; retry")
+        p = self.coordinator.partition_for(transactional_id)
+        if p >= len(info.partitions):
+            raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                           f"{TRANSACTION_STATE_TOPIC} has {len(info.partitions)} partitions")
+        leader = info.partitions[p].leader
+        for b in self.store.brokers():
+            if b.node_id == leader and not b.fenced:
+                return {"node_id": b.node_id, "host": b.host, "port": b.port}
+        raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                       f"{TRANSACTION_STATE_TOPIC}-{p} has no live leader")
+
+    # ------------------------------------------------------------------ load / unload
+
+    def on_reconcile(self, deleted_topics=()) -> None:
+        """After a metadata change: load what this node now leads, unload the rest."""
+        info = self._topic()
+        leading: dict[int, int] = {}
+        if info is not None:
+            for p in range(len(info.partitions)):
+                part = self.replicas.partitions.get((TRANSACTION_STATE_TOPIC, p))
+                if part is not None and part.is_leader and self.replicas.registered:
+                    leading[p] = part.leader_epoch
+        for p in [p for p in self._loaded if leading.get(p) != self._loaded[p]]:
+            self._loaded.pop(p, None)
+            self.coordinator.unload(p)
+            self.events.info("txn_partition_unloaded", partition=p)
+        for p, epoch in leading.items():
+            if p not in self._loaded:
+                self._loaded[p] = epoch
+                self.nursery.start_soon(self._load, p, epoch)
+
+    async def _load(self, partition: int, epoch: int) -> None:
+        part = self.replicas.partitions.get((TRANSACTION_STATE_TOPIC, partition))
+        if part is None:
+            return
+        self.coordinator.begin_loading(partition, epoch)
+        started = time.monotonic()
+        # Everything an earlier leader appended is below the HW once this leader's first
+        # append of its epoch is: read to the log end (a new leader's log holds every
+        # acknowledged record; an unacknowledged tail is replayed too, as Kafka does).
+        end = part.log.log_end_offset
+        try:
+            recs = await trio.to_thread.run_sync(_read_all, part.log, end)
+        except (CorruptRecordError, OffsetOutOfRangeError, OSError) as e:
+            self.events.error("txn_load_failed", partition=partition, error=repr(e))
+            if self._loaded.get(partition) == epoch:
+                self._loaded.pop(partition, None)
+                self.coordinator.unload(partition)
+            return
+        if self._loaded.get(partition) != epoch or not part.is_leader:
+            return
+        bad = 0
+        for key, value in recs:
+            try:
+                self.coordinator.replay(partition, key, value)
+            except CorruptTxnRecordError as e:
+                bad += 1
+                self.events.error("txn_record_corrupt", partition=partition, error=str(e))
+        for m in self.coordinator.finish_loading(partition):
+            self.nursery.start_soon(self._deliver, m)
+        self._poked.set()
+        self.events.info("txn_partition_loaded", partition=partition, records=len(recs),
+                         corrupt=bad, ms=round((time.monotonic() - started) * 1000, 1))
+
+    # ------------------------------------------------------------------ writes
+
+    async def _persist(self, write) -> None:
+        data = records.encode_batch([write.value], [write.key], timestamp=int(time.time() * 1000))
+        waits: list = []
+        r = self.replicas.produce_one(TRANSACTION_STATE_TOPIC, write.partition, data, -1, waits)
+        if r.error:
+            raise ApiError(ErrorCode(r.error), r.message)
+        if waits:
+            deadline = trio.current_time() + self.replicas.config.request_timeout_ms / 1000
+            failed = await self.replicas.await_replicated(waits, deadline)
+            for err in failed.values():
+                raise err
+
+    async def _finish(self, outcome: Outcome) -> dict:
+        """Carry out an operation's outcome: its write (acks=all) first, then the
+        effects; the response (raises the request's error)."""
+        if outcome.write is not None:
+            w = outcome.write
+            if (self.replicas.bug_marker_before_prepare_durable and w.kind == "end"
+                    and w.target is not None):  # (planted bug: test.flags)
+                m = w.target
+                self.nursery.start_soon(self._send_markers_early, SendMarkers(
+                    w.transactional_id, m.marker_producer_id, m.marker_epoch,
+                    ControlType.COMMIT if m.state.value == "PrepareCommit" else ControlType.ABORT,
+                    w.coordinator_epoch, tuple(sorted(m.partitions))))
+            try:
+                await self._persist(w)
+            except ApiError as e:
+                code = (ErrorCode.NOT_COORDINATOR
+                        if e.code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NOT_COORDINATOR)
+                        else ErrorCode.COORDINATOR_NOT_AVAILABLE)
+                self.coordinator.write_failed(w, code)
+                raise ApiError(code, f"{TRANSACTION_STATE_TOPIC}-{w.partition}: {e.message}") from None
+            outcome = self.coordinator.persisted(w)
+        for e in outcome.effects:
+            if isinstance(e, SendMarkers):
+                self.nursery.start_soon(self._deliver, e)
+        if outcome.error is not ErrorCode.NONE:
+            raise ApiError(outcome.error, _ERROR_TEXT.get(outcome.error, ""))
+        return outcome.response or {}
+
+    # ------------------------------------------------------------------ markers
+
+    async def _deliver(self, m: SendMarkers) -> None:
+        """Write the markers to every partition's leader, retrying (backoff) while this
+        node coordinates the transaction at ``m.coordinator_epoch``; then complete."""
+        left = set(m.partitions)
+        backoff = MARKER_BACKOFF_S[0]
+        p = self.coordinator.partition_for(m.transactional_id)
+        while left:
+            if self.coordinator.partitions.get(p, (None,))[0] != m.coordinator_epoch:
+                return  # no longer the coordinator: the next one finishes it
+            by_leader: dict[int, list] = {}
+            for tp in sorted(left):
+                try:
+                    by_leader.setdefault(self._leader_of(*tp), []).append(tp)
+                except ApiError:  # (the topic is gone: nothing to mark)
+                    left.discard(tp)
+            for leader, tps in by_leader.items():
+                done, fenced = await self._send_markers(leader, m, tps)
+                if fenced:
+                    self.events.warning("txn_markers_fenced",
+                                        transactional_id=m.transactional_id,
+                                        coordinator_epoch=m.coordinator_epoch)
+                    return
+                left -= done
+            if left:
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, MARKER_BACKOFF_S[1])
+        while True:
+            try:
+                await self._finish(self.coordinator.complete(m.transactional_id,
+                                                             m.coordinator_epoch, self.now_ms()))
+                return
+            except ApiError as e:
+                if e.code is not ErrorCode.CONCURRENT_TRANSACTIONS and e.code is not ErrorCode.COORDINATOR_NOT_AVAILABLE:
+                    self.events.info("txn_complete_skipped", transactional_id=m.transactional_id,
+                                     error=e.message)
+                    return
+            await trio.sleep(backoff)
+            backoff = min(backoff * 2, MARKER_BACKOFF_S[1])
+
+    async def _send_markers_early(self, m: SendMarkers) -> None:
+        """bug-marker-before-prepare-durable: the markers go out before the decision is
+        in the log (a coordinator that dies now leaves them without a durable decision)."""
+        by_leader: dict[int, list] = {}
+        for tp in m.partitions:
+            try:
+                by_leader.setdefault(self._leader_of(*tp), []).append(tp)
+            except ApiError:
+                pass
+        for leader, tps in by_leader.items():
+            await self._send_markers(leader, m, tps)
+
+    async def _send_markers(self, leader: int, m: SendMarkers, tps: list) -> tuple[set, bool]:
+        """(partitions marked, whether a leader refused the coordinator epoch)."""
+        marker = [m.producer_id, m.producer_epoch, m.coordinator_epoch,
+                  m.result is ControlType.COMMIT, [list(tp) for tp in tps]]
+        try:
+            if leader == self.node_id:
+                rows = await self.write_markers({"markers": [marker], "timeout_ms": 30_000})
+                rows = rows["results"]
+            else:
+                h = await self.peers.call(leader, Api.WRITE_TXN_MARKERS,
+                                          {"markers": [marker]}, PEER_TIMEOUT_S)
+                rows = h["results"]
+        except ApiError as e:
+            self.events.info("txn_markers_retry", leader=leader, error=e.message)
+            return set(), False
+        done, fenced = set(), False
+        for r in rows:
+            if r.error in (0, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)):
+                done.add((r.topic, r.partition))
+            elif r.error == int(ErrorCode.INVALID_PRODUCER_EPOCH):
+                # the partition already holds a later epoch's marker: this one is moot
+                done.add((r.topic, r.partition))
+            elif r.error == int(ErrorCode.TRANSACTION_COORDINATOR_FENCED):
+                fenced = True
+        return done, fenced
+
+    async def write_markers(self, fields: dict) -> dict:
+        """WRITE_TXN_MARKERS on a partition leader: each marker appended (refused for a
+        stale coordinator epoch or producer epoch), then replicated (acks=all)."""
+        rows, waits = [], []
+        for pid, epoch, cepoch, commit, tps in fields["markers"]:
+            for topic, partition in tps:
+                try:
+                    if topic not in self.store.topics:
+                        raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                       f"unknown topic {topic!r}")
+                    part = self.replicas.leader_partition(topic, partition)
+                    offset = part.append_marker(pid, epoch, cepoch, commit)
+                    if topic == OFFSETS_TOPIC and self.groups is not None:
+                        self.groups.on_marker(partition, pid, commit)
+                    if part.high_watermark <= offset:
+                        waits.append((part, part.leader_epoch, offset, topic, partition, False))
+                    self._forget_verified(pid)
+                    rows.append(TxnMarkerResult(pid, topic, partition, 0, ""))
+                except ApiError as e:
+                    rows.append(TxnMarkerResult(pid, topic, partition, int(e.code), e.message))
+        if waits:
+            timeout = min(fields.get("timeout_ms", 30_000), self.replicas.config.request_timeout_ms)
+            failed = await self.replicas.await_replicated(waits, trio.current_time() + timeout / 1000)
+            rows = [r if (r.topic, r.partition) not in failed or r.error else
+                    TxnMarkerResult(r.producer_id, r.topic, r.partition,
+                                    int(failed[(r.topic, r.partition)].code),
+                                    failed[(r.topic, r.partition)].message) for r in rows]
+        return {"results": rows}
+
+    # ------------------------------------------------------------------ KIP-890 verification
+
+    def is_verified(self, pid: int, epoch: int, topic: str, partition: int) -> bool:
+        got = self._verified.get(pid)
+        return got is not None and got[0] == epoch and (topic, partition) in got[1]
+
+    def _forget_verified(self, pid: int) -> None:
+        self._verified.pop(pid, None)
+
+    def _remember(self, pid: int, epoch: int, tps) -> None:
+        got = self._verified.get(pid)
+        if got is None or got[0] != epoch:  # (only the producer's latest epoch counts)
+            got = self._verified[pid] = (epoch, set())
+        got[1].update(tps)
+        self._verified.move_to_end(pid)
+        while len(self._verified) > VERIFIED_MAX:
+            self._verified.popitem(last=False)
+
+    async def verify_produce(self, tid: str | None, parts, datas) -> None:
+        """Before a produce: ask the coordinator of ``tid`` about the transactional
+        batches' partitions not verified yet; the yes answers are cached (the produce
+        then appends them; the others are refused with INVALID_TXN_STATE)."""
+        ask: dict[tuple[int, int], list] = {}
+        for (topic, partition, _), data in zip(parts, datas):
+            if len(data) < records.HEADER_SIZE:
+                continue
+            h = records.read_header(data, 0)
+            if h.attributes & records.ATTR_TRANSACTIONAL and not self.is_verified(
+                    h.producer_id, h.producer_epoch, topic, partition):
+                ask.setdefault((h.producer_id, h.producer_epoch), []).append((topic, partition))
+        if not ask or not tid:
+            return
+        for (pid, epoch), tps in ask.items():
+            try:
+                got = await self.verify(tid, pid, epoch, tps)
+            except ApiError as e:
+                self.events.info("txn_verify_failed", transactional_id=tid, error=e.message)
+                continue
+            self._remember(pid, epoch, [tp for tp, ok in got.items() if ok])
+
+    async def verify(self, tid: str, pid: int, epoch: int, tps) -> dict:
+        """{(topic, partition): in the ongoing transaction?} from the coordinator."""
+        try:
+            info = self.locate(tid)
+        except ApiError:
+            return {tp: False for tp in tps}
+        if info["node_id"] == self.node_id:
+            codes = self.coordinator.verify_partitions(tid, pid, epoch, tps)
+            return {tp: c is ErrorCode.NONE for tp, c in codes.items()}
+        h = await self.peers.call(info["node_id"], Api.ADD_PARTITIONS_TO_TXN, {
+            "transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+            "parts": [list(tp) for tp in tps], "verify_only": True}, PEER_TIMEOUT_S)
+        return {(r.topic, r.partition): r.error == 0 for r in h["parts"]}
+
+    # ------------------------------------------------------------------ requests
+
+    async def init_producer_id(self, fields: dict) -> dict:
+        tid = fields["transactional_id"]
+        self.locate(tid)  # (creates the topic on first use)
+        out = self.coordinator.init_producer_id(
+            tid, fields["transaction_timeout_ms"], self.now_ms(),
+            producer_id=fields["producer_id"], producer_epoch=fields["producer_epoch"])
+        return await self._finish(out)
+
+    async def add_partitions(self, fields: dict) -> dict:
+        tid, pid, epoch = fields["transactional_id"], fields["producer_id"], fields["producer_epoch"]
+        tps = [tuple(tp) for tp in fields["parts"]]
+        if fields["verify_only"]:
+            codes = self.coordinator.verify_partitions(tid, pid, epoch, tps)
+            return {"parts": [PartitionResult(t, p, int(c), "" if c is ErrorCode.NONE else
+                                              "not in the ongoing transaction")
+                              for (t, p), c in codes.items()]}
+        for t, p in tps:
+            if t not in self.store.topics or p >= len(self.store.topics[t].partitions):
+                raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                               f"unknown partition {t}-{p}: nothing was added")
+        await self._finish(self.coordinator.add_partitions(tid, pid, epoch, tps, self.now_ms()))
+        return {"parts": [PartitionResult(t, p, 0, "") for t, p in tps]}
+
+    async def add_offsets(self, fields: dict) -> dict:
+        if self.groups is not None:  # (the group's partition as the group host places it)
+            n = self.groups.coordinator.config.offsets_partitions
+            if self.coordinator.config.offsets_partitions != n:
+                self.coordinator.config = replace(self.coordinator.config, offsets_partitions=n)
+        await self._finish(self.coordinator.add_offsets(
+            fields["transactional_id"], fields["producer_id"], fields["producer_epoch"],
+            fields["group"], self.now_ms()))
+        return {}
+
+    async def end_txn(self, fields: dict) -> dict:
+        return await self._finish(self.coordinator.end_txn(
+            fields["transactional_id"], fields["producer_id"], fields["producer_epoch"],
+            fields["commit"], self.now_ms()))
+
+    async def handle(self, api: Api, fields: dict) -> dict:
+        if api is Api.ADD_PARTITIONS_TO_TXN:
+            out = await self.add_partitions(fields)
+        elif api is Api.ADD_OFFSETS_TO_TXN:
+            out = await self.add_offsets(fields)
+        elif api is Api.END_TXN:
+            out = await self.end_txn(fields)
+        elif api is Api.WRITE_TXN_MARKERS:
+            out = await self.write_markers(fields)
+        else:
+            raise ApiError(ErrorCode.UNKNOWN_API, f"{api.name} is not a transaction API")
+        self._poked.set()
+        return out
+
+
+_ERROR_TEXT = {
+    ErrorCode.CONCURRENT_TRANSACTIONS:
+        "the previous instance's transaction is being aborted: retry",
+    ErrorCode.NOT_COORDINATOR: "the coordinator moved: find it again",
+}
