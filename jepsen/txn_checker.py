@@ -103,6 +103,7 @@ shortest cycle (breadth first) per component; per run it explains at most
 from __future__ import annotations
 
 import bisect
+import gc
 import time
 from collections import defaultdict, deque
 
@@ -204,66 +205,78 @@ class _Analysis:
     def __init__(self, history, final, final_reads):
         self.ops, self.events = _parse(history)
         self.final = final or {}
-        self.reached = {k: (final_reads or {}).get(k, {}).get("reached", True)
-                        for k in self.final}
-        self.writer: dict = {}  # (key, v) -> _Op
+        self.reached = {k for k in self.final
+                        if (final_reads or {}).get(k, {}).get("reached", True)}
+        writer: dict = {}  # (key, v) -> _Op
         for op in self.ops:
             for key, v, _o in op.sends:
-                self.writer.setdefault((key, v), op)
-        # every read: (reader op or None for the final read, key, offset, value)
-        self.reads = [(op, k, o, v) for op in self.ops for k, o, v in op.reads]
-        self.reads += [(None, k, o, v) for k, recs in self.final.items() for o, v in recs]
-        self.read_kv: dict = defaultdict(list)  # (key, v) -> [reader op or None]
-        self.max_read: dict = {}
-        for r, k, o, v in self.reads:
-            self.read_kv[(k, v)].append(r)
-            if o is not None and o > self.max_read.get(k, -1):
-                self.max_read[k] = o
-        for op in self.ops:  # info transactions proven committed by a read of theirs
-            if op.f == "txn" and op.committed is None and any(
-                    any(r is not op for r in self.read_kv.get((k, v), ()))
-                    for k, v, _o in op.sends):
-                op.committed = True
+                writer.setdefault((key, v), op)
+        self.writer = writer
+        # every read: (reader op or None for the final read, key, offset, value, writer)
+        reads = []
+        for op in self.ops:
+            if op.reads:
+                reads += [(op, k, o, v, writer.get((k, v))) for k, o, v in op.reads]
+        for k, recs in self.final.items():
+            reads += [(None, k, o, v, writer.get((k, v))) for o, v in recs]
+        self.reads = reads
+        self.read_kv = {(r[1], r[3]) for r in reads}  # (key, v) some read returned
+        for r, _k, _o, _v, w in reads:  # info transactions proven committed by a read
+            if w is not None and w.committed is None and r is not w:
+                w.committed = True
         self._orders()
+        self.sessions = self._sessions()
+        self._coverage()
 
     # -------------------------------------------------------------- version orders
     def _orders(self) -> None:
-        at: dict = defaultdict(lambda: defaultdict(set))  # key -> offset -> {values}
+        at: dict = defaultdict(dict)  # key -> offset -> value, or a set of values
+        conflicts: dict = defaultdict(set)  # key -> offsets with several values
+
+        def put(k, o, v):
+            d = at[k]
+            old = d.get(o, d)
+            if old is d:
+                d[o] = v
+            elif old != v:
+                conflicts[k].add(o)
+                d[o] = (old | {v}) if isinstance(old, frozenset) else frozenset((old, v))
+
         for op in self.ops:
             for k, v, o in op.sends:
                 if o is not None:
-                    at[k][o].add(v)
-        for _r, k, o, v in self.reads:
+                    put(k, o, v)
+        for _r, k, o, v, _w in self.reads:
             if o is not None:
-                at[k][o].add(v)
-        self.at = at
-        #: key -> sorted [(offset, value)] of offsets with one value
-        self.order = {k: sorted((o, next(iter(vs))) for o, vs in by.items() if len(vs) == 1)
+                put(k, o, v)
+        self.at, self.conflicts = at, conflicts
+        #: key -> sorted [(offset, value)] of the offsets with one value
+        self.order = {k: sorted((o, v) for o, v in by.items() if o not in conflicts.get(k, ()))
                       for k, by in at.items()}
-        final_kv = {(k, v) for k, recs in self.final.items() for _o, v in recs}
-        #: key -> sorted offsets of committed records (committed writer, or final log)
+        #: key -> sorted offsets of records some read returned, of writers not aborted
         self.visible: dict = {}
+        read_kv, writer = self.read_kv, self.writer
         for k, recs in self.order.items():
             vis = []
             for o, v in recs:
-                w = self.writer.get((k, v))
-                if (w is not None and w.committed) or (k, v) in final_kv:
-                    vis.append(o)
+                if (k, v) in read_kv:
+                    w = writer.get((k, v))
+                    if w is None or w.committed is not False:
+                        vis.append(o)
             self.visible[k] = vis
 
     def offsets(self) -> dict:
         out: dict = {}
-        where: dict = defaultdict(lambda: defaultdict(set))
+        for k in sorted(self.conflicts):
+            for o in sorted(self.conflicts[k]):
+                out.setdefault("inconsistent-offsets", []).append(
+                    {"key": k, "offset": o, "values": sorted(self.at[k][o], key=repr)})
         for k in sorted(self.at):
-            for o in sorted(self.at[k]):
-                vals = self.at[k][o]
-                if len(vals) > 1:
-                    out.setdefault("inconsistent-offsets", []).append(
-                        {"key": k, "offset": o, "values": sorted(vals, key=repr)})
-                for v in vals:
-                    where[k][v].add(o)
-        for k in sorted(where):
-            for v, offs in where[k].items():
+            where: dict = {}
+            for o, v in self.at[k].items():
+                for x in (v if o in self.conflicts.get(k, ()) else (v,)):
+                    where.setdefault(x, []).append(o)
+            for v, offs in where.items():
                 if len(offs) > 1:
                     w = self.writer.get((k, v))
                     out.setdefault("duplicate", []).append(
@@ -274,64 +287,31 @@ class _Analysis:
     # -------------------------------------------------------------- reads
     def read_anomalies(self) -> dict:
         out: dict = {}
-        for r, k, o, v in self.reads:
-            w = self.writer.get((k, v))
+        for r, k, o, v, w in self.reads:
+            if w is not None and w.committed and r is not None and r is not w and (
+                    w.commit_time is None or r.t_end is None or r.t_end >= w.commit_time):
+                continue  # the common case: a committed record, read after its commit
             reader = "final" if r is None else r.index
             if w is None:
                 out.setdefault("unwritten-read", []).append(
                     {"key": k, "offset": o, "value": v, "reader": reader})
-                continue
-            if w.committed is False:
+            elif w.committed is False:
                 out.setdefault("aborted-read", []).append(
                     {"key": k, "offset": o, "value": v, "reader": reader, "writer": w.index})
-                continue
-            if r is None:
-                continue
-            if r is w:
+            elif r is w:
                 out.setdefault("intermediate-read", []).append(
                     {"key": k, "offset": o, "value": v, "reader": reader, "writer": w.index,
                      "why": "a transaction read its own record"})
-            elif (w.commit_time is not None and r.t_end is not None
-                    and r.t_end < w.commit_time):
+            elif r is not None and w.commit_time is not None and r.t_end is not None:
                 out.setdefault("intermediate-read", []).append(
                     {"key": k, "offset": o, "value": v, "reader": reader, "writer": w.index,
                      "why": "the read completed before the writer called commit",
                      "read_completed": r.t_end, "commit_time": w.commit_time})
         return out
 
-    def _horizon(self, k) -> float:
-        """Offsets below this are known: every committed record there was read."""
-        if k in self.final and self.reached.get(k, True):
-            return float("inf")
-        return self.max_read.get(k, -1)
-
-    def lost(self) -> dict:
-        out: dict = {}
-        for op in self.ops:
-            if op.f != "txn" or not op.committed:
-                continue
-            seen, missing = [], []
-            for k, v, o in op.sends:
-                if self.read_kv.get((k, v)):
-                    seen.append([k, o, v])
-                elif (o is None and self._horizon(k) == float("inf")) or (
-                        o is not None and o < self._horizon(k)):
-                    missing.append([k, o, v])
-            if not missing:
-                continue
-            if op.type == "ok":
-                for k, o, v in missing:
-                    out.setdefault("lost-write", []).append(
-                        {"key": k, "offset": o, "value": v, "writer": op.index})
-            else:
-                out.setdefault("torn-transaction", []).append(
-                    {"txn": op.index, "type": op.type, "reader": "all reads",
-                     "seen": seen[:10], "missing": missing[:10]})
-        return out
-
     # -------------------------------------------------------------- sessions
     def _sessions(self):
-        """[(process, {key: start or None}, [(op, key, offset, v)])] in history order."""
+        """[(process, {key: start}, [(op, key, offset, v, writer)])] in history order."""
         cur: dict = {}
         done = []
 
@@ -340,6 +320,7 @@ class _Analysis:
             if s is not None and s[2]:
                 done.append(s)
 
+        writer = self.writer
         for _i, kind, x in self.events:
             if kind == "assign":
                 p, pos = x
@@ -354,64 +335,125 @@ class _Analysis:
             s = cur.get(p)
             if s is None:
                 s = cur[p] = (p, {}, [])
-            s[2].extend((op, k, o, v) for k, o, v in op.reads)
+            s[2].extend((op, k, o, v, writer.get((k, v))) for k, o, v in op.reads)
             if op.f == "txn" and op.type != "ok":
                 close(p)  # an aborted or unknown transaction rewinds its consumer
         for p in list(cur):
             close(p)
         return done
 
+    def _coverage(self) -> None:
+        """Per key, the offset ranges that some session read through: [start or first
+        read, last read] (merged, sorted)."""
+        spans: dict = defaultdict(list)
+        self.session_keys = []  # per session: {key: [(offset, v, op)]}
+        for _p, starts, reads in self.sessions:
+            by_key: dict = {}
+            for op, k, o, v, _w in reads:
+                if o is not None:
+                    by_key.setdefault(k, []).append((o, v, op))
+            self.session_keys.append(by_key)
+            for k, recs in by_key.items():
+                lo = starts.get(k)
+                spans[k].append((recs[0][0] if lo is None else lo,
+                                 max(o for o, _v, _op in recs)))
+        self.cover: dict = {}
+        for k, sp in spans.items():
+            sp.sort()
+            merged = [list(sp[0])]
+            for lo, hi in sp[1:]:
+                if lo <= merged[-1][1] + 1:
+                    merged[-1][1] = max(merged[-1][1], hi)
+                else:
+                    merged.append([lo, hi])
+            self.cover[k] = ([m[0] for m in merged], [m[1] for m in merged])
+
+    def _covered(self, k, o) -> bool:
+        if k in self.reached:
+            return True
+        if o is None or k not in self.cover:
+            return False
+        los, his = self.cover[k]
+        i = bisect.bisect_right(los, o) - 1
+        return i >= 0 and o <= his[i]
+
+    def lost(self) -> dict:
+        out: dict = {}
+        read_kv = self.read_kv
+        for op in self.ops:
+            if op.f != "txn" or not op.committed:
+                continue
+            if all((k, v) in read_kv for k, v, _o in op.sends):
+                continue
+            seen, missing = [], []
+            for k, v, o in op.sends:
+                if (k, v) in read_kv:
+                    seen.append([k, o, v])
+                elif self._covered(k, o):
+                    missing.append([k, o, v])
+            if not missing:
+                continue
+            if op.type == "ok":
+                for k, o, v in missing:
+                    out.setdefault("lost-write", []).append(
+                        {"key": k, "offset": o, "value": v, "writer": op.index})
+            else:
+                out.setdefault("torn-transaction", []).append(
+                    {"txn": op.index, "type": op.type, "reader": "all reads",
+                     "seen": seen[:10], "missing": missing[:10]})
+        return out
+
     def session_anomalies(self) -> dict:
         out: dict = {}
-        for p, starts, reads in self._sessions():
-            by_key: dict = defaultdict(list)
-            for op, k, o, v in reads:
-                if o is not None:
-                    by_key[k].append((o, v, op))
-            seen_txns = set()
-            for _op, k, _o, v in reads:
-                w = self.writer.get((k, v))
-                if w is not None:
-                    seen_txns.add(w.id)
+        writer = self.writer
+        for (p, starts, reads), by_key in zip(self.sessions, self.session_keys):
+            seen_txns = None
             torn: dict = {}  # writer id -> example
             for k, recs in by_key.items():
-                prev = None
+                vis = self.visible.get(k, ())
+                lo = starts.get(k)
+                prev = None  # the highest offset read so far
+                missed = []  # offsets of committed records read past, in read order
                 for o, v, op in recs:
                     if prev is not None and o <= prev:
                         out.setdefault("nonmonotonic-poll", []).append(
                             {"process": p, "key": k, "prev": prev, "offset": o, "value": v,
                              "index": op.index})
-                    prev = o if prev is None else max(prev, o)
-                lo = starts.get(k)
-                if lo is None:
-                    lo = recs[0][0]
-                hi = max(o for o, _v, _op in recs)
-                vis = self.visible.get(k, [])
-                a, b = bisect.bisect_left(vis, lo), bisect.bisect_right(vis, hi)
-                got = {o for o, _v, _op in recs}
-                if b - a <= len(got) and all(o in got for o in vis[a:b]):
-                    continue
-                values = dict(self.order.get(k, []))
-                skipped = []
-                for o in vis[a:b]:
-                    if o in got:
                         continue
+                    i = (bisect.bisect_right(vis, prev) if prev is not None
+                         else bisect.bisect_left(vis, o if lo is None else lo))
+                    j = bisect.bisect_left(vis, o)
+                    if j > i:
+                        missed.extend(vis[i:j])
+                    prev = o
+                if not missed:
+                    continue
+                if seen_txns is None:  # writer id -> {(key, offset)} this session read
+                    seen_txns = defaultdict(set)
+                    for _op, k2, o2, _v, w in reads:
+                        if w is not None:
+                            seen_txns[w.id].add((k2, o2))
+                values = dict(self.order.get(k, ()))
+                skipped = []
+                for o in missed:
                     v = values[o]
-                    w = self.writer.get((k, v))
-                    if w is not None and w.id in seen_txns:
-                        ex = torn.setdefault(w.id, {
-                            "txn": w.index, "type": w.type, "process": p, "reader": "session",
-                            "seen": [[k2, o2, v2] for _op2, k2, o2, v2 in reads
-                                     if (k2, v2) in self.writer
-                                     and self.writer[(k2, v2)] is w][:10],
-                            "missing": []})
+                    w = writer.get((k, v))
+                    if w is not None and seen_txns.get(w.id, set()) - {(k, o)}:
+                        ex = torn.get(w.id)
+                        if ex is None:
+                            ex = torn[w.id] = {
+                                "txn": w.index, "type": w.type, "process": p,
+                                "reader": "session",
+                                "seen": [[k2, o2, v2] for _op2, k2, o2, v2, w2 in reads
+                                         if w2 is w and (k2, o2) != (k, o)][:10],
+                                "missing": []}
                         if len(ex["missing"]) < 10:
                             ex["missing"].append([k, o, v])
                     else:
                         skipped.append([o, v])
                 if skipped:
                     out.setdefault("poll-skip", []).append(
-                        {"process": p, "key": k, "start": starts.get(k), "last_read": hi,
+                        {"process": p, "key": k, "start": lo, "last_read": prev,
                          "count": len(skipped), "skipped": skipped[:10],
                          "index": recs[-1][2].index})
             for ex in torn.values():
@@ -753,6 +795,14 @@ class _PointGraph:
 def check_txn(history: list[dict], final: dict | None = None, final_reads: dict | None = None,
               cycle_budget_s: float = 5.0) -> dict:
     """Every anomaly of the txn workload (see the module docstring)."""
-    a = _Analysis(history, final, final_reads)
-    return merge(a.offsets(), a.read_anomalies(), a.lost(), a.session_anomalies(),
-                 a.consumer_offsets(), a.cycles(cycle_budget_s))
+    # the analysis allocates millions of small objects and frees none until it returns:
+    # the cyclic collector's passes over them would cost more than the check itself
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        a = _Analysis(history, final, final_reads)
+        return merge(a.offsets(), a.read_anomalies(), a.lost(), a.session_anomalies(),
+                     a.consumer_offsets(), a.cycles(cycle_budget_s))
+    finally:
+        if was_enabled:
+            gc.enable()

@@ -23,6 +23,7 @@ class TxnSim:
         self.keys = list(keys)
         self.log = {k: [] for k in keys}  # [[value or None (marker), txn id]]
         self.state: dict = {}  # txn id -> "open" | "commit" | "abort"
+        self.open: set = set()  # ids of open transactions
         self.first: dict = {}  # txn id -> {key: first offset}
         self.next_value = 0
         self.group = group
@@ -38,8 +39,7 @@ class TxnSim:
 
     # ---------------------------------------------------------------- the log
     def lso(self, key) -> int:
-        opened = [self.first[t][key] for t, s in self.state.items()
-                  if s == "open" and key in self.first.get(t, ())]
+        opened = [self.first[t][key] for t in self.open if key in self.first.get(t, ())]
         return min(opened, default=len(self.log[key]))
 
     def read(self, key, pos, n) -> tuple[list, int]:
@@ -60,6 +60,7 @@ class TxnSim:
 
     def decide(self, t, commit: bool) -> None:
         self.state[t] = "commit" if commit else "abort"
+        self.open.discard(t)
         for key in self.first.get(t, {}):
             self.log[key].append([None, t])  # the marker
 
@@ -103,6 +104,7 @@ class TxnSim:
         if tx is None:
             t = len(self.state)
             self.state[t] = "open"
+            self.open.add(t)
             sends = []
             for _ in range(self.rnd.randint(1, 4)):
                 sends.append([self.rnd.choice(self.keys), self.next_value])
