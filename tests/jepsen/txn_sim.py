@@ -17,13 +17,16 @@ from raftlog.jepsen.history import History
 
 class TxnSim:
     def __init__(self, seed: int, keys=("txn-0", "txn-1", "txn-2"), producers=3,
-                 rpw=1, consumers=2, group="g"):
+                 rpw=1, consumers=2, group="g", bug=None):
+        assert bug in BUGS, bug
+        self.bug = bug
         self.rnd = random.Random(seed)
         self.h = History()
         self.keys = list(keys)
         self.log = {k: [] for k in keys}  # [[value or None (marker), txn id]]
         self.state: dict = {}  # txn id -> "open" | "commit" | "abort"
         self.open: set = set()  # ids of open transactions
+        self.torn: dict = {}  # (txn id, key) -> "commit" | "abort" (bug: per-key outcomes)
         self.first: dict = {}  # txn id -> {key: first offset}
         self.next_value = 0
         self.group = group
@@ -39,6 +42,8 @@ class TxnSim:
 
     # ---------------------------------------------------------------- the log
     def lso(self, key) -> int:
+        if self.bug == "lso-ignores-open-txn":
+            return len(self.log[key])
         opened = [self.first[t][key] for t in self.open if key in self.first.get(t, ())]
         return min(opened, default=len(self.log[key]))
 
@@ -48,7 +53,9 @@ class TxnSim:
         end = self.lso(key)
         while pos < end and len(out) < n:
             v, t = self.log[key][pos]
-            if v is not None and self.state[t] == "commit":
+            st = self.torn.get((t, key), self.state[t])
+            if v is not None and (st == "commit" or st == "open"
+                                  and self.bug == "lso-ignores-open-txn"):
                 out.append([pos, v])
             pos += 1
         return out, pos
@@ -125,11 +132,27 @@ class TxnSim:
         if tx["todo"]:
             key, v = tx["todo"].pop(0)
             tx["done"].append([key, v, self.append(key, v, tx["t"])])
+            if pr.get("delayed") is not None:
+                # a retried produce of the previous transaction, delayed, lands now:
+                # without verification the leader takes it into this transaction
+                k2, v2 = pr.pop("delayed")
+                self.append(k2, v2, tx["t"])
             return
         commit = self.rnd.random() < 0.7
+        if (self.bug == "marker-before-prepare-durable" and commit and len(self.first.get(
+                tx["t"], ())) > 1 and self.rnd.random() < 0.5):
+            # the markers went out before the decision was durable; the coordinator
+            # failed over and its successor aborted the rest: the client learns nothing
+            keys = sorted(self.first[tx["t"]])
+            for i, key in enumerate(keys):
+                self.torn[(tx["t"], key)] = "commit" if i == 0 else "abort"
+            outcome_forced = "info"
+        else:
+            outcome_forced = None
         commit_time = self.h.now()
         outcome = ("ok" if commit else "fail") if self.rnd.random() < 0.8 else "info"
-        late = outcome == "info" and self.rnd.random() < 0.5
+        outcome = outcome_forced or outcome
+        late = outcome == "info" and not outcome_forced and self.rnd.random() < 0.5
         if not late:
             self.decide(tx["t"], commit)
             if commit and tx["rpw"]:
@@ -143,6 +166,9 @@ class TxnSim:
             value["commit_time"] = commit_time
         self.h.complete(tx["inv"], outcome, value)
         pr["txn"] = None
+        if self.bug == "skip-txn-verification" and tx["done"] and self.rnd.random() < 0.3:
+            k2, v2, _o = self.rnd.choice(tx["done"])
+            pr["delayed"] = (k2, v2)
         if late:
             pr["pending"] = (tx["t"], tx["offsets"] if tx["rpw"] else None)
 
@@ -158,6 +184,11 @@ class TxnSim:
             if pr["txn"] is not None:
                 self.decide(pr["txn"]["t"], False)
                 pr["txn"] = None  # never completes: no completion in the history
+
+
+#: Planted bugs of the simulated log (None: correct), named after the node flags of
+#: issue 33 whose anomalies they reproduce.
+BUGS = (None, "skip-txn-verification", "lso-ignores-open-txn", "marker-before-prepare-durable")
 
 
 def run(seed: int, steps: int, **kw) -> TxnSim:
