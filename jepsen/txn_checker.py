@@ -141,7 +141,7 @@ MAX_CYCLE_STEPS = 40
 
 class _Op:
     __slots__ = ("id", "f", "type", "process", "index", "inv_index", "t_end", "sends",
-                 "reads", "offsets", "group", "commit_time", "positions", "committed")
+                 "reads", "rw", "offsets", "group", "commit_time", "positions", "committed")
 
     def __init__(self, id_, f, inv, comp):
         self.id = id_
@@ -153,6 +153,7 @@ class _Op:
         self.t_end = comp["time"] if comp is not None else None
         self.sends: list = []  # [(key, v, offset | None)]
         self.reads: list = []  # [(key, offset, v)]
+        self.rw: list = []  # [(self, key, offset, v, writer op or None)]
         self.offsets: dict = {}
         self.group = None
         self.commit_time = None
@@ -182,7 +183,7 @@ def _parse(history: list[dict]) -> tuple[list[_Op], list[tuple]]:
                 op.sends = [(s[0], s[1], None) for s in (inv.get("value") or {}).get("sends", [])]
             if isinstance(cv, dict):
                 for key, recs in (cv.get("polls") or {}).items():
-                    op.reads.extend((key, o, v) for o, v in recs)
+                    op.reads += [(key, o, v) for o, v in recs]
                 op.offsets = cv.get("offsets") or {}
                 op.group = cv.get("group")
                 op.commit_time = cv.get("commit_time")
@@ -192,7 +193,7 @@ def _parse(history: list[dict]) -> tuple[list[_Op], list[tuple]]:
             if op.type != "ok":
                 continue
             for key, recs in (cv or {}).items():
-                op.reads.extend((key, o, v) for o, v in recs)
+                op.reads += [(key, o, v) for o, v in recs]
             op.committed = True
         ops.append(op)
         if op.reads or op.positions is not None:
@@ -216,7 +217,8 @@ class _Analysis:
         reads = []
         for op in self.ops:
             if op.reads:
-                reads += [(op, k, o, v, writer.get((k, v))) for k, o, v in op.reads]
+                op.rw = [(op, k, o, v, writer.get((k, v))) for k, o, v in op.reads]
+                reads += op.rw
         for k, recs in self.final.items():
             reads += [(None, k, o, v, writer.get((k, v))) for o, v in recs]
         self.reads = reads
@@ -232,23 +234,16 @@ class _Analysis:
     def _orders(self) -> None:
         at: dict = defaultdict(dict)  # key -> offset -> value, or a set of values
         conflicts: dict = defaultdict(set)  # key -> offsets with several values
-
-        def put(k, o, v):
+        known = [(k, o, v) for op in self.ops for k, v, o in op.sends if o is not None]
+        known += [(k, o, v) for _r, k, o, v, _w in self.reads if o is not None]
+        for k, o, v in known:
             d = at[k]
             old = d.get(o, d)
             if old is d:
                 d[o] = v
-            elif old != v:
+            elif old != v and not (isinstance(old, frozenset) and v in old):
                 conflicts[k].add(o)
                 d[o] = (old | {v}) if isinstance(old, frozenset) else frozenset((old, v))
-
-        for op in self.ops:
-            for k, v, o in op.sends:
-                if o is not None:
-                    put(k, o, v)
-        for _r, k, o, v, _w in self.reads:
-            if o is not None:
-                put(k, o, v)
         self.at, self.conflicts = at, conflicts
         #: key -> sorted [(offset, value)] of the offsets with one value
         self.order = {k: sorted((o, v) for o, v in by.items() if o not in conflicts.get(k, ()))
@@ -320,7 +315,6 @@ class _Analysis:
             if s is not None and s[2]:
                 done.append(s)
 
-        writer = self.writer
         for _i, kind, x in self.events:
             if kind == "assign":
                 p, pos = x
@@ -335,7 +329,7 @@ class _Analysis:
             s = cur.get(p)
             if s is None:
                 s = cur[p] = (p, {}, [])
-            s[2].extend((op, k, o, v, writer.get((k, v))) for k, o, v in op.reads)
+            s[2].extend(op.rw)
             if op.f == "txn" and op.type != "ok":
                 close(p)  # an aborted or unknown transaction rewinds its consumer
         for p in list(cur):
@@ -518,19 +512,22 @@ class _PointGraph:
 
     def __init__(self, a: _Analysis):
         self.a = a
-        self.succ: list[list[int]] = []
-        self.info: list[tuple] = []
-        node = self._node
+        succ: list[list[int]] = []
+        info: list[tuple] = []
+        self.succ, self.info = succ, info
+
+        def node(inf) -> int:
+            succ.append([])
+            info.append(inf)
+            return len(succ) - 1
+
         inner = [op for op in a.ops if op.committed]  # the transactions and polls in it
         cnode = {op.id: node(("c", op)) for op in inner}
         self.cnode = cnode
         zinv: dict = {}  # op id -> z node at its invocation
         # realtime: a chain of points in history order
-        evs = []
-        for op in inner:
-            evs.append((op.inv_index, 1, op))
-            if op.type == "ok":
-                evs.append((op.index, 0, op))
+        evs = [(op.inv_index, 1, op) for op in inner]
+        evs += [(op.index, 0, op) for op in inner if op.type == "ok"]
         evs.sort(key=lambda e: e[0])
         z, last = None, None
         for _i, kind, op in evs:
@@ -538,26 +535,27 @@ class _PointGraph:
                 if z is None:
                     z = node(("z", op.inv_index))
                 zinv[op.id] = z
-                self.succ[z].append(cnode[op.id])
-                last = "inv"
+                succ[z].append(cnode[op.id])
+                last = 1
             else:
-                if z is None or last == "inv":
+                if z is None or last == 1:
                     nz = node(("z", op.index))
                     if z is not None:
-                        self.succ[z].append(nz)
+                        succ[z].append(nz)
                     z = nz
-                self.succ[cnode[op.id]].append(z)
-                last = "comp"
+                succ[cnode[op.id]].append(z)
+                last = 0
         # ww runs and the decided chain, per key
         self.lfirst: dict = {}
         self.lnodes: dict = {}
+        writer = a.writer
         for k, recs in a.order.items():
             prev_w = prev_l = None
             lf, ln = [], []
             run = None  # [writer, first, last]
             runs = []
             for o, v in recs:
-                w = a.writer.get((k, v))
+                w = writer.get((k, v))
                 if w is None:
                     continue
                 if run is not None and run[0] is w:
@@ -566,19 +564,24 @@ class _PointGraph:
                     run = [w, o, o]
                     runs.append(run)
             for w, first, lst in runs:
-                wn = node(("w", k, w, first, lst))
+                wn = len(succ)
+                succ.append([])
+                info.append(("w", k, w, first, lst))
                 if prev_w is not None:
-                    self.succ[prev_w].append(wn)
+                    succ[prev_w].append(wn)
                 prev_w = wn
-                if w.id in cnode:
+                c = cnode.get(w.id)
+                if c is not None:
                     zi = zinv.get(w.id)
                     if zi is not None:
-                        self.succ[zi].append(wn)
-                    self.succ[wn].append(cnode[w.id])
-                    ln_ = node(("l", k, first, lst))
-                    self.succ[cnode[w.id]].append(ln_)
+                        succ[zi].append(wn)
+                    ln_ = len(succ)
+                    succ.append([])
+                    info.append(("l", k, first, lst))
+                    succ[wn].append(c)
+                    succ[c].append(ln_)
                     if prev_l is not None:
-                        self.succ[prev_l].append(ln_)
+                        succ[prev_l].append(ln_)
                     prev_l = ln_
                     lf.append(first)
                     ln.append(ln_)
@@ -586,20 +589,17 @@ class _PointGraph:
         # reads: the last decided point at or below the highest offset read -> the reader
         self._tops: dict = {}  # op id -> {key: highest offset read}
         for op in inner:
+            if not op.reads:
+                continue
             top: dict = {}
             for k, o, _v in op.reads:
                 if o is not None and o > top.get(k, -1):
                     top[k] = o
             self._tops[op.id] = top
             for k, o in top.items():
-                i = bisect.bisect_right(self.lfirst.get(k, []), o) - 1
+                i = bisect.bisect_right(self.lfirst.get(k, ()), o) - 1
                 if i >= 0:
-                    self.succ[self.lnodes[k][i]].append(cnode[op.id])
-
-    def _node(self, info) -> int:
-        self.succ.append([])
-        self.info.append(info)
-        return len(self.succ) - 1
+                    succ[self.lnodes[k][i]].append(cnode[op.id])
 
     # ---------------------------------------------------------------- search
     def _pruned(self) -> list[int]:
