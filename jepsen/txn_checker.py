@@ -51,22 +51,22 @@ the final read.
 - ``inconsistent-offsets``: one (key, offset) with two values. ``duplicate``: one value at
   two offsets of a key (a write duplicated).
 - ``lost-write``: a record of an ok transaction that no read returned although the final
-  read of its key reached the end, or (no final read of the key) although reads went past
-  its offset.
+  read of its key reached the end or, without one, although a consumer session read
+  through its offset (from the session's start position, or its first read of the key,
+  to its last).
 - ``aborted-read`` (G1a): a read (``final`` included) of a record of an aborted
   transaction. ``unwritten-read``: a read of a value that no transaction sent.
 - ``intermediate-read``: a read of a record of a transaction that had not asked to commit
   yet: the reading op completed before that transaction's ``commit_time``, or a
   transaction read its own record (Jepsen's precommitted read).
-- ``torn-transaction``: a committed transaction seen in part. By a consumer session that
-  read past offsets of the transaction's records (from its start position, or its first
-  read) in a key it read, returned some records of the transaction and not others; or,
-  over all reads, an info transaction proven committed with a record that no read
-  returned where a lost-write would be reported (info may be aborted, never half).
 - ``nonmonotonic-poll``: within a session, a key's offsets not strictly increasing.
-  ``poll-skip``: within a session, a committed record (of a committed transaction, or in
-  the final log) between the session's start and its last read of the key that it did
-  not return, of a transaction it saw none of (else: ``torn-transaction``).
+  ``poll-skip``: a session read past a *visible* record (one that some read returned, of
+  a transaction not aborted) without returning it: its offset lies between the session's
+  start (or its previous read of the key) and a read of the key.
+- ``torn-transaction``: a committed transaction seen in part: a skip as above of a record
+  of a transaction the session returned another record of (reported as this, not as a
+  poll-skip); or, over all reads, an info transaction proven committed with a record
+  missing where an ok one's would be a lost-write (info may be aborted, never half).
 - ``committed-offset-repeat`` / ``committed-offset-skip`` (read-process-write): per group
   and input key, one record polled by two committed transactions (processed twice), or a
   committed record below the group's highest committed offset (and at or above the
