@@ -107,7 +107,7 @@ import gc
 import time
 from collections import defaultdict, deque
 
-from .checkers import MAX_EXAMPLES, merge, pairs
+from .checkers import MAX_EXAMPLES, merge
 
 #: What each anomaly means (the report's anomaly table shows it).
 ANOMALIES = {
@@ -165,7 +165,21 @@ def _parse(history: list[dict]) -> tuple[list[_Op], list[tuple]]:
     """(transaction and poll ops, session events in history order)."""
     ops: list[_Op] = []
     events: list[tuple] = []  # (history index, kind, payload)
-    for inv, comp in pairs(history):
+    open_: dict = {}  # process -> its open invocation
+    done: list = []  # [invocation, completion or None] in invocation order
+    for op in history:
+        if op["type"] == "invoke":
+            if op["f"] in ("txn", "poll", "assign"):
+                slot = [op, None]
+                open_[op["process"]] = slot
+                done.append(slot)
+            else:
+                open_.pop(op["process"], None)
+        else:
+            slot = open_.pop(op["process"], None)
+            if slot is not None:
+                slot[1] = op
+    for inv, comp in done:
         f = inv["f"]
         if f == "assign":
             if comp is not None and comp["type"] == "ok":
@@ -222,10 +236,18 @@ class _Analysis:
         for k, recs in self.final.items():
             reads += [(None, k, o, v, writer.get((k, v))) for o, v in recs]
         self.reads = reads
-        self.read_kv = {(r[1], r[3]) for r in reads}  # (key, v) some read returned
-        for r, _k, _o, _v, w in reads:  # info transactions proven committed by a read
-            if w is not None and w.committed is None and r is not w:
-                w.committed = True
+        #: every distinct (key, offset, value) some read returned
+        self.read_kov = {(k, o, v) for _r, k, o, v, _w in reads}
+        self.read_kv = {(k, v) for k, _o, v in self.read_kov}  # (key, v) some read returned
+        for op in self.ops:  # info transactions proven committed by a read of another op
+            if op.committed is None and op.f == "txn":
+                sent = [(k, v) for k, v, _o in op.sends if (k, v) in self.read_kv]
+                if not sent:
+                    continue
+                own = {(k, v) for k, _o, v in op.reads}.intersection(sent)
+                if len(own) < len(sent) or any(  # (a read of its own write proves nothing)
+                        r is not op for r, k, _o, v, _w in reads if (k, v) in own):
+                    op.committed = True
         self._orders()
         self.sessions = self._sessions()
         self._coverage()
@@ -234,9 +256,11 @@ class _Analysis:
     def _orders(self) -> None:
         at: dict = defaultdict(dict)  # key -> offset -> value, or a set of values
         conflicts: dict = defaultdict(set)  # key -> offsets with several values
-        known = [(k, o, v) for op in self.ops for k, v, o in op.sends if o is not None]
-        known += [(k, o, v) for _r, k, o, v, _w in self.reads if o is not None]
+        known = {(k, o, v) for op in self.ops for k, v, o in op.sends if o is not None}
+        known |= self.read_kov
         for k, o, v in known:
+            if o is None:
+                continue
             d = at[k]
             old = d.get(o, d)
             if old is d:
