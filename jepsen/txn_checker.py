@@ -250,7 +250,8 @@ class _Analysis:
                     op.committed = True
         self._orders()
         self.sessions = self._sessions()
-        self._coverage()
+        self._by_key: list | None = None
+        self._cover: dict | None = None
 
     # -------------------------------------------------------------- version orders
     def _orders(self) -> None:
@@ -360,22 +361,33 @@ class _Analysis:
             close(p)
         return done
 
-    def _coverage(self) -> None:
+    def _session_keys(self) -> list[dict]:
+        """Per session: {key: [(op, key, offset, v, writer)]} (reads with an offset)."""
+        if self._by_key is None:
+            self._by_key = []
+            for _p, _starts, reads in self.sessions:
+                by_key: dict = {}
+                for r in reads:
+                    if r[2] is not None:
+                        recs = by_key.get(r[1])
+                        if recs is None:
+                            by_key[r[1]] = [r]
+                        else:
+                            recs.append(r)
+                self._by_key.append(by_key)
+        return self._by_key
+
+    def _coverage(self) -> dict:
         """Per key, the offset ranges that some session read through: [start or first
-        read, last read] (merged, sorted)."""
+        read, last read] (merged, sorted); computed when a key has no complete final read."""
+        if self._cover is not None:
+            return self._cover
         spans: dict = defaultdict(list)
-        self.session_keys = []  # per session: {key: [(offset, v, op)]}
-        for _p, starts, reads in self.sessions:
-            by_key: dict = {}
-            for op, k, o, v, _w in reads:
-                if o is not None:
-                    by_key.setdefault(k, []).append((o, v, op))
-            self.session_keys.append(by_key)
+        for (_p, starts, _reads), by_key in zip(self.sessions, self._session_keys()):
             for k, recs in by_key.items():
                 lo = starts.get(k)
-                spans[k].append((recs[0][0] if lo is None else lo,
-                                 max(o for o, _v, _op in recs)))
-        self.cover: dict = {}
+                spans[k].append((recs[0][2] if lo is None else lo, max(r[2] for r in recs)))
+        self._cover = {}
         for k, sp in spans.items():
             sp.sort()
             merged = [list(sp[0])]
@@ -384,14 +396,18 @@ class _Analysis:
                     merged[-1][1] = max(merged[-1][1], hi)
                 else:
                     merged.append([lo, hi])
-            self.cover[k] = ([m[0] for m in merged], [m[1] for m in merged])
+            self._cover[k] = ([m[0] for m in merged], [m[1] for m in merged])
+        return self._cover
 
     def _covered(self, k, o) -> bool:
         if k in self.reached:
             return True
-        if o is None or k not in self.cover:
+        if o is None:
             return False
-        los, his = self.cover[k]
+        cover = self._coverage()
+        if k not in cover:
+            return False
+        los, his = cover[k]
         i = bisect.bisect_right(los, o) - 1
         return i >= 0 and o <= his[i]
 
@@ -424,7 +440,7 @@ class _Analysis:
     def session_anomalies(self) -> dict:
         out: dict = {}
         writer = self.writer
-        for (p, starts, reads), by_key in zip(self.sessions, self.session_keys):
+        for (p, starts, reads), by_key in zip(self.sessions, self._session_keys()):
             seen_txns = None
             torn: dict = {}  # writer id -> example
             for k, recs in by_key.items():
@@ -432,17 +448,22 @@ class _Analysis:
                 lo = starts.get(k)
                 prev = None  # the highest offset read so far
                 missed = []  # offsets of committed records read past, in read order
-                for o, v, op in recs:
+                i = bisect.bisect_left(vis, recs[0][2] if lo is None else lo)
+                n = len(vis)
+                for op, _k, o, v, _w in recs:
+                    if i < n and vis[i] == o and (prev is None or o > prev):
+                        i += 1  # the next visible record: the common case
+                        prev = o
+                        continue
                     if prev is not None and o <= prev:
                         out.setdefault("nonmonotonic-poll", []).append(
                             {"process": p, "key": k, "prev": prev, "offset": o, "value": v,
                              "index": op.index})
                         continue
-                    i = (bisect.bisect_right(vis, prev) if prev is not None
-                         else bisect.bisect_left(vis, o if lo is None else lo))
                     j = bisect.bisect_left(vis, o)
                     if j > i:
                         missed.extend(vis[i:j])
+                    i = j + 1 if j < n and vis[j] == o else j
                     prev = o
                 if not missed:
                     continue
@@ -473,7 +494,7 @@ class _Analysis:
                     out.setdefault("poll-skip", []).append(
                         {"process": p, "key": k, "start": lo, "last_read": prev,
                          "count": len(skipped), "skipped": skipped[:10],
-                         "index": recs[-1][2].index})
+                         "index": recs[-1][0].index})
             for ex in torn.values():
                 out.setdefault("torn-transaction", []).append(ex)
         return out
