@@ -168,6 +168,13 @@ def test_intermediate_read():
     assert "G1c" in r  # its commit preceded itself
 
 
+def test_a_read_of_its_own_write_does_not_prove_a_transaction_committed():
+    h = History()
+    txn(h, 0, [("k0", 1, 0), ("k1", 2, 0)], "info", polls={"k0": [[0, 1]]})
+    r = check_txn(h.ops, {"k0": [], "k1": []})
+    assert set(r) == {"intermediate-read"}  # not torn: it may have aborted as a whole
+
+
 def test_torn_transaction_seen_by_a_consumer():
     h = History()
     t = txn(h, 0, [("k0", 1, 0), ("k1", 2, 0)])
