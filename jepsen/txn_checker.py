@@ -95,7 +95,7 @@ that Kafka's transactions promise, so any cycle is a contradiction:
 
 A cycle is reported as the transactions it goes through, each step ``ww`` (key, offsets),
 ``wr`` (key, the writer's offsets, the reader's highest offset read) or ``realtime``.
-The search is Kahn's pruning, then Tarjan's strongly connected components, then a
+The search is Kahn's algorithm (an acyclic graph ends there), then Tarjan's strongly connected components, then a
 shortest cycle (breadth first) per component; per run it explains at most
 ``MAX_CYCLE_EXAMPLES`` components within ``cycle_budget_s`` seconds and counts the rest.
 """
@@ -514,7 +514,7 @@ class _Analysis:
             for op in by_group[g]:
                 for k, o, _v in op.reads:
                     polled_any[k].add(o)
-                    if op.committed:
+                    if op.committed and op not in processed[k][o]:
                         processed[k][o].append(op)
                 if op.committed:
                     for k, o in op.offsets.items():
@@ -524,12 +524,14 @@ class _Analysis:
                     if o is not None:
                         lo[k] = min(lo.get(k, o), o)
             for k in sorted(processed):
+                values = None
                 for o in sorted(processed[k]):
                     ops_ = processed[k][o]
                     if len(ops_) > 1:
+                        if values is None:
+                            values = dict(self.order.get(k, []))
                         out.setdefault("committed-offset-repeat", []).append(
-                            {"group": g, "key": k, "offset": o,
-                             "value": dict(self.order.get(k, [])).get(o),
+                            {"group": g, "key": k, "offset": o, "value": values.get(o),
                              "txns": [x.index for x in ops_][:10]})
             for k in sorted(hi):
                 values = dict(self.order.get(k, []))
@@ -648,7 +650,7 @@ class _PointGraph:
 
     # ---------------------------------------------------------------- search
     def _pruned(self) -> list[int]:
-        """Nodes on or between cycles: Kahn's algorithm forwards, then backwards."""
+        """Nodes on or downstream of a cycle (what Kahn's algorithm cannot sort)."""
         succ = self.succ
         n = len(succ)
         indeg = [0] * n
