@@ -187,6 +187,17 @@ def test_torn_transaction_seen_by_a_consumer():
         "seen": [["k0", 0, 1]], "missing": [["k1", 0, 2]]}]}
 
 
+def test_completions_without_a_value_and_open_transactions():
+    """An info completion that kept the invocation's value, and a transaction the run
+    ended in: indeterminate, offsets unknown."""
+    h = History()
+    h.info(begin(h, 0, [("k", 1, None)]))
+    begin(h, 1, [("k", 2, None)])
+    assert check_txn(h.ops, {"k": [[0, 1]]}) == {}
+    assert check_txn(h.ops, {"k": [[0, 1], [1, 2]]}) == {}
+    assert check_txn(h.ops, {"k": []}) == {}
+
+
 def test_torn_indeterminate_transaction():
     """info: committed or aborted, never half."""
     h = History()
