@@ -34,6 +34,10 @@ PLANTED_BUGS = frozenset({
     "bug-skip-truncation",
     "bug-ack-before-commit",
     "bug-ack-before-fsync",
+    # the txn workload's (issue 33)
+    "bug-skip-txn-verification",
+    "bug-lso-ignores-open-txn",
+    "bug-marker-before-prepare-durable",
 })
 
 
@@ -77,7 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--node-flag", action="append", default=[], metavar="FLAG",
                    help="a test.flags value for every node (repeatable), e.g. a planted bug: "
                         "bug-ack-before-replication, bug-serve-beyond-hw, bug-skip-truncation, "
-                        "bug-ack-before-fsync")
+                        "bug-ack-before-fsync; with --workload txn: "
+                        "bug-skip-txn-verification, bug-lso-ignores-open-txn, "
+                        "bug-marker-before-prepare-durable")
     r.add_argument("--node-config", action="append", default=[], metavar="KEY=VALUE",
                    help="a node config setting for every node (repeatable), e.g. "
                         "auto.leader.rebalance.enable=false; a topic config key (e.g. "
