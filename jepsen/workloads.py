@@ -740,6 +740,23 @@ TXN_TIMEOUT_MS = 10_000
 TXN_COMMIT_SHARE = 0.7
 
 
+#: Read-process-write processes commit their input offsets for group PREFIX<process>.
+TXN_GROUP_PREFIX = "jtxn-rw-"
+
+
+class _RW:
+    """A read-process-write process's consumer side."""
+
+    def __init__(self, group: str):
+        self.group = group
+        self.consumer: Consumer | None = None
+        self.tps: list = []
+        #: {key: position} the last committed transaction left (where an abort rewinds to)
+        self.committed: dict = {}
+        #: the next transaction starts a session (positions recorded)
+        self.new_session = True
+
+
 class TxnWorkload(QueueWorkload):
     """Transactional producers and read_committed consumers (jepsen/txn_checker.py).
 
@@ -808,6 +825,8 @@ class TxnWorkload(QueueWorkload):
     def _txn_worker(self, process: int, pacer: Pacer) -> None:
         h = self.history
         rnd = random.Random(self.rnd.random())
+        # odd processes read-process-write (when there are two or more)
+        rw = _RW(f"{TXN_GROUP_PREFIX}{process}") if process % 2 == 1 else None
         producer = None
         last = time.monotonic()
         while not self.send_stop.is_set():
@@ -823,22 +842,64 @@ class TxnWorkload(QueueWorkload):
                     h.info(op, error=repr(e))
                     self.send_stop.wait(0.5)
                     continue
-            keys = rnd.sample(self.keys, rnd.randint(2, min(4, len(self.keys))))
+            if rw is not None and rw.consumer is None:
+                try:
+                    self._rw_consumer(rw)
+                except Exception as e:
+                    self.log(f"txn {process}: cannot set up its consumer: {e!r}")
+                    self.send_stop.wait(0.5)
+                    continue
+            # a read-process-write transaction writes to the second topic only (its
+            # input is the first one's partitions)
+            out = [k for k in self.keys if rw is None or not k.startswith(TXN_TOPICS[0] + "-")]
+            keys = rnd.sample(out, rnd.randint(min(2, len(out)), min(4, len(out))))
             sends = [[k, self._next_value()] for k in keys for _ in range(rnd.randint(1, 2))]
             commit = rnd.random() < TXN_COMMIT_SHARE
-            op = h.invoke(process, "txn", {"sends": sends, "poll": False, "commit": commit})
-            if not self._transaction(producer, op, sends, commit):
+            op = h.invoke(process, "txn", {"sends": sends, "poll": rw is not None,
+                                           "commit": commit})
+            if not self._transaction(producer, op, sends, commit, rw):
                 self._discard(producer)
                 producer = None
+                if rw is not None and rw.consumer is not None:
+                    _quiet(rw.consumer.close)
+                    rw.consumer = None
         if producer is not None:
             _quiet(lambda: producer.close(timeout=5))
+        if rw is not None and rw.consumer is not None:
+            _quiet(rw.consumer.close)
 
-    def _transaction(self, producer: Producer, op: dict, sends: list, commit: bool) -> bool:
+    def _rw_consumer(self, rw: _RW) -> None:
+        """A read_committed consumer of the input partitions for ``rw``'s group
+        (assigned, no membership), at the group's committed offsets (earliest when
+        none): a new session."""
+        c = Consumer(self.cluster.bootstrap, **self.cluster.client_options,
+                     group_id=rw.group, enable_auto_commit=False,
+                     auto_offset_reset="earliest", isolation_level="read_committed",
+                     request_timeout_ms=3000, fetch_max_wait_ms=100)
+        try:
+            tps = [TopicPartition(*split_key(k)) for k in self.keys
+                   if k.startswith(TXN_TOPICS[0] + "-")]
+            c.assign(tps)
+            for tp in tps:
+                o = c.committed(tp)
+                if o is not None:
+                    c.seek(tp, o)
+            rw.committed = {key_of(tp.topic, tp.partition): c.position(tp) for tp in tps}
+        except BaseException:
+            _quiet(c.close)
+            raise
+        rw.consumer, rw.tps, rw.new_session = c, tps, True
+
+    def _transaction(self, producer: Producer, op: dict, sends: list, commit: bool,
+                     rw: _RW | None = None) -> bool:
         """One transaction; completes ``op``. Returns whether ``producer`` is still
-        usable (False: replace it, its last transaction's outcome is unknown)."""
+        usable (False: replace it, its last transaction's outcome is unknown). With
+        ``rw``: first a poll of the input partitions, and their positions committed
+        with the transaction (send_offsets_to_transaction); the consumer is rewound to
+        the last committed positions when the transaction does not commit."""
         h = self.history
         futs: list = []
-        state = {"commit_time": None}
+        state: dict = {"commit_time": None, "polls": {}, "offsets": {}, "positions": None}
 
         def value(**extra) -> dict:
             out = []
@@ -850,10 +911,24 @@ class TxnWorkload(QueueWorkload):
                     except Exception:
                         o = None
                 out.append([k, v, o])
-            d = {"sends": out, "polls": {}, "offsets": {}, "group": None, **extra}
+            d = {"sends": out, "polls": state["polls"], "offsets": state["offsets"],
+                 "group": rw.group if rw is not None else None, **extra}
             if state["commit_time"] is not None:
                 d["commit_time"] = state["commit_time"]
+            if state["positions"] is not None:
+                d["positions"] = state["positions"]
             return d
+
+        def rewind() -> None:
+            if rw is None or rw.consumer is None:
+                return
+            try:
+                for tp in rw.tps:
+                    rw.consumer.seek(tp, rw.committed[key_of(tp.topic, tp.partition)])
+                rw.new_session = True
+            except Exception:
+                _quiet(rw.consumer.close)
+                rw.consumer = None
 
         try:
             producer.begin_transaction()
@@ -861,16 +936,34 @@ class TxnWorkload(QueueWorkload):
             h.fail(op, value(), error=repr(e))
             return False
         try:
+            if rw is not None:
+                c = rw.consumer
+                if rw.new_session:
+                    state["positions"] = {key_of(tp.topic, tp.partition): c.position(tp)
+                                          for tp in rw.tps}
+                    rw.new_session = False
+                for r in c.poll(timeout_ms=100, max_records=20):
+                    state["polls"].setdefault(key_of(r.topic, r.partition), []).append(
+                        [r.offset, int(r.value)])
+                state["offsets"] = {key_of(tp.topic, tp.partition): c.position(tp)
+                                    for tp in rw.tps}
             for k, v in sends:
                 topic, partition = split_key(k)
                 futs.append(producer.send(topic, str(v).encode(), partition=partition))
+            if rw is not None:
+                producer.send_offsets_to_transaction(
+                    {TopicPartition(*split_key(k)): o for k, o in state["offsets"].items()},
+                    rw.consumer.group_metadata())
             if commit:
                 state["commit_time"] = h.now()
                 producer.commit_transaction()
                 h.ok(op, value())
+                if rw is not None:
+                    rw.committed = dict(state["offsets"])
             else:
                 producer.abort_transaction()
                 h.fail(op, value(), error="aborted by the workload")
+                rewind()
             return True
         except ProducerFencedError as e:
             h.info(op, value(), error=repr(e))
@@ -883,6 +976,7 @@ class TxnWorkload(QueueWorkload):
         try:  # a send refused, or the commit refused as abortable: abort
             producer.abort_transaction()
             h.fail(op, value(), error=repr(first))
+            rewind()
             return True
         except Exception as e:  # never asked to commit if not abortable; still unknown here
             h.info(op, value(), error=f"{first!r}; then the abort: {e!r}")
