@@ -25,3 +25,16 @@ def test_txn_run_with_kills_and_pauses_is_valid(tmp_path):
     assert st["ops"]["poll"]["ok"] > 50, st["ops"]
     assert all(r["reached"] for r in st["final_reads"].values()), st["final_reads"]
     assert sum(st["final_log"].values()) >= txns["committed_records"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_txn_run_catches_lso_ignoring_open_transactions(tmp_path):
+    """bug-lso-ignores-open-txn (read_committed reads up to the high watermark): the
+    consumers read records of transactions still open, some of them aborted later."""
+    rc, results, err = run_harness(
+        tmp_path / "run", "--workload", "txn", "--nemesis", "none", "--time", "10",
+        "--rate", "50", "--seed", "7", "--node-flag", "bug-lso-ignores-open-txn")
+    assert rc == 1 and results["valid"] is False, err
+    counts = results["stats"]["anomaly_counts"]
+    assert counts.get("aborted-read", 0) + counts.get("intermediate-read", 0) > 0, counts
