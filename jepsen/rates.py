@@ -1,7 +1,8 @@
 """``raftlog-jepsen rates``: how often the default schedule catches each planted bug.
 
 For each planted bug (``--bug``, repeatable; default the three replication bugs;
-``bug-ack-before-fsync`` runs under power losses of every node, ``BUG_RUN_ARGS``) and
+``bug-ack-before-fsync`` runs under power losses of every node, ``BUG_RUN_ARGS``; the
+transaction bugs on the ``txn`` workload, ``BUG_WORKLOAD``, or ``--workload``) and
 each of ``--seeds`` seeds (random unless ``--seed`` gives them), one ``run`` with the
 bug on every node and nothing else changed: the default workload, nemesis mix, rate
 and node config, ``--time`` seconds of workload. A run that comes out INVALID caught
@@ -32,6 +33,19 @@ BUGS = {
     # write.caching=false topics acknowledged before the fsync: caught by a power loss
     # of every node (run it with -- --nemesis powerloss --targets all)
     "bug-ack-before-fsync": "lost",
+    # the txn workload's (issue 33; run with --workload txn, BUG_WORKLOAD): a
+    # transactional batch appended without KIP-890's check (a delayed send taken into
+    # the next transaction), read_committed reads past open transactions, markers sent
+    # before the coordinator's decision is durable
+    "bug-skip-txn-verification": "duplicate",
+    "bug-lso-ignores-open-txn": "intermediate-read",
+    "bug-marker-before-prepare-durable": "torn-transaction",
+}
+#: The workload a bug's runs use unless --workload says otherwise (default: run's own).
+BUG_WORKLOAD = {
+    "bug-skip-txn-verification": "txn",
+    "bug-lso-ignores-open-txn": "txn",
+    "bug-marker-before-prepare-durable": "txn",
 }
 #: Run arguments a bug needs to be exposed (before the caller's extra arguments).
 BUG_RUN_ARGS = {
@@ -53,16 +67,23 @@ def add_parser(sub) -> argparse.ArgumentParser:
     r.add_argument("--time", type=float, default=60.0, help="seconds of workload per run")
     r.add_argument("--out", default=None, help="directory of the runs (default "
                                                "jepsen-out/rates-<time>)")
+    r.add_argument("--workload", default=None,
+                   choices=("queue", "idempotent", "groups", "metadata", "txn"),
+                   help="the workload of every run (default: txn for the txn bugs, else "
+                        "run's default)")
     r.add_argument("--json", action="store_true", help="print the table as JSON")
     r.add_argument("run_args", nargs="*", metavar="-- RUN-ARG",
                    help="extra arguments for every run, after --")
     return r
 
 
-def run_one(bug: str, seed: int, time_s: float, out: str, extra: list[str]) -> dict:
+def run_one(bug: str, seed: int, time_s: float, out: str, extra: list[str],
+            workload: str | None = None) -> dict:
     """One default run with ``bug`` on every node; a summary of its results.json."""
+    workload = workload or BUG_WORKLOAD.get(bug)
     cmd = [sys.executable, "-m", "raftlog.jepsen", "run", "--node-flag", bug,
            "--seed", str(seed), "--time", str(time_s), "--out", out,
+           *(["--workload", workload] if workload else []),
            *BUG_RUN_ARGS.get(bug, []), *extra]
     t0 = time.monotonic()
     try:
@@ -82,6 +103,8 @@ def run_one(bug: str, seed: int, time_s: float, out: str, extra: list[str]) -> d
     row.update(caught=res.get("valid") is False, anomalies=counts,
                expected=BUGS[bug] in counts,
                acknowledged=res.get("stats", {}).get("acknowledged_sends"),
+               **({"transactions": res["stats"]["transactions"]}
+                  if "transactions" in res.get("stats", {}) else {}),
                faults=_faults(out))
     return row
 
@@ -111,7 +134,7 @@ def main(args) -> int:
     for bug in bugs:
         for seed in seeds:
             row = run_one(bug, seed, args.time, os.path.join(out, f"{bug}-{seed}"),
-                          args.run_args)
+                          args.run_args, getattr(args, "workload", None))
             rows.append(row)
             if not args.json:
                 print(f"{bug} seed {seed}: "

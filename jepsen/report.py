@@ -9,6 +9,10 @@ import os
 
 from .availability import BIN_S, fault_windows, ok_per_second
 from .checkers import pairs
+from .txn_checker import ANOMALIES as TXN_ANOMALIES
+
+#: What an anomaly means, for the anomaly table (names without an entry show none).
+MEANINGS = dict(TXN_ANOMALIES)
 
 
 def latency_points(history: list[dict]) -> list[tuple[float, float, str, str]]:
@@ -163,10 +167,12 @@ def write_report(out_dir: str, history: list[dict], results: dict) -> str:
     counts = results.get("stats", {}).get("anomaly_counts", {})
     allowed = set(results.get("allowed_anomalies", []))
     if counts:
-        parts.append("<table><tr><th>anomaly</th><th>count</th><th>counts against validity</th></tr>")
+        parts.append("<table><tr><th>anomaly</th><th>count</th><th>counts against validity</th>"
+                     "<th>meaning</th></tr>")
         for name, n in sorted(counts.items()):
             parts.append(f"<tr><td>{e(name)}</td><td>{n}</td>"
-                         f"<td>{'no (expected for this workload)' if name in allowed else 'yes'}</td></tr>")
+                         f"<td>{'no (expected for this workload)' if name in allowed else 'yes'}</td>"
+                         f"<td>{e(MEANINGS.get(name, ''))}</td></tr>")
         parts.append("</table>")
         for name, note in sorted(results.get("notes", {}).items()):
             parts.append(f"<p><b>{e(name)}</b>: {e(note)}</p>")

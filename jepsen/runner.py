@@ -17,6 +17,7 @@ from .history import History
 from .lazyfs import LazyFSUnavailable
 from .linear import check_metadata
 from .nemesis import KINDS, Nemesis, schedule, targets_for
+from .txn_checker import check_txn
 from .workloads import NotAvailable, make, split_key
 
 FINAL_READ_TIMEOUT_S = 60.0
@@ -33,6 +34,10 @@ PLANTED_BUGS = frozenset({
     "bug-skip-truncation",
     "bug-ack-before-commit",
     "bug-ack-before-fsync",
+    # the txn workload's (issue 33)
+    "bug-skip-txn-verification",
+    "bug-lso-ignores-open-txn",
+    "bug-marker-before-prepare-durable",
 })
 
 
@@ -43,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a workload under faults and check the history")
     r.add_argument("--nodes", type=int, default=3, choices=(3, 5))
     r.add_argument("--workload", default="queue",
-                   choices=("queue", "idempotent", "groups", "metadata"))
+                   choices=("queue", "idempotent", "groups", "metadata", "txn"))
     r.add_argument("--nemesis", default="kill,pause,partition",
                    help=f"comma-separated faults among {','.join(KINDS)}, or 'none'. "
                         "powerloss: SIGKILL one node, a minority, a majority or all of "
@@ -76,7 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--node-flag", action="append", default=[], metavar="FLAG",
                    help="a test.flags value for every node (repeatable), e.g. a planted bug: "
                         "bug-ack-before-replication, bug-serve-beyond-hw, bug-skip-truncation, "
-                        "bug-ack-before-fsync")
+                        "bug-ack-before-fsync; with --workload txn: "
+                        "bug-skip-txn-verification, bug-lso-ignores-open-txn, "
+                        "bug-marker-before-prepare-durable")
     r.add_argument("--node-config", action="append", default=[], metavar="KEY=VALUE",
                    help="a node config setting for every node (repeatable), e.g. "
                         "auto.leader.rebalance.enable=false; a topic config key (e.g. "
@@ -268,8 +275,13 @@ class LeaderObserver:
 # ----------------------------------------------------------------------------- final read
 
 
-def final_read(cluster, keys: list[str], timeout_s: float = FINAL_READ_TIMEOUT_S):
-    """Every partition from the start to its high watermark, with fresh clients."""
+def final_read(cluster, keys: list[str], timeout_s: float = FINAL_READ_TIMEOUT_S,
+               until: dict | None = None):
+    """Every partition from the start to its high watermark, with fresh clients.
+    ``until`` {key: offset}: the read of that key is complete once it returned the
+    record at that offset (a sentinel written last, see TxnWorkload.after_restart),
+    not at the high watermark: a read_committed consumer's position stays on its last
+    record when only markers and aborted records follow it."""
     from raftlog.client import Consumer, TopicPartition
 
     final: dict = {}
@@ -293,7 +305,8 @@ def final_read(cluster, keys: list[str], timeout_s: float = FINAL_READ_TIMEOUT_S
                 start = consumer.beginning_offsets([tp])[tp]
                 consumer.seek(tp, max(start, max(recs, default=start - 1) + 1))
                 while time.monotonic() < deadline:
-                    if consumer.position(tp) >= hw:
+                    if ((until or {}).get(key) in recs if key in (until or {})
+                            else consumer.position(tp) >= hw):
                         reached = True
                         break
                     for r in consumer.poll(timeout_ms=500, max_records=10_000):
@@ -405,9 +418,26 @@ def _check_workload(workload: str, history: list[dict], final: dict, final_reads
     elif workload == "groups":
         an = checkers.merge(checkers.check_queue(history, final, final_reads, observations),
                             checkers.check_groups(history, final))
+    elif workload == "txn":
+        an = checkers.merge(check_txn(history, final, final_reads),
+                            checkers.check_liveness(history, final, final_reads),
+                            checkers.check_leaders(observations))
     else:
         an = checkers.check_queue(history, final, final_reads, observations)
     return an
+
+
+def txn_stats(ops: list[dict]) -> dict:
+    """The txn workload's transactions by outcome: committed (ok), aborted (fail),
+    indeterminate (info), and the records the committed ones sent."""
+    out = {"committed": 0, "aborted": 0, "indeterminate": 0, "committed_records": 0}
+    name = {"ok": "committed", "fail": "aborted", "info": "indeterminate"}
+    for o in ops:
+        if o["f"] == "txn" and o["type"] in name:
+            out[name[o["type"]]] += 1
+            if o["type"] == "ok":
+                out["committed_records"] += len((o.get("value") or {}).get("sends") or ())
+    return out
 
 
 def node_critical_lines(cluster) -> list[dict]:
@@ -570,7 +600,9 @@ def run(args) -> int:
         workload.after_restart()
         log("cluster restarted; final read")
         if workload.keys:
-            final, reads = final_read(cluster, workload.keys)
+            final, reads = final_read(cluster, workload.keys,
+                                      until=getattr(workload, "sentinels", None))
+            final = workload.strip_final(final)
             sets = replica_sets(cluster, workload.keys)
             if cluster.clocks is not None:
                 from .clock import check_timestamps
@@ -619,6 +651,7 @@ def run(args) -> int:
                "replicas_at_end": sets,
                "acknowledged_sends": sum(1 for o in ops if o["f"] == "send" and o["type"] == "ok"),
                "leader_observations": len(observations),
+               **({"transactions": txn_stats(ops)} if args.workload == "txn" else {}),
                **({"drain": workload.drained} if getattr(workload, "drained", None) else {}),
                "network_faults": cluster.net.kind if cluster.net else f"none ({cluster.net_error})",
                **({"lazyfs": lazyfs_status} if lazyfs_status else {}),
@@ -662,8 +695,10 @@ def run(args) -> int:
     if av.get("by_kind"):
         log("availability (ok operations/s vs fault-free): " + ", ".join(
             f"{k} {v['availability']}" for k, v in av["by_kind"].items()))
+    done = (f"transactions {st['transactions']}" if "transactions" in st
+            else f"{st['acknowledged_sends']} acknowledged sends")
     log(f"{'VALID' if valid else 'INVALID'}: anomalies {counts or 'none'}; "
-        f"{st['acknowledged_sends']} acknowledged sends; results in {out}/results.json")
+        f"{done}; results in {out}/results.json")
     return 0 if valid else 1
 
 

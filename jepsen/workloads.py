@@ -24,6 +24,10 @@ close, and the committed offsets are read once more -- and again after the resta
 every node.
 
 metadata: processes create, delete and describe a few topic names at random.
+
+txn: transactional producers, one per sender process, each operation one transaction
+of sends to several partitions of two topics, committed or aborted at random;
+read_committed consumers poll every partition (see TxnWorkload, jepsen/txn_checker.py).
 """
 
 from __future__ import annotations
@@ -43,8 +47,10 @@ from raftlog.client import (
     KafkaStorageError,
     Producer,
     ProducerClosedError,
+    ProducerFencedError,
     TopicAlreadyExistsError,
     TopicPartition,
+    TransactionAbortableError,
     UnknownTopicOrPartitionError,
 )
 from raftlog.errors import ErrorCode
@@ -116,6 +122,10 @@ class Workload:
     def after_restart(self) -> None:
         """Called once every node was restarted after the run, before the final read."""
 
+    def strip_final(self, final: dict) -> dict:
+        """The final read as the checker gets it (the txn workload drops its sentinels)."""
+        return final
+
     def create_topic(self, admin: Admin, name: str, partitions: int,
                      config: dict | None = None) -> int:
         """Create with the wanted replication factor, falling back to 1 (loudly) when the
@@ -147,6 +157,8 @@ class Workload:
 class QueueWorkload(Workload):
     name = "queue"
     topic = QUEUE_TOPIC
+    #: extra options of the polling consumers (the txn workload: read_committed)
+    consumer_options: dict = {}
 
     def _give_up_consumer(self, op, error: Exception, consumer):
         """A consumer could not be set up: fail ``op``, close what was built, pause
@@ -289,7 +301,8 @@ class QueueWorkload(Workload):
                 op = h.invoke(process, "assign", {"keys": self.keys})
                 try:
                     consumer = Consumer(self.cluster.bootstrap, **self.cluster.client_options, auto_offset_reset="earliest",
-                                        request_timeout_ms=3000, fetch_max_wait_ms=200)
+                                        request_timeout_ms=3000, fetch_max_wait_ms=200,
+                                        **self.consumer_options)
                     tps = [TopicPartition(*split_key(k)) for k in self.keys]
                     consumer.assign(tps)
                     for k, pos in positions.items():
@@ -715,6 +728,299 @@ class MetadataWorkload(Workload):
             _quiet(admin.close)
 
 
+# ----------------------------------------------------------------------------- txn
+
+#: The txn workload's topics (each of ``--partitions`` partitions; a key is topic-partition).
+TXN_TOPICS = ("jtxn-a", "jtxn-b")
+#: transaction_timeout_ms of the workload's producers: a transaction left open by a
+#: producer the workload gave up on is aborted by its coordinator within this (well
+#: before the final read gives up on the partition's last stable offset).
+TXN_TIMEOUT_MS = 10_000
+#: Share of the transactions the workload commits (the rest it aborts by choice).
+TXN_COMMIT_SHARE = 0.7
+
+
+#: Read-process-write processes commit their input offsets for group PREFIX<process>.
+TXN_GROUP_PREFIX = "jtxn-rw-"
+
+
+class _RW:
+    """A read-process-write process's consumer side."""
+
+    def __init__(self, group: str):
+        self.group = group
+        self.consumer: Consumer | None = None
+        self.tps: list = []
+        #: {key: position} the last committed transaction left (where an abort rewinds to)
+        self.committed: dict = {}
+        #: the next transaction starts a session (positions recorded)
+        self.new_session = True
+
+
+class TxnWorkload(QueueWorkload):
+    """Transactional producers and read_committed consumers (jepsen/txn_checker.py).
+
+    Every sender process has its own transactional producer (transactional id
+    ``jtxn-<process>``); each operation (``txn``) is one transaction of sends of unique
+    integers to 2-4 partitions of the topics TXN_TOPICS, committed (TXN_COMMIT_SHARE)
+    or aborted at random. Outcome: ``ok`` when commit_transaction returned, ``fail``
+    when abort_transaction returned (by choice, or after a TransactionAbortableError
+    or a send refused), ``info`` otherwise (the commit or the abort did not answer, or
+    the producer was fenced): then the producer is closed and a new one with the same
+    transactional id calls init_transactions, which fences the old one and finishes its
+    transaction. The consumer processes poll every partition read_committed, as queue's
+    (``assign`` ops with their positions); the runner's final read is read_committed too.
+    """
+
+    name = "txn"
+    topic = None
+    consumer_options = {"isolation_level": "read_committed"}
+    node_config = {
+        "transaction.state.log.num.partitions": 3,
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500,
+    }
+
+    def setup(self) -> None:
+        a = self.args
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with Admin(self.cluster.bootstrap, **self.cluster.client_options,
+                           request_timeout_ms=10_000) as admin:
+                    for t in TXN_TOPICS:
+                        self.create_topic(admin, t, a.partitions)
+                break
+            except (ApiError, ClientError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        self.keys = [key_of(t, p) for t in TXN_TOPICS for p in range(a.partitions)]
+        for t in TXN_TOPICS:
+            self._wait_leaders(t, a.partitions)
+        self.values = iter(range(1, 1 << 62))
+        self.values_lock = threading.Lock()
+        pacer = Pacer(a.rate, a.senders)
+        self.sender_threads = []
+        for i in range(a.senders):
+            t = threading.Thread(target=self._txn_worker, args=(i, pacer),
+                                 name=f"jepsen-txn-{i}", daemon=True)
+            self.sender_threads.append(t)
+            self.threads.append(t)
+        for j in range(a.consumers):
+            self.threads.append(threading.Thread(target=self._consumer, args=(100 + j,),
+                                                 name=f"jepsen-poll-{j}", daemon=True))
+
+    def _txn_producer(self, process: int) -> Producer:
+        p = Producer(self.cluster.bootstrap, **self.cluster.client_options,
+                     transactional_id=f"jtxn-{process}", transaction_timeout_ms=TXN_TIMEOUT_MS,
+                     linger_ms=0, request_timeout_ms=3000, delivery_timeout_ms=8000,
+                     retry_backoff_ms=100, max_block_ms=5000)
+        try:
+            p.init_transactions()
+        except BaseException:
+            self._discard(p)
+            raise
+        return p
+
+    def _txn_worker(self, process: int, pacer: Pacer) -> None:
+        h = self.history
+        rnd = random.Random(self.rnd.random())
+        # odd processes read-process-write (when there are two or more)
+        rw = _RW(f"{TXN_GROUP_PREFIX}{process}") if process % 2 == 1 else None
+        producer = None
+        last = time.monotonic()
+        while not self.send_stop.is_set():
+            last = pacer.wait(self.send_stop, last)
+            if self.send_stop.is_set():
+                break
+            if producer is None:
+                op = h.invoke(process, "init", {"transactional_id": f"jtxn-{process}"})
+                try:
+                    producer = self._txn_producer(process)
+                    h.ok(op)
+                except Exception as e:
+                    h.info(op, error=repr(e))
+                    self.send_stop.wait(0.5)
+                    continue
+            if rw is not None and rw.consumer is None:
+                try:
+                    self._rw_consumer(rw)
+                except Exception as e:
+                    self.log(f"txn {process}: cannot set up its consumer: {e!r}")
+                    self.send_stop.wait(0.5)
+                    continue
+            # a read-process-write transaction writes to the second topic only (its
+            # input is the first one's partitions)
+            out = [k for k in self.keys if rw is None or not k.startswith(TXN_TOPICS[0] + "-")]
+            keys = rnd.sample(out, rnd.randint(min(2, len(out)), min(4, len(out))))
+            sends = [[k, self._next_value()] for k in keys for _ in range(rnd.randint(1, 2))]
+            commit = rnd.random() < TXN_COMMIT_SHARE
+            op = h.invoke(process, "txn", {"sends": sends, "poll": rw is not None,
+                                           "commit": commit})
+            if not self._transaction(producer, op, sends, commit, rw):
+                self._discard(producer)
+                producer = None
+                if rw is not None and rw.consumer is not None:
+                    _quiet(rw.consumer.close)
+                    rw.consumer = None
+        if producer is not None:
+            _quiet(lambda: producer.close(timeout=5))
+        if rw is not None and rw.consumer is not None:
+            _quiet(rw.consumer.close)
+
+    def _rw_consumer(self, rw: _RW) -> None:
+        """A read_committed consumer of the input partitions for ``rw``'s group
+        (assigned, no membership), at the group's committed offsets (earliest when
+        none): a new session."""
+        c = Consumer(self.cluster.bootstrap, **self.cluster.client_options,
+                     group_id=rw.group, enable_auto_commit=False,
+                     auto_offset_reset="earliest", isolation_level="read_committed",
+                     request_timeout_ms=3000, fetch_max_wait_ms=100)
+        try:
+            tps = [TopicPartition(*split_key(k)) for k in self.keys
+                   if k.startswith(TXN_TOPICS[0] + "-")]
+            c.assign(tps)
+            for tp in tps:
+                o = c.committed(tp)
+                if o is not None:
+                    c.seek(tp, o)
+            rw.committed = {key_of(tp.topic, tp.partition): c.position(tp) for tp in tps}
+        except BaseException:
+            _quiet(c.close)
+            raise
+        rw.consumer, rw.tps, rw.new_session = c, tps, True
+
+    def _transaction(self, producer: Producer, op: dict, sends: list, commit: bool,
+                     rw: _RW | None = None) -> bool:
+        """One transaction; completes ``op``. Returns whether ``producer`` is still
+        usable (False: replace it, its last transaction's outcome is unknown). With
+        ``rw``: first a poll of the input partitions, and their positions committed
+        with the transaction (send_offsets_to_transaction); the consumer is rewound to
+        the last committed positions when the transaction does not commit."""
+        h = self.history
+        futs: list = []
+        state: dict = {"commit_time": None, "polls": {}, "offsets": {}, "positions": None}
+
+        def value(**extra) -> dict:
+            out = []
+            for i, (k, v) in enumerate(sends):
+                o = None
+                if i < len(futs) and futs[i].done():
+                    try:
+                        o = futs[i].result(timeout=0).offset
+                    except Exception:
+                        o = None
+                out.append([k, v, o])
+            d = {"sends": out, "polls": state["polls"], "offsets": state["offsets"],
+                 "group": rw.group if rw is not None else None, **extra}
+            if state["commit_time"] is not None:
+                d["commit_time"] = state["commit_time"]
+            if state["positions"] is not None:
+                d["positions"] = state["positions"]
+            return d
+
+        def rewind() -> None:
+            if rw is None or rw.consumer is None:
+                return
+            try:
+                for tp in rw.tps:
+                    rw.consumer.seek(tp, rw.committed[key_of(tp.topic, tp.partition)])
+                rw.new_session = True
+            except Exception:
+                _quiet(rw.consumer.close)
+                rw.consumer = None
+
+        try:
+            producer.begin_transaction()
+        except Exception as e:  # nothing was sent
+            h.fail(op, value(), error=repr(e))
+            return False
+        try:
+            if rw is not None:
+                c = rw.consumer
+                if rw.new_session:
+                    state["positions"] = {key_of(tp.topic, tp.partition): c.position(tp)
+                                          for tp in rw.tps}
+                    rw.new_session = False
+                for r in c.poll(timeout_ms=100, max_records=20):
+                    state["polls"].setdefault(key_of(r.topic, r.partition), []).append(
+                        [r.offset, int(r.value)])
+                state["offsets"] = {key_of(tp.topic, tp.partition): c.position(tp)
+                                    for tp in rw.tps}
+            for k, v in sends:
+                topic, partition = split_key(k)
+                futs.append(producer.send(topic, str(v).encode(), partition=partition))
+            if rw is not None:
+                producer.send_offsets_to_transaction(
+                    {TopicPartition(*split_key(k)): o for k, o in state["offsets"].items()},
+                    rw.consumer.group_metadata())
+            if commit:
+                state["commit_time"] = h.now()
+                producer.commit_transaction()
+                h.ok(op, value())
+                if rw is not None:
+                    rw.committed = dict(state["offsets"])
+            else:
+                producer.abort_transaction()
+                h.fail(op, value(), error="aborted by the workload")
+                rewind()
+            return True
+        except ProducerFencedError as e:
+            h.info(op, value(), error=repr(e))
+            return False
+        except Exception as e:
+            if state["commit_time"] is not None and not isinstance(e, TransactionAbortableError):
+                h.info(op, value(), error=repr(e))  # the commit may have gone through
+                return False
+            first = e
+        try:  # a send refused, or the commit refused as abortable: abort
+            producer.abort_transaction()
+            h.fail(op, value(), error=repr(first))
+            rewind()
+            return True
+        except Exception as e:  # never asked to commit if not abortable; still unknown here
+            h.info(op, value(), error=f"{first!r}; then the abort: {e!r}")
+            return False
+
+    def after_restart(self) -> None:
+        """A sentinel, written last to every partition outside transactions (value
+        -1 - its index, acks=all): the final read_committed read of a key is complete
+        once it returned its sentinel (it stops at the last stable offset, so it also
+        waits for every transaction before it to be decided). ``self.sentinels``:
+        {key: the sentinel's offset}; a key whose sentinel could not be written is
+        read to its high watermark."""
+        self.sentinels = {}
+        deadline = time.monotonic() + 60
+        p = None
+        try:
+            p = Producer(self.cluster.bootstrap, **self.cluster.client_options, acks="all",
+                         request_timeout_ms=3000, delivery_timeout_ms=10_000,
+                         max_block_ms=5000)
+            for i, key in enumerate(self.keys):
+                topic, partition = split_key(key)
+                while key not in self.sentinels and time.monotonic() < deadline:
+                    try:
+                        md = p.send(topic, str(-1 - i).encode(), partition=partition).result(
+                            timeout=15)
+                        self.sentinels[key] = md.offset
+                    except Exception as e:
+                        self.log(f"sentinel of {key}: {e!r}; again")
+                        time.sleep(0.5)
+        except Exception as e:
+            self.log(f"sentinels: {e!r}")
+        finally:
+            if p is not None:
+                _quiet(lambda: p.close(timeout=5))
+        missing = sorted(set(self.keys) - set(self.sentinels))
+        if missing:
+            msg = f"no sentinel written to {missing}: their final reads go to the high watermark"
+            self.log("WARNING: " + msg)
+            self.warnings.append(msg)
+
+    def strip_final(self, final: dict) -> dict:
+        return {k: [[o, v] for o, v in recs if v >= 0] for k, recs in final.items()}
+
+
 def make(name: str, *a, **kw) -> Workload:
     if name == "queue":
         return QueueWorkload(*a, **kw)
@@ -724,4 +1030,6 @@ def make(name: str, *a, **kw) -> Workload:
         return IdempotentWorkload(*a, **kw)
     if name == "groups":
         return GroupsWorkload(*a, **kw)
+    if name == "txn":
+        return TxnWorkload(*a, **kw)
     raise ValueError(f"unknown workload {name!r}")

@@ -30,5 +30,18 @@ def test_command_line():
     assert (a.bug, a.seed, a.time, a.json, a.seeds) == (["bug-skip-truncation"], [5, 6],
                                                           30.0, True, 10)
     assert set(rates.BUGS) == {"bug-ack-before-replication", "bug-serve-beyond-hw",
-                               "bug-skip-truncation", "bug-ack-before-fsync"}
+                               "bug-skip-truncation", "bug-ack-before-fsync",
+                               "bug-skip-txn-verification", "bug-lso-ignores-open-txn",
+                               "bug-marker-before-prepare-durable"}
     assert set(rates.DEFAULT_BUGS) < set(rates.BUGS)
+    # the txn bugs run the txn workload unless --workload says otherwise
+    a = build_parser().parse_args(["rates", "--bug", "bug-lso-ignores-open-txn",
+                                   "--workload", "txn"])
+    assert a.workload == "txn"
+    assert all(rates.BUG_WORKLOAD[b] == "txn" for b in rates.BUGS if "txn" in b)
+
+
+def test_every_bug_is_a_flag_run_accepts():
+    from raftlog.jepsen.runner import PLANTED_BUGS
+
+    assert set(rates.BUGS) <= PLANTED_BUGS
