@@ -1,0 +1,60 @@
+"""The tests of kafka-python's integration suite (tests/clientsuite/suite.py) expected to
+fail against raftlog, each with why. The run fails on any other failure, and on a test
+listed here that no longer fails (so that this list stays true)."""
+
+from __future__ import annotations
+
+_JAVA = ("spawns its own Kafka (Java) broker with TLS material made by keytool "
+         "(test/integration/test_ssl_integration.py ssl_kafka); raftlog's CI has neither")
+_TXN = "transactions: issue #33, in progress"
+
+#: Tests that need something outside raftlog: Kafka's own (Java) broker and tools, or
+#: work that another issue owns.
+OUTSIDE_RAFTLOG: dict[str, str] = {
+    "test_ssl_integration.TestSSLConnection::test_ssl_handshake": _JAVA,
+    "test_ssl_integration.TestSSLConnection::test_legacy_kafka_client_ssl": _JAVA,
+    "test_producer_integration::test_transactional_producer_messages": _TXN,
+    "test_producer_integration::test_transactional_producer_offsets": _TXN,
+}
+
+#: Failures raftlog causes and has not fixed yet (issue #37): each is a gap to close, not
+#: an accepted difference. Remove a line when its test passes (the run says so).
+RAFTLOG_GAPS: dict[str, str] = {
+    "test_admin_integration::test_describe_configs_broker_resource_returns_configs":
+        "DescribeConfigs: a broker resource lacks advertised.listeners",
+    "test_admin_integration::test_describe_configs_topic_resource_returns_configs":
+        "DescribeConfigs v3+: every config_type is UNKNOWN (Kafka: LONG, STRING, ...)",
+    "test_admin_integration::test_describe_configs_mixed_resources_returns_configs":
+        "DescribeConfigs: a broker resource lacks configs the suite reads",
+    "test_admin_integration::test_elect_leaders": "ElectLeaders (43) not served",
+    "test_admin_integration::test_describe_log_dirs": "DescribeLogDirs (35) not served",
+    "test_admin_integration::test_alter_replica_log_dirs":
+        "DescribeLogDirs (35) and AlterReplicaLogDirs (34) not served",
+    "test_admin_integration::test_describe_metadata_quorum": "DescribeQuorum (55) not served",
+    "test_admin_integration::test_alter_partition_reassignments":
+        "AlterPartitionReassignments (45) not served",
+    "test_admin_integration::test_list_partition_reassignments":
+        "ListPartitionReassignments (46) not served",
+    "test_admin_integration::test_describe_topic_partitions":
+        "DescribeTopicPartitions (75) not served",
+    "test_admin_integration::test_describe_topic_partitions_pagination":
+        "DescribeTopicPartitions (75) not served",
+    "test_admin_integration::test_list_config_resources": "ListConfigResources (74) not served",
+    "test_consumer_integration::test_kafka_version_infer":
+        "kafka-python infers the broker version from the newest API versions advertised: "
+        "raftlog's set reads as Kafka 3.3, not 4.2",
+    "test_consumer_integration::test_group":
+        "four consumers joining one by one do not reach one stable generation in 15 s",
+}
+
+#: Tests whose outcome varies from run to run for a reason outside raftlog: neither
+#: outcome fails the run.
+MAY_FAIL: dict[str, str] = {
+    "test_admin_integration::test_delete_records":
+        "one poll(timeout_ms=2000) must return the six partitions' records at once: on "
+        "the suite's one broker they come in one fetch, on three brokers in three, and "
+        "the poll may return after the first",
+}
+
+#: Everything expected to fail, by test id ("module::test", as suite.outcomes names them).
+EXPECTED: dict[str, str] = {**OUTSIDE_RAFTLOG, **RAFTLOG_GAPS}
