@@ -20,12 +20,6 @@ OUTSIDE_RAFTLOG: dict[str, str] = {
 #: Failures raftlog causes and has not fixed yet (issue #37): each is a gap to close, not
 #: an accepted difference. Remove a line when its test passes (the run says so).
 RAFTLOG_GAPS: dict[str, str] = {
-    "test_admin_integration::test_describe_configs_broker_resource_returns_configs":
-        "DescribeConfigs: a broker resource lacks advertised.listeners",
-    "test_admin_integration::test_describe_configs_topic_resource_returns_configs":
-        "DescribeConfigs v3+: every config_type is UNKNOWN (Kafka: LONG, STRING, ...)",
-    "test_admin_integration::test_describe_configs_mixed_resources_returns_configs":
-        "DescribeConfigs: a broker resource lacks configs the suite reads",
     "test_admin_integration::test_elect_leaders": "ElectLeaders (43) not served",
     "test_admin_integration::test_describe_log_dirs": "DescribeLogDirs (35) not served",
     "test_admin_integration::test_alter_replica_log_dirs":
@@ -43,8 +37,6 @@ RAFTLOG_GAPS: dict[str, str] = {
     "test_consumer_integration::test_kafka_version_infer":
         "kafka-python infers the broker version from the newest API versions advertised: "
         "raftlog's set reads as Kafka 3.3, not 4.2",
-    "test_consumer_integration::test_group":
-        "four consumers joining one by one do not reach one stable generation in 15 s",
 }
 
 #: Tests whose outcome varies from run to run for a reason outside raftlog: neither

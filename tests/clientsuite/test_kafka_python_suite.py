@@ -27,7 +27,9 @@ CACHE_DIR = os.path.join(os.path.expanduser("~"), ".cache", "raftlog-clientsuite
 def _cluster(tmp_path) -> tuple[list[NodeProcess], list[str]]:
     """Three nodes, ids 0-2 (the suite's broker is node 0: its tests name it in replica
     assignments), each with a Kafka listener; broker settings as the suite's own broker
-    has them (auto-created topics, 4 partitions each) where raftlog's defaults differ."""
+    has them (its servers/resources/default/kafka.properties: auto-created topics of 4
+    partitions, session timeouts from 1 s, no initial rebalance delay) where raftlog's
+    defaults differ."""
     ports = free_ports(9)
     voters = ",".join(f"{i}@127.0.0.1:{ports[3 + i]}" for i in range(3))
     brokers = ",".join(f"{i}@127.0.0.1:{ports[6 + i]}" for i in range(3))
@@ -35,7 +37,7 @@ def _cluster(tmp_path) -> tuple[list[NodeProcess], list[str]]:
                 "kafka.brokers": brokers, "offsets.topic.replication.factor": "3",
                 "offsets.topic.num.partitions": "4", "group.initial.rebalance.delay.ms": "0",
                 "auto.create.topics.enable": "true", "num.partitions": "4",
-                "default.replication.factor": "3"}
+                "default.replication.factor": "3", "group.min.session.timeout.ms": "1000"}
     nodes = [NodeProcess(str(tmp_path / f"node-{i}"), ports[i], node_id=i,
                          extra={**settings, "kafka.listener": f"127.0.0.1:{ports[6 + i]}"})
              for i in range(3)]
