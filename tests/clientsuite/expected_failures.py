@@ -20,15 +20,7 @@ OUTSIDE_RAFTLOG: dict[str, str] = {
 #: Failures raftlog causes and has not fixed yet (issue #37): each is a gap to close, not
 #: an accepted difference. Remove a line when its test passes (the run says so).
 RAFTLOG_GAPS: dict[str, str] = {
-    "test_admin_integration::test_elect_leaders": "ElectLeaders (43) not served",
-    "test_admin_integration::test_describe_log_dirs": "DescribeLogDirs (35) not served",
-    "test_admin_integration::test_alter_replica_log_dirs":
-        "DescribeLogDirs (35) and AlterReplicaLogDirs (34) not served",
     "test_admin_integration::test_describe_metadata_quorum": "DescribeQuorum (55) not served",
-    "test_admin_integration::test_alter_partition_reassignments":
-        "AlterPartitionReassignments (45) not served",
-    "test_admin_integration::test_list_partition_reassignments":
-        "ListPartitionReassignments (46) not served",
     "test_admin_integration::test_describe_topic_partitions":
         "DescribeTopicPartitions (75) not served",
     "test_admin_integration::test_describe_topic_partitions_pagination":
