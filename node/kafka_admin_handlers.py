@@ -18,7 +18,7 @@ from raftlog.errors import ApiError, ErrorCode
 from raftlog.kafka_errors import to_kafka
 from raftlog.protocol import Api
 
-from .authz import ALTER, CLUSTER, CLUSTER_NAME, GROUP, READ, TOPIC
+from .authz import ALTER, CLUSTER, CLUSTER_NAME, DESCRIBE, GROUP, READ, TOPIC
 from .authz import DELETE as DELETE_OP
 from .kafka_handlers import Context, _authorize, _req
 
@@ -77,7 +77,7 @@ class KafkaAdminApis:
                 35: self.describe_log_dirs, 34: self.alter_replica_log_dirs,
                 43: self.elect_leaders,
                 45: self.alter_partition_reassignments,
-                46: self.list_partition_reassignments}
+                46: self.list_partition_reassignments, 74: self.list_config_resources}
 
     async def _quorum(self, method, req):
         return await self.apis._quorum(method, req)
@@ -164,6 +164,25 @@ class KafkaAdminApis:
             "error_code": 0, "log_dir": head["log_dir"],
             "topics": [{"name": t, "partitions": ps} for t, ps in sorted(topics.items())],
             "total_bytes": head["total_bytes"], "usable_bytes": head["usable_bytes"]}]}
+
+    async def list_config_resources(self, v: int, body: dict, ctx: Context) -> dict:
+        """The resources with configs: topics (those the principal may describe) and
+        brokers. v0 asks for client-metrics resources only, which raftlog has none of;
+        v1 for the types listed (none listed: every type). CLUSTER_AUTHORIZATION_FAILED
+        without DESCRIBE on the cluster."""
+        if ctx.acl is not None and not ctx.acl.allowed(DESCRIBE, CLUSTER, CLUSTER_NAME):
+            return {"throttle_time_ms": 0, "config_resources": [],
+                    "error_code": _E[ErrorCode.CLUSTER_AUTHORIZATION_FAILED]}
+        types = set(body["resource_types"] or (RESOURCE_TOPIC, RESOURCE_BROKER)) if v else ()
+        rows = []
+        if RESOURCE_TOPIC in types:
+            rows += [{"resource_name": t, "resource_type": RESOURCE_TOPIC}
+                     for t in sorted(self.broker.store.topics)
+                     if ctx.acl is None or ctx.acl.allowed(DESCRIBE, TOPIC, t)]
+        if RESOURCE_BROKER in types:
+            rows += [{"resource_name": str(b["node_id"]), "resource_type": RESOURCE_BROKER}
+                     for b in self.apis._known_brokers()]
+        return {"throttle_time_ms": 0, "error_code": 0, "config_resources": rows}
 
     async def alter_replica_log_dirs(self, v: int, body: dict, ctx: Context) -> dict:
         """A node has one log dir (its data directory): moving a replica to it is a

@@ -10,7 +10,7 @@ tagged versions, default, sub-fields)``; see raftlog/kafka_wire.py.
 # ruff: noqa: E501
 
 #: api name -> (api key, min version, max version) served
-ADVERTISED = {'Produce': (0, 3, 9), 'Fetch': (1, 4, 12), 'ListOffsets': (2, 1, 7), 'Metadata': (3, 0, 12), 'OffsetCommit': (8, 0, 8), 'OffsetFetch': (9, 0, 7), 'FindCoordinator': (10, 0, 4), 'JoinGroup': (11, 0, 7), 'Heartbeat': (12, 0, 4), 'LeaveGroup': (13, 0, 4), 'SyncGroup': (14, 0, 5), 'DescribeGroups': (15, 0, 5), 'ListGroups': (16, 0, 4), 'SaslHandshake': (17, 0, 1), 'ApiVersions': (18, 0, 3), 'CreateTopics': (19, 0, 7), 'DeleteTopics': (20, 0, 5), 'InitProducerId': (22, 0, 4), 'DescribeConfigs': (32, 0, 4), 'SaslAuthenticate': (36, 0, 2), 'DescribeCluster': (60, 0, 1), 'CreatePartitions': (37, 0, 3), 'AlterConfigs': (33, 0, 2), 'IncrementalAlterConfigs': (44, 0, 1), 'DeleteGroups': (42, 0, 2), 'OffsetDelete': (47, 0, 0), 'DescribeAcls': (29, 0, 3), 'CreateAcls': (30, 0, 3), 'DeleteAcls': (31, 0, 3), 'DeleteRecords': (21, 0, 2), 'DescribeUserScramCredentials': (50, 0, 0), 'AlterUserScramCredentials': (51, 0, 0), 'DescribeLogDirs': (35, 1, 4), 'AlterReplicaLogDirs': (34, 1, 2), 'ElectLeaders': (43, 0, 2), 'AlterPartitionReassignments': (45, 0, 0), 'ListPartitionReassignments': (46, 0, 0)}
+ADVERTISED = {'Produce': (0, 3, 9), 'Fetch': (1, 4, 12), 'ListOffsets': (2, 1, 7), 'Metadata': (3, 0, 12), 'OffsetCommit': (8, 0, 8), 'OffsetFetch': (9, 0, 7), 'FindCoordinator': (10, 0, 4), 'JoinGroup': (11, 0, 7), 'Heartbeat': (12, 0, 4), 'LeaveGroup': (13, 0, 4), 'SyncGroup': (14, 0, 5), 'DescribeGroups': (15, 0, 5), 'ListGroups': (16, 0, 4), 'SaslHandshake': (17, 0, 1), 'ApiVersions': (18, 0, 3), 'CreateTopics': (19, 0, 7), 'DeleteTopics': (20, 0, 5), 'InitProducerId': (22, 0, 4), 'DescribeConfigs': (32, 0, 4), 'SaslAuthenticate': (36, 0, 2), 'DescribeCluster': (60, 0, 1), 'CreatePartitions': (37, 0, 3), 'AlterConfigs': (33, 0, 2), 'IncrementalAlterConfigs': (44, 0, 1), 'DeleteGroups': (42, 0, 2), 'OffsetDelete': (47, 0, 0), 'DescribeAcls': (29, 0, 3), 'CreateAcls': (30, 0, 3), 'DeleteAcls': (31, 0, 3), 'DeleteRecords': (21, 0, 2), 'DescribeUserScramCredentials': (50, 0, 0), 'AlterUserScramCredentials': (51, 0, 0), 'DescribeLogDirs': (35, 1, 4), 'AlterReplicaLogDirs': (34, 1, 2), 'ElectLeaders': (43, 0, 2), 'AlterPartitionReassignments': (45, 0, 0), 'ListPartitionReassignments': (46, 0, 0), 'ListConfigResources': (74, 0, 1)}
 
 #: (api key, 'request' | 'response') or (name, 'data') -> {'name', 'flexible_from', 'fields'}
 #: data schema name -> (min version, max version)
@@ -873,6 +873,17 @@ SCHEMAS = {(0, 'request'): {'name': 'ProduceRequest',
                                     None),
                                    ('removing_replicas', '[]int32', 0, 32767, None, None, None, (),
                                     None))))))},
+ (74, 'request'): {'name': 'ListConfigResourcesRequest',
+                   'flexible_from': 0,
+                   'fields': (('resource_types', '[]int8', 1, 32767, None, None, None, (), None),)},
+ (74, 'response'): {'name': 'ListConfigResourcesResponse',
+                    'flexible_from': 0,
+                    'fields': (('throttle_time_ms', 'int32', 0, 32767, None, None, None, 0, None),
+                               ('error_code', 'int16', 0, 32767, None, None, None, 0, None),
+                               ('config_resources', '[]struct', 0, 32767, None, None, None, (),
+                                (('resource_name', 'string', 0, 32767, None, None, None, '', None),
+                                 ('resource_type', 'int8', 1, 32767, None, None, None, 16,
+                                  None))))},
  ('ConsumerProtocolSubscription', 'data'): {'name': 'ConsumerProtocolSubscription',
                                             'flexible_from': None,
                                             'fields': (('topics', '[]string', 0, 32767, None, None,

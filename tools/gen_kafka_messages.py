@@ -63,6 +63,7 @@ ADVERTISED = {
     "ElectLeaders": (43, 0, 2),
     "AlterPartitionReassignments": (45, 0, 0),
     "ListPartitionReassignments": (46, 0, 0),
+    "ListConfigResources": (74, 0, 1),
 }
 
 #: data schemas (no api key) -> (min version, max version): the consumer protocol's

@@ -25,7 +25,6 @@ RAFTLOG_GAPS: dict[str, str] = {
         "DescribeTopicPartitions (75) not served",
     "test_admin_integration::test_describe_topic_partitions_pagination":
         "DescribeTopicPartitions (75) not served",
-    "test_admin_integration::test_list_config_resources": "ListConfigResources (74) not served",
     "test_consumer_integration::test_kafka_version_infer":
         "kafka-python infers the broker version from the newest API versions advertised: "
         "raftlog's set reads as Kafka 3.3, not 4.2",

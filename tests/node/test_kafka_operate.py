@@ -1,6 +1,7 @@
 """Operating a node with Kafka's admin calls on the Kafka listener (kafka-python's own
 suite used them, tests/clientsuite): DescribeLogDirs, AlterReplicaLogDirs,
-ElectLeaders, List/AlterPartitionReassignments, each with Kafka's error codes."""
+ElectLeaders, List/AlterPartitionReassignments, ListConfigResources, each with Kafka's
+error codes."""
 
 from __future__ import annotations
 
@@ -53,3 +54,8 @@ def test_partition_reassignments(admin):
     # (one node: nothing to move a replica to, refused per partition)
     got = admin.alter_partition_reassignments({TopicPartition("op", 0): [1]})
     assert got[TopicPartition("op", 0)] is kafka.errors.InvalidRequestError
+
+
+def test_list_config_resources(admin):
+    got = admin.list_config_resources()
+    assert got["broker"] == ["1"] and "op" in got["topic"]
