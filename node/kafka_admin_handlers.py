@@ -23,6 +23,9 @@ from .authz import DELETE as DELETE_OP
 from .kafka_handlers import Context, _authorize, _req
 
 _E = {c: to_kafka(c) for c in ErrorCode}
+#: Most partitions one DescribeTopicPartitions answer holds (Kafka's
+#: max.request.partition.size.limit default)
+DESCRIBE_TOPIC_PARTITIONS_MAX = 2000
 #: Kafka's codes with no raftlog twin (ElectLeaders)
 PREFERRED_LEADER_NOT_AVAILABLE, ELECTION_NOT_NEEDED, LOG_DIR_NOT_FOUND = 80, 84, 57
 #: Kafka's config resource types
@@ -77,7 +80,8 @@ class KafkaAdminApis:
                 35: self.describe_log_dirs, 34: self.alter_replica_log_dirs,
                 43: self.elect_leaders,
                 45: self.alter_partition_reassignments,
-                46: self.list_partition_reassignments, 74: self.list_config_resources}
+                46: self.list_partition_reassignments, 74: self.list_config_resources,
+                75: self.describe_topic_partitions}
 
     async def _quorum(self, method, req):
         return await self.apis._quorum(method, req)
@@ -164,6 +168,40 @@ class KafkaAdminApis:
             "error_code": 0, "log_dir": head["log_dir"],
             "topics": [{"name": t, "partitions": ps} for t, ps in sorted(topics.items())],
             "total_bytes": head["total_bytes"], "usable_bytes": head["usable_bytes"]}]}
+
+    async def describe_topic_partitions(self, v: int, body: dict, ctx: Context) -> dict:
+        """Metadata's topic rows (never auto-creating), topics in name order, paged as
+        Kafka pages them: from ``cursor`` at most ``response_partition_limit`` partitions
+        (capped at DESCRIBE_TOPIC_PARTITIONS_MAX), ``next_cursor`` where the next page
+        starts. No topics named: every topic the principal may describe."""
+        names = sorted({t["name"] for t in body["topics"]}) or None
+        meta = await self.apis.metadata(12, {
+            "topics": None if names is None else [{"name": n} for n in names],
+            "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": True}, ctx)
+        rows = sorted(meta["topics"], key=lambda t: t["name"])
+        cursor = body["cursor"]
+        if cursor is not None:
+            rows = [t for t in rows if t["name"] >= cursor["topic_name"]]
+        budget = max(min(body["response_partition_limit"], DESCRIBE_TOPIC_PARTITIONS_MAX), 1)
+        out, next_cursor = [], None
+        for t in rows:
+            parts = sorted(t["partitions"], key=lambda p: p["partition_index"])
+            if cursor is not None and t["name"] == cursor["topic_name"]:
+                parts = [p for p in parts if p["partition_index"] >= cursor["partition_index"]]
+            if budget <= 0 and (parts or not out):
+                next_cursor = {"topic_name": t["name"],
+                               "partition_index": parts[0]["partition_index"] if parts else 0}
+                break
+            taken, rest = parts[:budget], parts[budget:]
+            budget -= len(taken)
+            out.append({**t, "partitions": [{**p, "eligible_leader_replicas": None,
+                                             "last_known_elr": None} for p in taken]})
+            if rest:
+                next_cursor = {"topic_name": t["name"],
+                               "partition_index": rest[0]["partition_index"]}
+                break
+        return {"throttle_time_ms": 0, "topics": out, "next_cursor": next_cursor}
 
     async def list_config_resources(self, v: int, body: dict, ctx: Context) -> dict:
         """The resources with configs: topics (those the principal may describe) and

@@ -64,6 +64,7 @@ ADVERTISED = {
     "AlterPartitionReassignments": (45, 0, 0),
     "ListPartitionReassignments": (46, 0, 0),
     "ListConfigResources": (74, 0, 1),
+    "DescribeTopicPartitions": (75, 0, 0),
 }
 
 #: data schemas (no api key) -> (min version, max version): the consumer protocol's

@@ -21,10 +21,6 @@ OUTSIDE_RAFTLOG: dict[str, str] = {
 #: an accepted difference. Remove a line when its test passes (the run says so).
 RAFTLOG_GAPS: dict[str, str] = {
     "test_admin_integration::test_describe_metadata_quorum": "DescribeQuorum (55) not served",
-    "test_admin_integration::test_describe_topic_partitions":
-        "DescribeTopicPartitions (75) not served",
-    "test_admin_integration::test_describe_topic_partitions_pagination":
-        "DescribeTopicPartitions (75) not served",
     "test_consumer_integration::test_kafka_version_infer":
         "kafka-python infers the broker version from the newest API versions advertised: "
         "raftlog's set reads as Kafka 3.3, not 4.2",

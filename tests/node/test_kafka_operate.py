@@ -59,3 +59,19 @@ def test_partition_reassignments(admin):
 def test_list_config_resources(admin):
     got = admin.list_config_resources()
     assert got["broker"] == ["1"] and "op" in got["topic"]
+
+
+def test_describe_topic_partitions_pages(admin):
+    whole = admin.describe_topic_partitions(["op"])
+    [t] = whole["topics"]
+    assert [p["partition_index"] for p in t["partitions"]] == [0, 1]
+    assert t["error_code"] == 0 and whole["next_cursor"] is None
+    first = admin.describe_topic_partitions(["op"], response_partition_limit=1)
+    assert [p["partition_index"] for p in first["topics"][0]["partitions"]] == [0]
+    assert first["next_cursor"] == {"topic_name": "op", "partition_index": 1}
+    rest = admin.describe_topic_partitions(["op"], response_partition_limit=1,
+                                           cursor=first["next_cursor"])
+    assert [p["partition_index"] for p in rest["topics"][0]["partitions"]] == [1]
+    assert rest["next_cursor"] is None
+    [unknown] = admin.describe_topic_partitions(["nope"])["topics"]
+    assert unknown["error_code"] == UNKNOWN_TOPIC
