@@ -18,7 +18,7 @@ from .expected_failures import EXPECTED, MAY_FAIL
 
 pytestmark = pytest.mark.slow
 
-#: Bound of the whole suite's run (it takes about 2-3 minutes on 2 busy cores).
+#: Bound of the whole suite's run (it takes about a minute on 2 busy cores).
 SUITE_TIMEOUT_S = 420
 #: Where the pinned sdist is kept between runs.
 CACHE_DIR = os.path.join(os.path.expanduser("~"), ".cache", "raftlog-clientsuite")
@@ -62,6 +62,7 @@ def _fetch() -> str:
         pytest.skip(f"cannot download {suite.NAME}=={suite.VERSION} from PyPI ({e})")
 
 
+@pytest.mark.timeout(SUITE_TIMEOUT_S + 180)  # (+ the download and the cluster's start)
 def test_kafka_python_integration_suite(tmp_path):
     root = suite.prepare(_fetch(), str(tmp_path / "suite"))
     nodes, kafka = _cluster(tmp_path)
