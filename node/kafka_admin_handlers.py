@@ -9,6 +9,8 @@ Per-resource refusals are answered per resource with Kafka's error code
 
 from __future__ import annotations
 
+import os
+
 from raftlog import acl as A
 from raftlog import kafka_acl as KA
 from raftlog import scram as S
@@ -16,11 +18,16 @@ from raftlog.errors import ApiError, ErrorCode
 from raftlog.kafka_errors import to_kafka
 from raftlog.protocol import Api
 
+from .authz import ALTER, CLUSTER, CLUSTER_NAME, DESCRIBE, GROUP, READ, TOPIC
 from .authz import DELETE as DELETE_OP
-from .authz import GROUP, READ, TOPIC
 from .kafka_handlers import Context, _authorize, _req
 
 _E = {c: to_kafka(c) for c in ErrorCode}
+#: Most partitions one DescribeTopicPartitions answer holds (Kafka's
+#: max.request.partition.size.limit default)
+DESCRIBE_TOPIC_PARTITIONS_MAX = 2000
+#: Kafka's codes with no raftlog twin (ElectLeaders)
+PREFERRED_LEADER_NOT_AVAILABLE, ELECTION_NOT_NEEDED, LOG_DIR_NOT_FOUND = 80, 84, 57
 #: Kafka's config resource types
 RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
 #: IncrementalAlterConfigs' ConfigOperation codes (Kafka's AlterConfigOp.OpType)
@@ -69,7 +76,12 @@ class KafkaAdminApis:
                 47: self.offset_delete, 29: self.describe_acls, 30: self.create_acls,
                 31: self.delete_acls, 21: self.delete_records,
                 50: self.describe_user_scram_credentials,
-                51: self.alter_user_scram_credentials}
+                51: self.alter_user_scram_credentials,
+                35: self.describe_log_dirs, 34: self.alter_replica_log_dirs,
+                43: self.elect_leaders,
+                45: self.alter_partition_reassignments,
+                46: self.list_partition_reassignments, 74: self.list_config_resources,
+                75: self.describe_topic_partitions}
 
     async def _quorum(self, method, req):
         return await self.apis._quorum(method, req)
@@ -118,7 +130,7 @@ class KafkaAdminApis:
         lows: dict = {}
         if parts:
             head, _ = self.broker.delete_records(_req(Api.DELETE_RECORDS, ctx, {
-                "parts": parts, "timeout_ms": max(body["timeout_ms"], 0)}))
+                "parts": parts, "throttle": 0, "timeout_ms": max(body["timeout_ms"], 0)}))
             for r in head["parts"]:
                 codes[(r.topic, r.partition)] = to_kafka(r.error)
                 lows[(r.topic, r.partition)] = r.low_watermark
@@ -128,6 +140,195 @@ class KafkaAdminApis:
                  "low_watermark": lows.get((t["name"], p["partition_index"]), -1),
                  "error_code": codes[(t["name"], p["partition_index"])]}
                 for p in t["partitions"]]} for t in body["topics"]]}
+
+    # ------------------------------------------------------------------ operating
+
+    async def describe_log_dirs(self, v: int, body: dict, ctx: Context) -> dict:
+        """This node's one log dir (its data directory) with the replicas it hosts
+        (all, or those of ``topics``; a partition list narrows within a topic);
+        CLUSTER_AUTHORIZATION_FAILED (DESCRIBE on the cluster) as a top-level code."""
+        wanted = body["topics"]
+        try:
+            head, _ = self.broker.describe_log_dirs(_req(Api.DESCRIBE_LOG_DIRS, ctx, {
+                "topics": None if wanted is None else [t["topic"] for t in wanted]}))
+        except ApiError as e:
+            return {"throttle_time_ms": 0, "error_code": _E[e.code], "results": []}
+        only = (None if wanted is None
+                else {t["topic"]: set(t["partitions"]) for t in wanted})
+        topics: dict = {}
+        for r in head["partitions"]:
+            if only is not None and only.get(r.topic) and r.partition not in only[r.topic]:
+                continue
+            lag = 0 if r.leader == self.config.node_id else max(
+                r.high_watermark - r.log_end_offset, 0)
+            topics.setdefault(r.topic, []).append({
+                "partition_index": r.partition, "partition_size": r.size_bytes,
+                "offset_lag": lag, "is_future_key": False})
+        return {"throttle_time_ms": 0, "error_code": 0, "results": [{
+            "error_code": 0, "log_dir": head["log_dir"],
+            "topics": [{"name": t, "partitions": ps} for t, ps in sorted(topics.items())],
+            "total_bytes": head["total_bytes"], "usable_bytes": head["usable_bytes"]}]}
+
+    async def describe_topic_partitions(self, v: int, body: dict, ctx: Context) -> dict:
+        """Metadata's topic rows (never auto-creating), topics in name order, paged as
+        Kafka pages them: from ``cursor`` at most ``response_partition_limit`` partitions
+        (capped at DESCRIBE_TOPIC_PARTITIONS_MAX), ``next_cursor`` where the next page
+        starts. No topics named: every topic the principal may describe."""
+        names = sorted({t["name"] for t in body["topics"]}) or None
+        meta = await self.apis.metadata(12, {
+            "topics": None if names is None else [{"name": n} for n in names],
+            "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": True}, ctx)
+        rows = sorted(meta["topics"], key=lambda t: t["name"])
+        cursor = body["cursor"]
+        if cursor is not None:
+            rows = [t for t in rows if t["name"] >= cursor["topic_name"]]
+        budget = max(min(body["response_partition_limit"], DESCRIBE_TOPIC_PARTITIONS_MAX), 1)
+        out, next_cursor = [], None
+        for t in rows:
+            parts = sorted(t["partitions"], key=lambda p: p["partition_index"])
+            if cursor is not None and t["name"] == cursor["topic_name"]:
+                parts = [p for p in parts if p["partition_index"] >= cursor["partition_index"]]
+            if budget <= 0 and (parts or not out):
+                next_cursor = {"topic_name": t["name"],
+                               "partition_index": parts[0]["partition_index"] if parts else 0}
+                break
+            taken, rest = parts[:budget], parts[budget:]
+            budget -= len(taken)
+            out.append({**t, "partitions": [{**p, "eligible_leader_replicas": None,
+                                             "last_known_elr": None} for p in taken]})
+            if rest:
+                next_cursor = {"topic_name": t["name"],
+                               "partition_index": rest[0]["partition_index"]}
+                break
+        return {"throttle_time_ms": 0, "topics": out, "next_cursor": next_cursor}
+
+    async def list_config_resources(self, v: int, body: dict, ctx: Context) -> dict:
+        """The resources with configs: topics (those the principal may describe) and
+        brokers. v0 asks for client-metrics resources only, which raftlog has none of;
+        v1 for the types listed (none listed: every type). CLUSTER_AUTHORIZATION_FAILED
+        without DESCRIBE on the cluster."""
+        if ctx.acl is not None and not ctx.acl.allowed(DESCRIBE, CLUSTER, CLUSTER_NAME):
+            return {"throttle_time_ms": 0, "config_resources": [],
+                    "error_code": _E[ErrorCode.CLUSTER_AUTHORIZATION_FAILED]}
+        types = set(body["resource_types"] or (RESOURCE_TOPIC, RESOURCE_BROKER)) if v else ()
+        rows = []
+        if RESOURCE_TOPIC in types:
+            rows += [{"resource_name": t, "resource_type": RESOURCE_TOPIC}
+                     for t in sorted(self.broker.store.topics)
+                     if ctx.acl is None or ctx.acl.allowed(DESCRIBE, TOPIC, t)]
+        if RESOURCE_BROKER in types:
+            rows += [{"resource_name": str(b["node_id"]), "resource_type": RESOURCE_BROKER}
+                     for b in self.apis._known_brokers()]
+        return {"throttle_time_ms": 0, "error_code": 0, "config_resources": rows}
+
+    async def alter_replica_log_dirs(self, v: int, body: dict, ctx: Context) -> dict:
+        """A node has one log dir (its data directory): moving a replica to it is a
+        no-op (NONE, also for a replica the node does not host yet, as Kafka), any
+        other path LOG_DIR_NOT_FOUND; CLUSTER_AUTHORIZATION_FAILED without ALTER on
+        the cluster; UNKNOWN_TOPIC_OR_PARTITION."""
+        here = os.path.abspath(self.config.data_dir)
+        allowed = ctx.acl is None or ctx.acl.allowed(ALTER, CLUSTER, CLUSTER_NAME)
+        topics = self.broker.store.topics
+        by_topic: dict = {}
+        for d in body["dirs"]:
+            for t in d["topics"]:
+                info = topics.get(t["name"])
+                for p in t["partitions"]:
+                    if not allowed:
+                        code = _E[ErrorCode.CLUSTER_AUTHORIZATION_FAILED]
+                    elif info is None or not 0 <= p < len(info.partitions):
+                        code = _E[ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+                    elif os.path.abspath(d["path"]) != here:
+                        code = LOG_DIR_NOT_FOUND
+                    else:
+                        code = 0
+                    by_topic.setdefault(t["name"], []).append(
+                        {"partition_index": p, "error_code": code})
+        return {"throttle_time_ms": 0, "results": [
+            {"topic_name": t, "partitions": ps} for t, ps in by_topic.items()]}
+
+    async def elect_leaders(self, v: int, body: dict, ctx: Context) -> dict:
+        """Preferred-leader elections (election type 0; unclean ones, type 1, are not
+        offered: INVALID_REQUEST). Per partition as Kafka: ELECTION_NOT_NEEDED where the
+        preferred replica leads already, PREFERRED_LEADER_NOT_AVAILABLE where it is not
+        alive and in the ISR, UNKNOWN_TOPIC_OR_PARTITION."""
+        wanted = body["topic_partitions"]
+        parts = (None if wanted is None
+                 else [(t["topic"], p) for t in wanted for p in t["partitions"]])
+        try:
+            _authorize(Api.ELECT_LEADERS, ctx, {"parts": parts})
+            if v >= 1 and body["election_type"] != 0:
+                raise ApiError(ErrorCode.INVALID_REQUEST,
+                               "only preferred-leader elections (type 0) are offered")
+        except ApiError as e:
+            return {"throttle_time_ms": 0, "error_code": _E[e.code],
+                    "replica_election_results": []}
+        rows: dict = {}
+        ask = []
+        topics = self.broker.store.topics
+        for t, p in parts if parts is not None else []:
+            info = topics.get(t)
+            part = (info.partitions[p] if info is not None and 0 <= p < len(info.partitions)
+                    else None)
+            if part is not None and part.leader == part.replicas[0]:
+                rows[(t, p)] = (ELECTION_NOT_NEEDED, "already led by its preferred replica")
+            elif part is not None and part.replicas[0] not in part.isr:
+                rows[(t, p)] = (PREFERRED_LEADER_NOT_AVAILABLE,
+                                f"preferred replica {part.replicas[0]} is not in the ISR")
+            else:
+                ask.append((t, p))
+        if ask or parts is None:
+            head, _ = await self._quorum(self.broker.elect_leaders, _req(
+                Api.ELECT_LEADERS, ctx, {"parts": ask if parts is not None else None}))
+            for r in head["results"]:
+                rows[(r.topic, r.partition)] = (to_kafka(r.error), r.message or None)
+        by_topic: dict = {}
+        for (t, p), (code, msg) in rows.items():
+            by_topic.setdefault(t, []).append(
+                {"partition_id": p, "error_code": code, "error_message": msg})
+        return {"throttle_time_ms": 0, "error_code": 0, "replica_election_results": [
+            {"topic": t, "partition_result": ps} for t, ps in by_topic.items()]}
+
+    async def alter_partition_reassignments(self, v: int, body: dict, ctx: Context) -> dict:
+        """Start (replicas given) or cancel (null replicas) each partition's move."""
+        parts = [[t["name"], p["partition_index"],
+                  [] if p["replicas"] is None else list(p["replicas"])]
+                 for t in body["topics"] for p in t["partitions"]]
+        try:
+            head, _ = await self._quorum(self.broker.alter_partition_reassignments, _req(
+                Api.ALTER_PARTITION_REASSIGNMENTS, ctx, {
+                    "parts": parts, "throttle": 0, "timeout_ms": max(body["timeout_ms"], 0)}))
+        except ApiError as e:
+            code, msg = _error_row(e)
+            return {"throttle_time_ms": 0, "error_code": code, "error_message": msg,
+                    "responses": []}
+        by_topic: dict = {}
+        for r in head["results"]:
+            by_topic.setdefault(r.topic, []).append({
+                "partition_index": r.partition, "error_code": to_kafka(r.error),
+                "error_message": r.message or None})
+        return {"throttle_time_ms": 0, "error_code": 0, "error_message": None,
+                "responses": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+
+    async def list_partition_reassignments(self, v: int, body: dict, ctx: Context) -> dict:
+        wanted = body["topics"]
+        parts = (None if wanted is None
+                 else [(t["name"], p) for t in wanted for p in t["partition_indexes"]])
+        try:
+            head, _ = self.broker.list_partition_reassignments(_req(
+                Api.LIST_PARTITION_REASSIGNMENTS, ctx, {"parts": parts}))
+        except ApiError as e:
+            code, msg = _error_row(e)
+            return {"throttle_time_ms": 0, "error_code": code, "error_message": msg,
+                    "topics": []}
+        by_topic: dict = {}
+        for r in head["reassignments"]:
+            by_topic.setdefault(r.topic, []).append({
+                "partition_index": r.partition, "replicas": list(r.replicas),
+                "adding_replicas": list(r.adding), "removing_replicas": list(r.removing)})
+        return {"throttle_time_ms": 0, "error_code": 0, "error_message": None,
+                "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
 
     # ------------------------------------------------------------------ configs
 

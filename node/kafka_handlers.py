@@ -33,6 +33,7 @@ from raftlog.kafka_errors import to_kafka
 from raftlog.kafka_wire import SUPPORTED, RawPieces
 from raftlog.protocol import Api, Request
 
+from . import kafka_configs
 from .authz import CLUSTER, DESCRIBE, NOT_ASKED, TOPIC, AclCheck, authorized_operations
 from .routes import ROUTES
 
@@ -58,6 +59,13 @@ kb_ATTRIBUTES = kafka_batch.ATTRIBUTES_OFFSET
 #: Kafka's TOPIC and BROKER config resource types.
 RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
 CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_TOPIC = 5, 1
+
+
+def _config_entry(name: str, value, source: int, read_only: bool) -> dict:
+    return {"name": name, "value": value, "read_only": read_only,
+            "is_default": source == CONFIG_SOURCE_DEFAULT, "config_source": source,
+            "is_sensitive": False, "synonyms": [],
+            "config_type": kafka_configs.config_type(name), "documentation": None}
 
 
 class Context:
@@ -627,14 +635,21 @@ class KafkaApis:
                         if keys is not None and name not in keys:
                             continue
                         source = CONFIG_SOURCE_TOPIC if name in info.config else CONFIG_SOURCE_DEFAULT
-                        row["configs"].append({
-                            "name": name, "value": value, "read_only": False,
-                            "is_default": source == CONFIG_SOURCE_DEFAULT,
-                            "config_source": source, "is_sensitive": False, "synonyms": [],
-                            "config_type": 0, "documentation": None})
+                        row["configs"].append(_config_entry(name, value, source, False))
             elif res["resource_type"] != RESOURCE_BROKER:
                 row["error_code"] = _E[ErrorCode.INVALID_REQUEST]
                 row["error_message"] = f"resource type {res['resource_type']} is not supported"
+            elif res["resource_name"] not in ("", str(self.config.node_id)):
+                row["error_code"] = _E[ErrorCode.INVALID_REQUEST]
+                row["error_message"] = (f"this is broker {self.config.node_id}: ask broker "
+                                        f"{res['resource_name']} for its configs")
+            else:
+                advertised = self.kafka_address(self.config.node_id, *self.config.advertised)
+                for name, value in sorted(kafka_configs.broker_configs(
+                        self.config, advertised).items()):
+                    if keys is None or name in keys:
+                        row["configs"].append(_config_entry(
+                            name, value, kafka_configs.SOURCE_STATIC_BROKER, True))
             out.append(row)
         return {"throttle_time_ms": 0, "results": out}
 

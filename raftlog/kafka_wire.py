@@ -403,6 +403,17 @@ def _codec(field, version: int, flexible: bool, depth: int) -> tuple[Callable, C
     if kind == "struct":
         plan = _plan(sub, version, flexible, depth + 1)
 
+        if null_ok:  # (a nullable struct: an int8 marker, -1 null, 1 present)
+            def read_nullable_struct(r):
+                return None if r._fixed(_I8) < 0 else _read_struct(r, plan)
+
+            def write_nullable_struct(v, out):
+                out.append(_I8.pack(-1 if v is None else 1))
+                if v is not None:
+                    _write_struct(v, plan, out)
+
+            return read_nullable_struct, write_nullable_struct
+
         def read_struct(r):
             return _read_struct(r, plan)
 

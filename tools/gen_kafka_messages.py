@@ -57,6 +57,14 @@ ADVERTISED = {
     "DeleteRecords": (21, 0, 2),
     "DescribeUserScramCredentials": (50, 0, 0),
     "AlterUserScramCredentials": (51, 0, 0),
+    # operating a cluster with Kafka's admin tooling (#37)
+    "DescribeLogDirs": (35, 1, 4),
+    "AlterReplicaLogDirs": (34, 1, 2),
+    "ElectLeaders": (43, 0, 2),
+    "AlterPartitionReassignments": (45, 0, 0),
+    "ListPartitionReassignments": (46, 0, 0),
+    "ListConfigResources": (74, 0, 1),
+    "DescribeTopicPartitions": (75, 0, 0),
 }
 
 #: data schemas (no api key) -> (min version, max version): the consumer protocol's

@@ -326,3 +326,15 @@ def test_a_file_slice_in_raw_pieces_cannot_be_joined_into_bytes():
     assert any(isinstance(p, Slice) for p in pieces)
     with pytest.raises(kw.LocalProtocolError):
         kw.encode_response(1, 11, 1, body)
+
+
+def test_nullable_struct_round_trips_with_its_marker():
+    """DescribeTopicPartitions' cursor: a nullable struct is an int8 (-1 null, 1 set)
+    before its fields (kafka-python's suite sent one)."""
+    from raftlog import kafka_wire as W
+
+    for cursor, marker in ((None, b"\xff"), ({"topic_name": "t", "partition_index": 3}, b"\x01")):
+        frame = W.encode_request(75, 0, 7, {"topics": [{"name": "t"}],
+                                            "response_partition_limit": 5, "cursor": cursor})
+        assert frame[-2 if cursor is None else -9:][:1] == marker
+        assert W.decode_request(frame[4:]).body["cursor"] == cursor

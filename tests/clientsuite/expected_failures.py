@@ -1,0 +1,45 @@
+"""The tests of kafka-python's integration suite (tests/clientsuite/suite.py) expected to
+fail against raftlog, each with why. The run fails on any other failure, and on a test
+listed here that no longer fails (so that this list stays true).
+
+Not here because the suite skips them itself: its SASL tests (they need a broker the
+suite configures, so they skip on an external one) and tests for brokers before 0.10.1."""
+
+from __future__ import annotations
+
+_JAVA = ("spawns its own Kafka (Java) broker with TLS material made by keytool "
+         "(test/integration/test_ssl_integration.py ssl_kafka); raftlog's CI has neither")
+_TXN = "transactions: issue #33, in progress"
+
+#: Tests that need something outside raftlog: Kafka's own (Java) broker and tools, or
+#: work that another issue owns.
+OUTSIDE_RAFTLOG: dict[str, str] = {
+    "test_ssl_integration.TestSSLConnection::test_ssl_handshake": _JAVA,
+    "test_ssl_integration.TestSSLConnection::test_legacy_kafka_client_ssl": _JAVA,
+    "test_producer_integration::test_transactional_producer_messages": _TXN,
+    "test_producer_integration::test_transactional_producer_offsets": _TXN,
+}
+
+#: Failures raftlog causes and has not fixed yet (issue #37): each is a gap to close, not
+#: an accepted difference. Remove a line when its test passes (the run says so).
+RAFTLOG_GAPS: dict[str, str] = {
+    "test_admin_integration::test_describe_metadata_quorum":
+        "DescribeQuorum (55) not served: raftlog's metadata quorum is pysyncobj's Raft, "
+        "not KRaft's __cluster_metadata partition, and has no native describe call yet",
+    "test_consumer_integration::test_kafka_version_infer":
+        "kafka-python infers 4.2 from ListOffsets v11 (4.1: Produce v13, 4.0: ListOffsets "
+        "v10, 3.9: Fetch v17); raftlog serves ListOffsets 1-7, Produce 3-9 and Fetch 4-12 "
+        "(before topic ids), which read as Kafka 3.3",
+}
+
+#: Tests whose outcome varies from run to run for a reason outside raftlog: neither
+#: outcome fails the run.
+MAY_FAIL: dict[str, str] = {
+    "test_admin_integration::test_delete_records":
+        "one poll(timeout_ms=2000) must return the six partitions' records at once: on "
+        "the suite's one broker they come in one fetch, on three brokers in three, and "
+        "the poll may return after the first",
+}
+
+#: Everything expected to fail, by test id ("module::test", as suite.outcomes names them).
+EXPECTED: dict[str, str] = {**OUTSIDE_RAFTLOG, **RAFTLOG_GAPS}
