@@ -17,6 +17,8 @@ from raftlog.protocol import Api
 from .conn import BrokerConnection
 from .errors import BrokerNotAvailableError, ProducerFencedError
 
+#: First pause after CONCURRENT_TRANSACTIONS (doubled each time, up to retry_backoff_ms).
+CONCURRENT_BACKOFF_S = 0.002
 #: Errors after which a coordinator call is sent again (after a backoff).
 _RETRY = {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR,
           ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.CONCURRENT_TRANSACTIONS,
@@ -73,6 +75,7 @@ class TransactionManager:
         """Send to the coordinator; retriable errors are retried (found again) until
         ``timeout_s`` (default max_block_ms). Fatal ones raise ProducerFencedError."""
         deadline = time.monotonic() + (self._max_block_s if timeout_s is None else timeout_s)
+        concurrent = 0  # CONCURRENT_TRANSACTIONS answers in a row
         while True:
             try:
                 if self._coordinator is None:
@@ -91,9 +94,17 @@ class TransactionManager:
                 if code is None or code in (ErrorCode.NOT_COORDINATOR,
                                             ErrorCode.COORDINATOR_NOT_AVAILABLE):
                     self._close_coordinator()
-                if not retry or time.monotonic() + self._backoff_s > deadline:
+                # CONCURRENT_TRANSACTIONS: the last transaction's markers are still being
+                # written (commit_transaction returns once the decision is durable, as
+                # Kafka's EndTxn) -- a matter of milliseconds, so asked again after 2 ms,
+                # doubling up to retry_backoff_ms (Kafka's producer: a fixed 20 ms)
+                pause = self._backoff_s
+                if code == ErrorCode.CONCURRENT_TRANSACTIONS:
+                    pause = min(self._backoff_s, CONCURRENT_BACKOFF_S * 2 ** concurrent)
+                    concurrent += 1
+                if not retry or time.monotonic() + pause > deadline:
                     raise
-                time.sleep(self._backoff_s)
+                time.sleep(pause)
 
     def _close_coordinator(self) -> None:
         if self._coordinator is not None:

@@ -1,0 +1,217 @@
+"""Transactions as a user gets them: 3 real node processes, RF3 topics, SDK defaults
+(issue #33's targets).
+
+    python bench/transactions.py [--json] [--nodes 3] [--txns 300] [--rate 100] [--secs 10]
+
+Three figures, each from the SDK with its defaults (a transactional producer is
+idempotent with acks=all; a consumer reads read_committed unless told):
+
+1. **flood**: one transactional producer runs ``--txns`` transactions of ``--size``
+   (100) records spread over ``--partitions`` (3) partitions back to back
+   (``send_many`` per partition, then ``commit_transaction``): committed rec/s and MB/s,
+   and each ``commit_transaction`` call's latency;
+2. **paced**: ``--rate`` transactions/s for ``--secs`` s: commit latency p50/p99/max
+   (the call to its return) at a steady rate;
+3. **read_committed vs read_uncommitted**: the same consumer reads a topic of plain
+   (non-transactional) records both ways, then a topic where 10% of the transactions
+   were aborted; rec/s each and the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+
+from throughput import _wait_full_isr, latency_summary, start_cluster  # noqa: E402
+
+from raftlog.client import Admin, Consumer, Producer, TopicPartition  # noqa: E402
+
+VALUE = b"t" * 100
+
+
+def _pct(xs: list[float]) -> dict:
+    s = latency_summary(xs)
+    return {"p50_ms": round(s["lat_p50_ms"], 2), "p99_ms": round(s["lat_p99_ms"], 2),
+            "max_ms": round(s["lat_max_ms"], 2), "n": s["lat_records"]}
+
+
+def _txn(p: Producer, topic: str, partitions: int, size: int) -> float:
+    """One transaction of ``size`` records over ``partitions``; the commit's seconds."""
+    p.begin_transaction()
+    per = size // partitions
+    for part in range(partitions):
+        n = per if part < partitions - 1 else size - per * (partitions - 1)
+        p.send_many(topic, [VALUE] * n, partition=part)
+    t = time.perf_counter()
+    p.commit_transaction()
+    return time.perf_counter() - t
+
+
+def flood(bootstrap: str, topic: str, txns: int, size: int, partitions: int) -> dict:
+    p = Producer(bootstrap, transactional_id="bench-flood")
+    p.init_transactions()
+    commits = []
+    start = time.perf_counter()
+    for _ in range(txns):
+        commits.append(_txn(p, topic, partitions, size) * 1000)
+    secs = time.perf_counter() - start
+    p.close()
+    n = txns * size
+    return {"txns": txns, "records": n, "rec_s": round(n / secs),
+            "mb_s": round(n * len(VALUE) / secs / 1e6, 2), "commit": _pct(commits)}
+
+
+def paced(bootstrap: str, topic: str, rate: float, secs: float, size: int,
+          partitions: int) -> dict:
+    p = Producer(bootstrap, transactional_id="bench-paced")
+    p.init_transactions()
+    commits, start, i, late = [], time.perf_counter(), 0, 0
+    while time.perf_counter() - start < secs:
+        due = start + i / rate
+        now = time.perf_counter()
+        if due > now:
+            time.sleep(due - now)
+        elif now - due > 1.0 / rate:
+            late += 1
+        commits.append(_txn(p, topic, partitions, size) * 1000)
+        i += 1
+    secs_run = time.perf_counter() - start
+    p.close()
+    return {"rate": rate, "txns": i, "achieved_rate": round(i / secs_run, 1),
+            "late_txns": late, "commit": _pct(commits)}
+
+
+def _fill_plain(bootstrap: str, topic: str, n: int, partitions: int) -> None:
+    p = Producer(bootstrap)
+    for part in range(partitions):
+        for i in range(0, n // partitions, 1000):
+            p.send_many(topic, [VALUE] * min(1000, n // partitions - i), partition=part)
+    p.flush()
+    p.close()
+
+
+def _fill_txn(bootstrap: str, topic: str, txns: int, size: int, partitions: int,
+              abort_share: float, seed: int = 7) -> int:
+    """Transactions with ``abort_share`` of them aborted; the committed records."""
+    rnd = random.Random(seed)
+    p = Producer(bootstrap, transactional_id="bench-mixed")
+    p.init_transactions()
+    committed = 0
+    for _ in range(txns):
+        p.begin_transaction()
+        per = size // partitions
+        for part in range(partitions):
+            p.send_many(topic, [VALUE] * per, partition=part)
+        if rnd.random() < abort_share:
+            p.abort_transaction()
+        else:
+            p.commit_transaction()
+            committed += per * partitions
+    p.close()
+    return committed
+
+
+def read_all(bootstrap: str, topic: str, partitions: int, isolation: str, expect: int) -> dict:
+    c = Consumer(bootstrap, auto_offset_reset="earliest", isolation_level=isolation,
+                 fetch_max_wait_ms=100)
+    tps = [TopicPartition(topic, i) for i in range(partitions)]
+    c.assign(tps)
+    for tp in tps:
+        c.seek(tp, 0)
+    got, start = 0, time.perf_counter()
+    deadline = start + 120
+    while got < expect and time.perf_counter() < deadline:
+        got += len(c.poll(timeout_ms=1000, max_records=1_000_000))
+    secs = time.perf_counter() - start
+    c.close()
+    if got < expect:
+        raise SystemExit(f"{isolation} read {got} of {expect} records of {topic} in 120 s")
+    return {"records": got, "rec_s": round(got / secs)}
+
+
+def run(args) -> dict:
+    procs, bootstrap, d = start_cluster(args.nodes)
+    rf = min(3, args.nodes)
+    try:
+        with Admin(bootstrap) as a:
+            for t in ("txn-flood", "txn-paced", "plain", "mixed"):
+                a.create_topic(t, partitions=args.partitions, replication_factor=rf)
+                _wait_full_isr(a, t, rf)
+        out = {"nodes": args.nodes, "replication_factor": rf, "partitions": args.partitions,
+               "txn_size": args.size}
+        # (a first transaction creates __transaction_state and finds its coordinator)
+        out["flood"] = flood(bootstrap, "txn-flood", args.txns, args.size, args.partitions)
+        out["paced"] = paced(bootstrap, "txn-paced", args.rate, args.secs, args.size,
+                             args.partitions)
+        _fill_plain(bootstrap, "plain", args.read_records, args.partitions)
+        plain_n = (args.read_records // args.partitions) * args.partitions
+        rc = read_all(bootstrap, "plain", args.partitions, "read_committed", plain_n)
+        ru = read_all(bootstrap, "plain", args.partitions, "read_uncommitted", plain_n)
+        txns = max(1, args.read_records // args.size)
+        committed = _fill_txn(bootstrap, "mixed", txns, args.size, args.partitions, 0.1)
+        rc_mixed = read_all(bootstrap, "mixed", args.partitions, "read_committed", committed)
+        ru_mixed = read_all(bootstrap, "mixed", args.partitions, "read_uncommitted",
+                            txns * (args.size // args.partitions) * args.partitions)
+        out["read"] = {
+            "plain_read_committed_rec_s": rc["rec_s"],
+            "plain_read_uncommitted_rec_s": ru["rec_s"],
+            "plain_ratio": round(rc["rec_s"] / ru["rec_s"], 3),
+            "aborted_10pct_read_committed_rec_s": rc_mixed["rec_s"],
+            "aborted_10pct_read_uncommitted_rec_s": ru_mixed["rec_s"],
+            "aborted_10pct_ratio": round(rc_mixed["rec_s"] / ru_mixed["rec_s"], 3),
+            "aborted_10pct_committed_records": committed,
+        }
+        return out
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(30)
+            except Exception:  # noqa: BLE001
+                p.kill()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=3)
+    ap.add_argument("--partitions", type=int, default=3)
+    ap.add_argument("--size", type=int, default=100, help="records per transaction")
+    ap.add_argument("--txns", type=int, default=300, help="transactions of the flood")
+    ap.add_argument("--rate", type=float, default=100, help="transactions/s of the paced run")
+    ap.add_argument("--secs", type=float, default=10, help="length of the paced run")
+    ap.add_argument("--read-records", type=int, default=300_000,
+                    help="records of each topic the consumers read")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    out = run(args)
+    if args.json:
+        print(json.dumps(out))
+        return
+    f, pc, r = out["flood"], out["paced"], out["read"]
+    print(f"{out['nodes']} nodes, RF{out['replication_factor']}, transactions of "
+          f"{out['txn_size']} records over {out['partitions']} partitions, SDK defaults")
+    print(f"flood: {f['txns']} transactions, {f['rec_s']} committed rec/s, {f['mb_s']} MB/s; "
+          f"commit p50 {f['commit']['p50_ms']} ms, p99 {f['commit']['p99_ms']} ms")
+    print(f"paced {pc['rate']}/s ({pc['achieved_rate']}/s reached): commit p50 "
+          f"{pc['commit']['p50_ms']} ms, p99 {pc['commit']['p99_ms']} ms, max "
+          f"{pc['commit']['max_ms']} ms")
+    print(f"plain records: read_committed {r['plain_read_committed_rec_s']} rec/s, "
+          f"read_uncommitted {r['plain_read_uncommitted_rec_s']} rec/s "
+          f"(ratio {r['plain_ratio']})")
+    print(f"10% aborted: read_committed {r['aborted_10pct_read_committed_rec_s']} rec/s, "
+          f"read_uncommitted {r['aborted_10pct_read_uncommitted_rec_s']} rec/s "
+          f"(ratio {r['aborted_10pct_ratio']})")
+
+
+if __name__ == "__main__":
+    main()
