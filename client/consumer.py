@@ -889,12 +889,15 @@ def _decode_fetch(frame, tps: list, positions: dict,
                 )
             )
         elif n:
+            end = -1
             if part.aborted:
-                recs = _decode_committed(data, tp, positions[tp], part.aborted)
+                recs, end = _decode_committed(data, tp, positions[tp], part.aborted)
             else:
                 recs = decode_batches(data, tp.topic, tp.partition, start_offset=positions[tp])
             if recs:
                 batches.append((tp, recs))
+                if skipped is not None and end > recs[-1].offset + 1:
+                    skipped[tp] = end  # (aborted batches or markers after the last record)
             elif skipped is not None:
                 ends = [h.next_offset for _, h in iter_batches(data, verify=False,
                                                                  allow_partial=True)]
@@ -903,13 +906,25 @@ def _decode_fetch(frame, tps: list, positions: dict,
     return batches, resets, errors
 
 
-def _decode_committed(data, tp: TopicPartition, start: int, aborted) -> list:
-    """read_committed: the records of ``data`` but those of aborted transactions."""
+def _decode_committed(data, tp: TopicPartition, start: int, aborted) -> tuple[list, int]:
+    """read_committed: the records of ``data`` but those of aborted transactions, and the
+    offset after its last whole batch (-1: none) -- past trailing markers and aborted
+    batches, which the next fetch need not read again. Each run of kept batches is
+    decoded by one ``decode_batches`` call (C-level), not batch by batch."""
     f = AbortedFilter(tuple(a) for a in aborted)
     out: list = []
+    run_start = run_end = 0
+    end = -1
     for pos, h in iter_batches(data, verify=False, allow_partial=True):
+        end = h.next_offset
         if f.skip(h.producer_id, h.base_offset, h.is_transactional, h.is_control):
+            if run_end > run_start:
+                out += decode_batches(data[run_start:run_end], tp.topic, tp.partition,
+                                      start_offset=start)
+            run_start = run_end = pos + h.size
             continue
-        out += decode_batches(data[pos : pos + h.size], tp.topic, tp.partition,
+        run_end = pos + h.size
+    if run_end > run_start:
+        out += decode_batches(data[run_start:run_end], tp.topic, tp.partition,
                               start_offset=start)
-    return out
+    return out, end

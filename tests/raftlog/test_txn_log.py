@@ -81,8 +81,14 @@ def test_read_committed_filter_drops_aborted_and_markers():
     from raftlog.txn_markers import ControlType, EndTxnMarker
     data += records.encode_control_batch(EndTxnMarker(ControlType.ABORT, 0), producer_id=5,
                                          producer_epoch=1, timestamp=1, base_offset=3)
-    got = _decode_committed(data, TopicPartition("t", 0), 0, [[5, 1]])
+    got, end = _decode_committed(data, TopicPartition("t", 0), 0, [[5, 1]])
     assert [r.value for r in got] == [b"keep", b"committed"]
+    assert end == 4  # past the trailing marker: the next fetch starts after it
+    # runs of kept batches around an aborted one, each decoded whole, in order
+    more = data + records.encode_batch([b"k2", b"k3"], timestamp=1, base_offset=4)
+    got, end = _decode_committed(more, TopicPartition("t", 0), 2, [[5, 1]])
+    assert [(r.offset, r.value) for r in got] == [(2, b"committed"), (4, b"k2"), (5, b"k3")]
+    assert end == 6
 
 
 def test_group_load_keeps_transactional_offsets_until_their_marker(tmp_path):
