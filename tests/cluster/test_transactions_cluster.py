@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from raftlog.client import Consumer, Producer, ProducerFencedError
+from raftlog.client import Consumer, Producer, ProducerFencedError, TopicPartition
 from raftlog.protocol import Api
 
 from .cluster import LocalCluster, until
@@ -94,6 +94,41 @@ def test_commit_is_seen_abort_is_not(cluster):
     everything = _read(cluster.bootstrap, topic, 2, "read_uncommitted", 21)
     assert len(everything) == 21  # the aborted data, and never a marker
     assert all(v.startswith((b"commit-", b"abort-")) for v in everything)
+
+
+@pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
+def test_position_moves_past_markers_and_aborted_batches_at_the_end(cluster, isolation):
+    """A partition ending in a commit marker, or in an aborted transaction and its
+    marker: once the consumer returned the last record, position() is the end of the
+    log (as Kafka's), so lag reaches 0 and committed offsets do not point at a marker."""
+    topic = _topic(cluster, f"txn-end-{isolation[5:]}", partitions=2)
+    p = Producer(cluster.bootstrap, transactional_id=f"end-{isolation}")
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send_many(topic, [b"a", b"b"], partition=0)
+        p.send_many(topic, [b"c"], partition=1)
+        p.commit_transaction()  # partition 0: a, b, commit marker
+        p.begin_transaction()
+        p.send_many(topic, [b"x", b"y"], partition=1)
+        p.abort_transaction()  # partition 1: c, marker, [x, y] (aborted), abort marker
+    finally:
+        p.close()
+    tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+    c = Consumer(cluster.bootstrap, isolation_level=isolation, auto_offset_reset="earliest")
+    try:
+        c.assign(tps)
+        ends = {tps[0]: 3, tps[1]: 5}  # (the markers follow the calls' return)
+        until(lambda: c.end_offsets(tps) == ends, timeout_s=30)
+        want = 3 if isolation == "read_committed" else 5
+        got: list = []
+        until(lambda: (got.extend(c.poll(timeout_ms=200)) or True)
+              and len(got) >= want and all(c.position(tp) == ends[tp] for tp in tps),
+              timeout_s=30)
+        assert sorted(r.value for r in got) == sorted(
+            [b"a", b"b", b"c"] + ([] if isolation == "read_committed" else [b"x", b"y"]))
+    finally:
+        c.close()
 
 
 def test_open_transaction_holds_read_committed_back(cluster):
