@@ -621,7 +621,9 @@ class ReplicaManager:
             if committed:  # read_committed: up to the last stable offset
                 lso = (part.high_watermark if self._bug_lso_ignores_open_txn
                        else log.last_stable_offset())
-                max_offset = lso
+                # (planted bug-serve-beyond-hw serves a read_committed fetch beyond the
+                # HW too: read_committed is the SDK consumer's default)
+                max_offset = None if self._bug_beyond_hw else lso
             throttled = part.throttled is not None and replica in part.throttled[0]
             if throttled:  # a replica a reassignment adds: the node's byte budget
                 limit = min(limit, self.reassign_rate.allowance(part.throttled[1],
