@@ -162,15 +162,7 @@ class GroupHost:
                                          timestamp=int(time.time() * 1000), producer_id=pid,
                                          producer_epoch=epoch, base_sequence=seq,
                                          transactional=True)
-        waits: list = []
-        r = self.replicas.produce_one(topic, persist.partition, data, -1, waits)
-        if r.error:
-            raise ApiError(ErrorCode(r.error), r.message)
-        if waits:
-            deadline = trio.current_time() + self.replicas.config.request_timeout_ms / 1000
-            failed = await self.replicas.await_replicated(waits, deadline)
-            for err in failed.values():
-                raise err
+        await self.replicas.append_acks_all(topic, persist.partition, [data])
         self.pending_txn.setdefault(persist.partition, {}).setdefault(pid, []).extend(
             persist.records)
         return {"parts": parts}
@@ -185,16 +177,8 @@ class GroupHost:
             self.coordinator.persisted(Persist(partition, tuple(recs)))
 
     async def _persist(self, partition: int, recs: tuple) -> None:
-        waits: list = []
-        for data in encode_offsets_batches(recs):
-            r = self.replicas.produce_one(OFFSETS_TOPIC, partition, data, -1, waits)
-            if r.error:
-                raise ApiError(ErrorCode(r.error), r.message)
-        if waits:
-            deadline = trio.current_time() + self.replicas.config.request_timeout_ms / 1000
-            failed = await self.replicas.await_replicated(waits, deadline)
-            for err in failed.values():
-                raise err
+        await self.replicas.append_acks_all(OFFSETS_TOPIC, partition,
+                                            encode_offsets_batches(recs))
 
     # ------------------------------------------------------------------ load / unload
 

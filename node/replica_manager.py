@@ -502,6 +502,21 @@ class ReplicaManager:
             pending = []
         return pending, failed
 
+    async def append_acks_all(self, topic: str, partition: int, batches) -> None:
+        """Append ``batches`` as this node's own producer (the group and transaction
+        coordinators' state) and wait until the ISR has them (acks=all); raises the
+        ApiError of a refused append or of a replication that failed."""
+        waits: list = []
+        for data in batches:
+            r = self.produce_one(topic, partition, data, -1, waits)
+            if r.error:
+                raise ApiError(ErrorCode(r.error), r.message)
+        if waits:
+            deadline = trio.current_time() + self.config.request_timeout_ms / 1000
+            failed = await self.await_replicated(waits, deadline)
+            for err in failed.values():
+                raise err
+
     async def await_replicated(self, waits, deadline) -> dict:
         """Wait (in a task) until every acks=all wait is done or failed; the failures."""
         failed: dict = {}

@@ -246,15 +246,7 @@ class TxnHost:
 
     async def _persist(self, write) -> None:
         data = records.encode_batch([write.value], [write.key], timestamp=int(time.time() * 1000))
-        waits: list = []
-        r = self.replicas.produce_one(TRANSACTION_STATE_TOPIC, write.partition, data, -1, waits)
-        if r.error:
-            raise ApiError(ErrorCode(r.error), r.message)
-        if waits:
-            deadline = trio.current_time() + self.replicas.config.request_timeout_ms / 1000
-            failed = await self.replicas.await_replicated(waits, deadline)
-            for err in failed.values():
-                raise err
+        await self.replicas.append_acks_all(TRANSACTION_STATE_TOPIC, write.partition, [data])
 
     async def _finish(self, outcome: Outcome) -> dict:
         """Carry out an operation's outcome: its write (acks=all) first, then the
