@@ -30,6 +30,7 @@ from raftlog.errors import ApiError, CorruptRecordError, ErrorCode, OffsetOutOfR
 
 from .group_handlers import GroupService, encode_offsets_batches
 from .groups import OFFSETS_TOPIC, CorruptGroupRecordError, GroupConfig, GroupCoordinator
+from .internal_topics import create_internal_topic
 
 #: Bytes read from the log per step while loading a partition.
 LOAD_READ_BYTES = 4 * 1024 * 1024
@@ -96,17 +97,9 @@ class GroupHost:
 
     async def _create_topic(self) -> None:
         try:
-            live = [b for b in self.store.brokers() if not b.fenced]
-            rf = max(1, min(self.topic_replication_factor, len(live)))
-            config = {"cleanup.policy": "compact"}
-            await trio.to_thread.run_sync(
-                self.store.create, OFFSETS_TOPIC, self.topic_partitions, config, rf)
-            self.replicas.reconcile()
-            self.events.info("offsets_topic_created", partitions=self.topic_partitions,
-                             replication_factor=rf)
-        except ApiError as e:
-            if e.code is not ErrorCode.TOPIC_ALREADY_EXISTS:
-                self.events.warning("offsets_topic_create_failed", error=e.message)
+            await create_internal_topic(self.store, self.replicas, self.events, OFFSETS_TOPIC,
+                                        self.topic_partitions, self.topic_replication_factor,
+                                        "offsets_topic")
         finally:
             self._creating = False
 

@@ -38,6 +38,7 @@ from raftlog.txn_markers import ControlType
 from .clock import SteadyWallClock
 from .coordinator import _read_all
 from .groups import OFFSETS_TOPIC
+from .internal_topics import create_internal_topic
 from .transactions import (
     TRANSACTION_STATE_TOPIC,
     CorruptTxnRecordError,
@@ -146,19 +147,10 @@ class TxnHost:
 
     async def _create_topic(self) -> None:
         try:
-            live = [b for b in self.store.brokers() if not b.fenced]
-            rf = max(1, min(self.topic_replication_factor, len(live)))
-            config = {"cleanup.policy": "compact"}
-            if rf >= 3:
-                config["min.insync.replicas"] = "2"
-            await trio.to_thread.run_sync(self.store.create, TRANSACTION_STATE_TOPIC,
-                                          self.topic_partitions, config, rf)
-            self.replicas.reconcile()
-            self.events.info("transaction_state_topic_created",
-                             partitions=self.topic_partitions, replication_factor=rf)
-        except ApiError as e:
-            if e.code is not ErrorCode.TOPIC_ALREADY_EXISTS:
-                self.events.warning("transaction_state_topic_create_failed", error=e.message)
+            await create_internal_topic(self.store, self.replicas, self.events,
+                                        TRANSACTION_STATE_TOPIC, self.topic_partitions,
+                                        self.topic_replication_factor,
+                                        "transaction_state_topic", min_insync_from_3=True)
         finally:
             self._creating = False
 
