@@ -17,6 +17,9 @@ from raftlog.protocol import Api
 from .conn import BrokerConnection
 from .errors import BrokerNotAvailableError, ProducerFencedError
 
+#: What to do when a call needs another state (the first one it accepts).
+_HINTS = {"in_transaction": ": call begin_transaction() first",
+          "ready": ": commit_transaction() or abort_transaction() the open one first"}
 #: First pause after CONCURRENT_TRANSACTIONS (doubled each time, up to retry_backoff_ms).
 CONCURRENT_BACKOFF_S = 0.002
 #: Errors after which a coordinator call is sent again (after a backoff).
@@ -126,13 +129,18 @@ class TransactionManager:
         self.partitions.clear()
         return self.producer_id, self.producer_epoch
 
+    def _hint(self, states) -> str:
+        if self.state == "uninitialized":
+            return ": call init_transactions() first"
+        return _HINTS.get(states[0], "")
+
     def check(self, *states: str) -> None:
         if self.state == "fatal":
             raise ProducerFencedError(f"{self.transactional_id!r} was fenced: close this producer")
         if self.state not in states:
             raise ApiError(ErrorCode.INVALID_TXN_STATE,
                            f"transactional producer {self.transactional_id!r} is "
-                           f"{self.state}, not {' or '.join(states)}")
+                           f"{self.state}, not {' or '.join(states)}{self._hint(states)}")
 
     def add_partition(self, topic: str, partition: int) -> None:
         if (topic, partition) in self.partitions:

@@ -127,3 +127,34 @@ def test_planted_bug_skips_the_verification(node_factory):
         pid, epoch = _init(conn, "planted")
         assert _produce(conn, "planted", pid, epoch).error == 0
         assert _end_offset(conn) == 1
+
+
+def test_sdk_calls_out_of_order_say_what_to_call_and_send_nothing(txn_node):
+    """A user's mistakes with the transactional producer: each names the call to make."""
+    from raftlog.client import Consumer, Producer, TopicPartition
+
+    p = Producer(txn_node.bootstrap, transactional_id="order")
+    try:
+        with pytest.raises(ApiError, match=r"call init_transactions\(\) first"):
+            p.begin_transaction()
+        p.init_transactions()
+        with pytest.raises(ApiError, match=r"call begin_transaction\(\) first"):
+            p.send("t", b"outside", partition=0)
+        p.begin_transaction()
+        with pytest.raises(ApiError, match=r"commit_transaction\(\) or abort_transaction\(\)"):
+            p.begin_transaction()
+        p.send("t", b"inside", partition=0)
+        p.commit_transaction()
+    finally:
+        p.close()
+    c = Consumer(txn_node.bootstrap, auto_offset_reset="earliest")
+    try:
+        c.assign([TopicPartition("t", 0)])
+        got: list = []
+        deadline = time.monotonic() + 30
+        while not got and time.monotonic() < deadline:
+            got += [r.value for r in c.poll(timeout_ms=300)]
+        got += [r.value for r in c.poll(timeout_ms=300)]
+        assert got == [b"inside"]
+    finally:
+        c.close()
