@@ -84,11 +84,13 @@ class _Scraper:
 
 
 def start_node(kafka_port: int | None = None, security=None,
-               metrics_port: int | None = None) -> tuple[subprocess.Popen, str, str]:
-    """One real node process in a temp dir (its log: node.log there)."""
+               metrics_port: int | None = None,
+               extra: dict | None = None) -> tuple[subprocess.Popen, str, str]:
+    """One real node process in a temp dir (its log: node.log there); ``extra``: more
+    node config."""
     d = tempfile.mkdtemp(prefix="raftlog-bench-")
     port = free_port()
-    settings = {}
+    settings = dict(extra or {})
     if kafka_port:
         settings["kafka.listener"] = f"127.0.0.1:{kafka_port}"
     if metrics_port:
@@ -105,7 +107,8 @@ def start_node(kafka_port: int | None = None, security=None,
 
 def start_cluster(n: int, kafka_ports: list | None = None, security=None,
                   client_options: dict | None = None,
-                  metrics_ports: list | None = None) -> tuple[list, str, str]:
+                  metrics_ports: list | None = None,
+                  extra: dict | None = None) -> tuple[list, str, str]:
     """N real node processes, every one a voter, on loopback (with Kafka listeners on
     ``kafka_ports`` when given; TLS + SCRAM on every listener with ``security``); their
     logs are node-N.log in the temp dir."""
@@ -116,7 +119,7 @@ def start_cluster(n: int, kafka_ports: list | None = None, security=None,
     procs = []
     for i in range(1, n + 1):
         settings = {"controller.quorum.voters": voters,
-                    "raft.password": "bench-password-0123456789"}
+                    "raft.password": "bench-password-0123456789", **(extra or {})}
         if kafka_ports:
             settings.update({"kafka.listener": f"127.0.0.1:{kafka_ports[i - 1]}",
                              "kafka.brokers": kafka_brokers})

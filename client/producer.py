@@ -26,6 +26,7 @@ from raftlog import records
 from raftlog.errors import STORAGE_ERROR_APPENDED, ApiError, ErrorCode
 from raftlog.producer_state import BATCHES_RETAINED, MAX_SEQUENCE
 from raftlog.protocol import Api
+from raftlog.trace import TraceLog
 
 from .accumulator import RECORD_OVERHEAD, ProducerBatch, RecordAccumulator, select_sendable
 from .conn import BrokerConnection, Cluster
@@ -127,6 +128,7 @@ class Producer:
         client_id: str = "raftlog-producer",
         transactional_id: str | None = None,
         transaction_timeout_ms: int = 60_000,
+        trace: int = 0,
         **security_options,
     ):
         """``security_options``: kafka-python's security_protocol, ssl_cafile,
@@ -162,6 +164,9 @@ class Producer:
         self.buffer_memory = buffer_memory
         self.max_block_s = max_block_ms / 1000
         self.client_id = client_id
+        #: ``trace=N``: the last N hop events (``send``, ``ack``: raftlog/trace.py) of
+        #: acknowledged batches, for bench/latency_budget.py; None: off
+        self.trace = TraceLog(trace) if trace else None
 
         self._meta = Cluster(
             bootstrap_servers, self.request_timeout_s, security=self.security
@@ -634,6 +639,7 @@ class _ProducerIO:
                 "timeout_ms": int(self.p.request_timeout_s * 1000),
                 "parts": parts,
             }
+            sent_at = time.monotonic()  # (before the write: a trace's ``send`` hop)
             try:
                 conn.send(Api.PRODUCE, fields, b"".join(datas), expect_response=self.p.acks != 0)
                 if not q:  # (after the send: an epoll_ctl off the latency path; level-
@@ -651,7 +657,7 @@ class _ProducerIO:
                     self._landed(b)
                     self.p._complete(b, -1)
             else:
-                q.append((time.monotonic(), chunk))
+                q.append((sent_at, chunk))
 
     def _delivery_timeout(self, b: ProducerBatch) -> DeliveryTimeoutError:
         return DeliveryTimeoutError(
@@ -757,6 +763,7 @@ class _ProducerIO:
             self._unregister(conn)
         for b in chunk:
             self._landed(b)
+        trace = self.p.trace
         h = frame.header
         if h.get("error"):
             err = api_error(h["error"], h.get("message", ""))
@@ -768,6 +775,12 @@ class _ProducerIO:
             if code == 0:
                 if b.producer_id == self.producer_id and b.producer_id >= 0:
                     self.acked.add((b.topic, b.partition))
+                if trace is not None and part.base_offset >= 0:
+                    n = records.read_header(b.data, 0).record_count if b.data else len(b)
+                    last = part.base_offset + n - 1
+                    trace.stamp("send", b.topic, b.partition, part.base_offset, last,
+                                int(sent_at * 1e9))
+                    trace.stamp("ack", b.topic, b.partition, part.base_offset, last)
                 self.p._complete(b, part.base_offset)
             elif code == ErrorCode.OUT_OF_ORDER_SEQUENCE and self._earlier_unsettled(b):
                 # an earlier batch of its partition failed and is being retried: this

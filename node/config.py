@@ -130,6 +130,9 @@ class NodeConfig:
     #: a broker whose heartbeat connection closed, silent this long since and whose
     #: listener then refuses a connection is fenced at once (0: only session expiry)
     broker_disconnect_grace_ms: int = 200
+    #: ``trace.events``: hop events (raftlog/trace.py) the node keeps for
+    #: ``GET /trace`` on the metrics listener; 0: tracing off
+    trace_events: int = 0
     broker_registration_timeout_ms: int = 60_000
     replica_lag_time_max_ms: int = 10_000
     min_insync_replicas: int = 1
@@ -604,6 +607,7 @@ _NODE_KEYS = {
     "broker.session.timeout.ms": _set("broker_session_timeout_ms", lambda k, v: _int(k, v, 100)),
     "broker.disconnect.grace.ms": _set("broker_disconnect_grace_ms",
                                        lambda k, v: _int(k, v, 0)),
+    "trace.events": _set("trace_events", lambda k, v: _int(k, v, 0, 10_000_000)),
     "broker.heartbeat.interval.ms": _set(
         "broker_heartbeat_interval_ms", lambda k, v: _int(k, v, 10)
     ),

@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
+import json
 import ssl
 
 import trio
@@ -130,13 +131,20 @@ def metrics_security(config) -> tuple[ssl.SSLContext | None, tuple[str, str] | N
     return ctx, (c.metrics_basic_auth_username, password)
 
 
-def answer(method: str, path: str, scrape) -> bytes:
-    """The whole response to one request; ``scrape()`` renders the metrics text."""
+def answer(method: str, path: str, scrape, trace=None) -> bytes:
+    """The whole response to one request; ``scrape()`` renders the metrics text,
+    ``trace()`` drains the node's hop events as JSON (None: tracing is off)."""
     if method not in ("GET", "HEAD"):
         return http_response("405 Method Not Allowed", b"only GET\n")
     head_only = method == "HEAD"
     if path == "/metrics":
         return http_response("200 OK", scrape().encode(), CONTENT_TYPE, head_only)
+    if path == "/trace":
+        if trace is None:
+            return http_response("404 Not Found", b"tracing is off: start the node with "
+                                 b"trace.events=N (events it keeps) to stamp hops\n",
+                                 head_only=head_only)
+        return http_response("200 OK", trace().encode(), "application/json", head_only)
     if path == "/":
         return http_response("200 OK", b"raftlog node: metrics at /metrics\n", head_only=head_only)
     return http_response("404 Not Found", b"not found; metrics at /metrics\n", head_only=head_only)
@@ -193,7 +201,7 @@ class MetricsServer:
                 try:
                     method, path = parse_request_head(head)
                     if authorized(head, self.basic_auth):
-                        data = answer(method, path, self._scrape)
+                        data = answer(method, path, self._scrape, self._trace())
                     else:
                         data = await self._refuse(stream)
                 except ValueError:
@@ -216,6 +224,19 @@ class MetricsServer:
             await trio.sleep(self.failure_delay_s)
         return http_response("401 Unauthorized", b"credentials required (HTTP basic)\n",
                              headers=UNAUTHORIZED_HEADERS)
+
+    def _trace(self):
+        """A function draining the node's hop events as JSON, or None (tracing off).
+        Draining keeps a node's ring from handing the same events out twice."""
+        replicas = getattr(self.node, "replicas", None)
+        log = getattr(replicas, "trace", None)
+        if log is None:
+            return None
+
+        def drain() -> str:
+            return json.dumps({"node_id": replicas.config.node_id, "dropped": log.dropped,
+                               "events": log.drain()})
+        return drain
 
     def _scrape(self) -> str:
         self.scrapes += 1

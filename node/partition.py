@@ -85,6 +85,12 @@ class Partition:
         #: the node's set of partitions written since its last periodic flush (the
         #: flush then looks at those only); None in tools and unit tests
         self._unflushed = unflushed
+        #: opt-in hop stamps (raftlog/trace.py, ``trace.events``); None: off
+        self.trace = None
+        #: (as leader, tracing) what each follower was last known to hold: {replica:
+        #: offset}, and the flushed offset the last sync reached
+        self._trace_known: dict = {}
+        self._trace_synced = -1
         self._written()  # (a new log's first flush writes its checkpoint)
         #: group commit of this log (raftlog/group_commit.py) when the node runs syncs
         #: (``syncs``: node/log_manager.py's SyncRunner); None in tools and unit tests,
@@ -120,6 +126,12 @@ class Partition:
     def on_flushed(self, _flushed: int | None = None) -> None:
         """A sync of this log finished (trio thread): as leader the HW may move, and
         acks=1 produces of a durable topic wait for this."""
+        if self.trace is not None:
+            synced = self.log.flushed_offset
+            first = max(self._trace_synced, self.log.log_start_offset)
+            self.trace.stamp("follower_sync" if not self.is_leader else "leader_sync",
+                             self.topic, self.partition, first, synced - 1)
+            self._trace_synced = synced
         if self.is_leader:
             self.maybe_advance_hw()
             if self._waiters:
@@ -226,11 +238,24 @@ class Partition:
                                           node_ms(), session, flushed):
             raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                            f"broker {replica} is not a replica of {self}")
+        if self.trace is not None:
+            self._trace_report(replica, flushed if self.durable else fetch_offset)
         self.maybe_advance_hw()
+
+    def _trace_report(self, replica: int, holds: int | None) -> None:
+        """(tracing) ``replica`` holds -- on disk, when durable -- offsets below
+        ``holds``: stamp what is new since its last word."""
+        if holds is None:
+            return
+        known = self._trace_known.get(replica, holds)
+        self._trace_known[replica] = max(known, holds)
+        self.trace.stamp("follower_report", self.topic, self.partition, known, holds - 1)
 
     def on_follower_flushed(self, replica: int, flushed: int) -> None:
         """A follower told (in a fetch that did not name this partition) that it has
         ``flushed`` of it on disk."""
+        if self.trace is not None and self.durable:
+            self._trace_report(replica, flushed)
         if self.is_leader and self.leader_state is not None:
             if self.leader_state.on_flushed(replica, flushed):
                 self.maybe_advance_hw()
@@ -281,6 +306,8 @@ class Partition:
             raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR, self._write_failed(e)) from None
         if duplicate:  # a retry of a batch this log holds: its original offsets
             return base, last
+        if self.trace is not None:
+            self.trace.stamp("leader_append", self.topic, self.partition, base, last)
         self._after_append()
         return base, last
 
@@ -342,6 +369,8 @@ class Partition:
             raise
         if self.disk is not None:
             self.disk.write_ok(self)
+        if self.trace is not None:
+            self.trace.stamp("follower_append", self.topic, self.partition, base, last)
         if self.durable:
             self._appended()
         return base, last
@@ -362,8 +391,11 @@ class Partition:
 
     def maybe_increment_high_watermark(self, hw: int) -> bool:
         """Move the HW forward to ``hw`` (never back); wake waiters if it moved."""
+        old = self.log.high_watermark
         if not self.log.maybe_increment_high_watermark(hw):
             return False
+        if self.trace is not None and self.is_leader:
+            self.trace.stamp("hw_advance", self.topic, self.partition, old, hw - 1)
         self.wake_waiters()
         return True
 

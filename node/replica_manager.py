@@ -42,6 +42,7 @@ from raftlog.protocol import (
     Request,
     split_body,
 )
+from raftlog.trace import TraceLog
 
 from .config import NodeConfig
 from .log_manager import LogManager
@@ -86,6 +87,10 @@ class ReplicaManager:
         self.store = store
         self.metrics = metrics
         self.partitions: dict[tuple[str, int], Partition] = {}
+        #: opt-in hop stamps (``trace.events``, raftlog/trace.py; GET /trace): None off
+        self.trace = TraceLog(config.trace_events) if config.trace_events else None
+        #: (tracing) when the server read the bytes of the request being handled
+        self.trace_read_ns: int | None = None
         #: the data dir, its health, flush/compaction/retention over self.partitions
         self.logs = LogManager(config, events, self.partitions)
         self.log_configs: dict[str, LogConfig] = {}
@@ -245,6 +250,7 @@ class ReplicaManager:
                                  syncs=self.logs.syncs)
                 part.disk = self.logs.disk
                 part.bug_ack_before_fsync = self.bug_ack_before_fsync
+                part.trace = self.trace
                 self.partitions[key] = part
             part.log.config = cfg
             self._update_role(part, p)
@@ -416,6 +422,9 @@ class ReplicaManager:
                     txn_ok = True
             base, last = part.append_as_leader(data, cfg.max_message_bytes,  # copied once
                                                txn_ok)
+            if self.trace is not None:
+                self.trace.stamp("leader_read", topic, partition, base, last,
+                                 self.trace_read_ns)
             ts = self.metrics.topic(topic)
             ts.bytes_in += len(data)
             ts.records_in += last - base + 1
@@ -654,6 +663,9 @@ class ReplicaManager:
                     n = 0
                 if n:
                     piece = sl
+                    if self.trace is not None:
+                        self.trace.stamp("follower_fetch" if replica >= 0 else "consumer_answer",
+                                         topic, partition, offset, sl.next_offset - 1)
                 if throttled:
                     self.reassign_rate.spend(n)
             if not committed:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 from time import perf_counter
 
 import trio
@@ -546,12 +547,15 @@ class Server:
         recv = _tls_recv if conn.guard is not None and conn.guard.listener.protocol.tls else _recv
         buf = bytearray(RECV_BYTES)
         run_ready = self.purgatory.run_ready
+        trace = self.replicas.trace
         sniffing = True
         while True:
             data, waited = await recv(sock, buf)
             if not data:
                 return
             conn.last_active = trio.current_time()
+            if trace is not None:
+                self.replicas.trace_read_ns = time.monotonic_ns()
             decoder.receive_data(data)
             if sniffing and decoder.buffered >= SNIFF_BYTES:
                 sniffing = False
