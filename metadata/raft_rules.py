@@ -49,6 +49,16 @@ thread only -- every function here runs inside pysyncobj's message or tick handl
    leader sends a learner (AppendEntries, the answer to a forwarded write): never a
    write to apply as if it led, a vote request or a leadership transfer. Anything
    that is not a message dict is dropped too.
+7. **A diverged follower is repaired in one round per term, not one per entry.**
+   When an AppendEntries' ``prevLogIdx`` holds another term here, pysyncobj answers
+   with a reset to ``prevLogIdx`` and the leader retries one entry earlier at its next
+   heartbeat (60 ms): a voter that led alone for a while (a stale controller under
+   load or clock jumps appends every proposal it gets) held hundreds of entries the
+   others never had and took tens of seconds to rejoin -- longer than a restarted
+   node's 60 s registration timeout. The reset now goes back to the first entry of our
+   run of that term (the fast backup of Raft's section 5.3), never below our commit
+   index + 1: committed entries are the leader's too, and the leader's own check of
+   ``prevLogIdx`` at the next message still decides what matches.
 """
 
 from __future__ import annotations
@@ -116,6 +126,7 @@ def on_message(self, node, message) -> None:
         ORIGINALS["on_message"](self, node, message)
     finally:
         self._rl_ack_next = None
+        self._rl_reset_next = None
     if kind == "next_node_idx" and _get(self, "raftState") == _LEADER:
         _clamp_next_index(self, node)
 
@@ -150,7 +161,10 @@ def _held_entries_skipped(self, message: dict) -> dict:
     self._rl_leader_contact = monotonic()
     prev_idx, prev_term = message["prevLogIdx"], message["prevLogTerm"]
     if _term_at(self, prev_idx) != prev_term:
-        return message  # pysyncobj answers with a reset: nothing is truncated on that path
+        # pysyncobj answers with a reset (nothing is truncated on that path), to
+        # prevLogIdx: one entry back per round; back past the whole term (rule 7)
+        self._rl_reset_next = _conflict_start(self, prev_idx)
+        return message
     entries = message.get("entries") or []
     held = 0
     for entry in entries:
@@ -174,10 +188,36 @@ def _held_entries_skipped(self, message: dict) -> dict:
                 commit_index=min(message.get("commit_index", 0), verified))
 
 
+def _conflict_start(self, idx: int) -> int | None:
+    """Where the leader should resume after our entry ``idx`` conflicted with its
+    term there (rule 7): the first entry of our run of that term -- none of that run
+    is the leader's -- but never at or below our commit index (committed entries are
+    the leader's). Terms never decrease along a log, so a binary search finds it.
+    None when we hold no entry ``idx`` (pysyncobj then answers with our log's end)."""
+    term = _term_at(self, idx)
+    if term is None:
+        return None
+    lo = max(_get(self, "raftCommitIndex") + 1, _get(self, "raftLog")[0][1] + 1)
+    if lo > idx:
+        return None
+    hi = idx  # the first index in [lo, idx] whose term is ``term``
+    while lo < hi:
+        mid = (lo + hi) // 2
+        t = _term_at(self, mid)
+        if t is not None and t >= term:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 def send_next_node_idx(self, node, reset=False, nextNodeIdx=None, success=False):  # noqa: N803
     ack = getattr(self, "_rl_ack_next", None)
     if ack is not None and success:
         nextNodeIdx = ack
+    back = getattr(self, "_rl_reset_next", None)
+    if back is not None and reset and not success and nextNodeIdx is not None:
+        nextNodeIdx = min(nextNodeIdx, back)
     return ORIGINALS["send_next_node_idx"](self, node, reset=reset, nextNodeIdx=nextNodeIdx,
                                            success=success)
 

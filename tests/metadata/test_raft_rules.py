@@ -212,3 +212,28 @@ def test_a_learner_never_applies_a_write_sent_to_it():
         assert obj._SyncObj__raftLeader == voter
     finally:
         obj.destroy()
+
+
+def test_a_diverged_follower_is_sent_back_past_the_whole_conflicting_term(node):
+    """Entries 7..12 of term 3 that the leader (term 4) never had: one reset sends it
+    back to 7 -- the first of that term's run -- not to 12 (one entry per heartbeat:
+    hundreds of stale entries took longer than a node's registration timeout)."""
+    _five(node)
+    node.append(3, 6, 1, [(i, 3) for i in range(7, 13)], commit=4, sender=OTHER)
+    node.sent.clear()
+    node.append(4, 12, 2, [(13, 4)], commit=6)  # the leader's 12 is of term 2
+    assert node.acks() == [(7, False)]
+    assert node.log() == [(1, 0)] + [(i, 1) for i in range(2, 7)] + [(i, 3) for i in range(7, 13)]
+    node.sent.clear()
+    node.append(4, 6, 1, [(i, 2) for i in range(7, 14)], commit=6)  # from 7: repaired
+    assert node.log() == [(1, 0)] + [(i, 1) for i in range(2, 7)] + [(i, 2) for i in range(7, 14)]
+    assert node.acks() == [(14, True)]
+
+
+def test_the_reset_never_goes_back_to_committed_entries(node):
+    _five(node)
+    node.append(3, 6, 1, [(i, 3) for i in range(7, 13)], commit=9, sender=OTHER)
+    assert node.obj._SyncObj__raftCommitIndex == 9
+    node.sent.clear()
+    node.append(4, 12, 2, [], commit=9)
+    assert node.acks() == [(10, False)]
