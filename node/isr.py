@@ -25,6 +25,11 @@ from .replica import proposed_isr
 #: at once, so only removals wait for the tick).
 ISR_CHECK_S_MIN = 0.1
 ISR_CHECK_S_MAX = 1.0
+#: A change the controller refused (a fenced broker to add, no controller, a stale
+#: epoch) is not proposed again for this long unless the partition's epoch moves: it
+#: was proposed again at every follower fetch -- ten times a second, each one a
+#: metadata log entry and a warning line.
+REFUSED_RETRY_MS = 1000
 
 
 class IsrManager:
@@ -98,6 +103,10 @@ class IsrManager:
                         st.quiet = (until, leo, st.version, part.isr, part.replicas)
                 continue
             isr = proposed_isr(part.replicas, part.isr, remove, add)
+            refused = part.isr_refused
+            if (refused is not None and refused[0] == isr
+                    and refused[1] == part.partition_epoch and now_ms < refused[2]):
+                continue  # (the periodic check proposes it again after the pause)
             if part.node_id in isr and isr != part.isr:
                 out.append((part, isr))
         return out
@@ -120,6 +129,7 @@ class IsrManager:
         else:
             self.events.warning("isr_change_rejected", partition=part, wanted=list(isr),
                                 error=why)
+            part.isr_refused = (isr, epoch, node_ms() + REFUSED_RETRY_MS)
             if part.partition_epoch == epoch and part.pending_isr == isr:
                 part.pending_isr = None
                 part.maybe_advance_hw()

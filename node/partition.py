@@ -67,6 +67,9 @@ class Partition:
         self.leader_state: LeaderState | None = None
         #: ISR proposed to the controller and not yet committed (None: nothing pending)
         self.pending_isr: tuple | None = None
+        #: the last ISR change the controller refused: (ISR, partition epoch, node ms
+        #: before which the ISR duty does not propose it again; node/isr.py)
+        self.isr_refused: tuple | None = None
         self._waiters: set[trio.Event] = set()
         self._leo_waiters: set[trio.Event] = set()
         #: followers' fetch sessions that hold this partition (node/fetch_session.py):

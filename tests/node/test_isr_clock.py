@@ -110,3 +110,45 @@ async def test_a_quiet_partition_still_loses_a_follower_whose_session_stops(
         assert LAG_MS / 1000 <= at - last <= LAG_MS / 1000 + 2 * isr.check_s
         nursery.cancel_scope.cancel()
     part.log.close()
+
+
+class _RefusingStore:
+    """Refuses every AlterPartition (as the controller does while the broker to add
+    is fenced) and counts the proposals."""
+
+    def __init__(self):
+        self.calls: list = []
+
+    def alter_isr(self, topic, partition, isr, expected_partition_epoch):
+        self.calls.append((tuple(isr), trio.from_thread.run_sync(trio.current_time)))
+        return SimpleNamespace(ok=False, error="ISR adds a fenced broker (KIP-841)")
+
+
+async def test_a_refused_change_is_not_proposed_at_every_fetch(tmp_path, autojump_clock):
+    """A follower caught up but fenced: its expansion is refused. Its fetches (each a
+    poke) do not propose it again within REFUSED_RETRY_MS -- they did ten times a
+    second, each a metadata log entry -- and the periodic check proposes it again
+    after the pause."""
+    from raftlog.node.isr import REFUSED_RETRY_MS
+
+    part = Partition("t", 0, PartitionLog.open(str(tmp_path / "t-0")), node_id=1)
+    part.update_metadata(1, 1, (1, 2), (1,), 0)
+    part.log.append(encode_batch([b"a"]), leader_epoch=1)
+    part.maybe_advance_hw()
+    store = _RefusingStore()
+    replicas = SimpleNamespace(led={("t", 0): part},
+                               config=SimpleNamespace(replica_lag_time_max_ms=LAG_MS))
+    isr = IsrManager(replicas, store, EventLog(1, stream=io.StringIO()))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(isr.run)
+        start = trio.current_time()
+        while trio.current_time() - start < 2.5 * REFUSED_RETRY_MS / 1000:
+            part.on_follower_fetch(2, 1)  # caught up, fetching every 50 ms
+            isr.poke([part.key])
+            await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()
+    assert all(c[0] == (1, 2) for c in store.calls)
+    gaps = [b[1] - a[1] for a, b in zip(store.calls, store.calls[1:])]
+    assert 2 <= len(store.calls) <= 4, store.calls
+    assert all(g >= REFUSED_RETRY_MS / 1000 for g in gaps), gaps
+    part.log.close()
