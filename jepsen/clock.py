@@ -43,6 +43,9 @@ from __future__ import annotations
 import glob
 import os
 import random
+import time
+
+from raftlog.errors import ApiError
 
 #: Where Debian's faketime package puts the library (multithreaded flavour first).
 LIBFAKETIME_GLOBS = (
@@ -61,6 +64,8 @@ TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime", "retention.ms": 30 * 
 NODE_CONFIG = {"log.retention.check.interval.ms": 1000}
 #: Timestamps probed per partition by check_timestamps.
 PROBES = 150
+#: How long one lookup retries a retriable error (no leader yet after the restart).
+LOOKUP_RETRY_S = 30
 
 BOOT = (
     "import select, sys, time, runpy\n"
@@ -214,8 +219,15 @@ def check_timestamps(cluster, keys: list[str], rnd: random.Random) -> tuple[dict
         c = Consumer(cluster.bootstrap, request_timeout_ms=5000, **cluster.client_options)
 
         def lookup(t, c=c, tp=tp):
-            got = c.offsets_for_times({tp: t})[tp]
-            return (got.offset, got.timestamp) if got else None
+            deadline = time.monotonic() + LOOKUP_RETRY_S
+            while True:  # (a leader elected after the final restart: retriable)
+                try:
+                    got = c.offsets_for_times({tp: t})[tp]
+                    return (got.offset, got.timestamp) if got else None
+                except ApiError as e:
+                    if not e.retriable or time.monotonic() >= deadline:
+                        raise
+                    time.sleep(0.2)
 
         try:
             bad = wrong_lookups(key, recs, targets, lookup)
