@@ -197,6 +197,9 @@ class NodeConfig:
     #: quarter of a listener's 4,096 slots, so one host cannot lock others out, and is
     #: far above what one honest host opens (a Kafka client keeps one per broker).
     max_connections_per_ip: int = 1000
+    #: ``max.incremental.fetch.session.cache.slots``: consumers' fetch sessions (KIP-227)
+    #: the node keeps at most (node/consumer_fetch_session.py); 0: none
+    max_incremental_fetch_session_cache_slots: int = 1000
     #: {ip: limit} instead of max.connections.per.ip (``host:count,host:count``).
     max_connections_per_ip_overrides: dict = field(default_factory=dict)
     #: A connection with no request in flight, no request parked and nothing received
@@ -607,6 +610,8 @@ _NODE_KEYS = {
     "broker.session.timeout.ms": _set("broker_session_timeout_ms", lambda k, v: _int(k, v, 100)),
     "broker.disconnect.grace.ms": _set("broker_disconnect_grace_ms",
                                        lambda k, v: _int(k, v, 0)),
+    "max.incremental.fetch.session.cache.slots": _set(
+        "max_incremental_fetch_session_cache_slots", lambda k, v: _int(k, v, 0, 1_000_000)),
     "trace.events": _set("trace_events", lambda k, v: _int(k, v, 0, 10_000_000)),
     "broker.heartbeat.interval.ms": _set(
         "broker_heartbeat_interval_ms", lambda k, v: _int(k, v, 10)

@@ -35,6 +35,15 @@ from raftlog.protocol import Api, Request
 
 from . import kafka_configs
 from .authz import CLUSTER, DESCRIBE, NOT_ASKED, TOPIC, AclCheck, authorized_operations
+from .clock import node_ms
+from .consumer_fetch_session import (
+    FETCH_SESSION_ID_NOT_FOUND,
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    INVALID_FETCH_SESSION_EPOCH,
+    SessionCache,
+    next_epoch,
+)
 from .routes import ROUTES
 
 #: Kafka's INVALID_REQUEST etc. by raftlog name, for errors made here.
@@ -72,14 +81,16 @@ class Context:
     """Per-connection facts a handler may need; ``acl``: the connection's principal
     checked against the node's ACLs (None: ACLs off, everything allowed)."""
 
-    __slots__ = ("client_id", "client_host", "correlation_id", "acl")
+    __slots__ = ("client_id", "client_host", "correlation_id", "acl", "conn")
 
     def __init__(self, client_id: str | None, client_host: str, correlation_id: int,
-                 acl: AclCheck | None = None):
+                 acl: AclCheck | None = None, conn=None):
         self.client_id = client_id or ""
         self.client_host = client_host
         self.correlation_id = correlation_id
         self.acl = acl
+        #: the connection (its fetch sessions die with it); None in unit tests
+        self.conn = conn
 
 
 def _authorize(api: Api, ctx: Context, fields: dict) -> None:
@@ -125,6 +136,8 @@ class KafkaApis:
         self._convert_limiter = trio.CapacityLimiter(CONVERT_THREADS_MAX)
         #: (node_id, native host, native port) -> (host, port) of that node's Kafka listener
         self.kafka_address = kafka_address
+        #: consumers' fetch sessions (KIP-227, node/consumer_fetch_session.py)
+        self.sessions = SessionCache(config.max_incremental_fetch_session_cache_slots)
         self.handlers = {
             0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata,
             8: self.offset_commit, 9: self.offset_fetch, 10: self.find_coordinator,
@@ -420,6 +433,106 @@ class KafkaApis:
         return ({"throttle_time_ms": 0, "error_code": 0, "session_id": 0,
                  "responses": [{"topic": n, "partitions": rows} for n, rows in by_topic.items()]},
                 total, error)
+
+    def fetch_in_session(self, v: int, body: dict) -> bool:
+        """Does this fetch open, use or close a fetch session (KIP-227, v7+)? Then
+        the listener calls :meth:`fetch_session`; else the sessionless paths."""
+        return (v >= 7 and body["replica_id"] < 0 and self.sessions.slots > 0
+                and (body["session_id"] != 0 or body["session_epoch"] != FINAL_EPOCH))
+
+    async def fetch_session(self, v: int, body: dict, ctx: Context) -> dict:
+        """A consumer's fetch in a session (node/consumer_fetch_session.py): opens one
+        (epoch 0), closes one (epoch -1: answered as a full fetch without a session)
+        or uses one: its partitions updated by what the fetch names and forgets, the
+        marked ones read, and only the rows with news answered. Its long poll waits
+        for a mark (a high watermark or role move of a session partition) or
+        ``max_wait_ms``."""
+        sid, epoch = body["session_id"], body["session_epoch"]
+        now = node_ms()
+        if epoch == FINAL_EPOCH or epoch == INITIAL_EPOCH:
+            self.sessions.close(sid)
+            if epoch == FINAL_EPOCH:
+                return await self._fetch_sessionless(v, body, ctx)
+            session = self.sessions.open(now, ctx.conn)
+            if session is None:  # every slot busy: a full fetch without a session
+                return await self._fetch_sessionless(v, body, ctx)
+        else:
+            session = self.sessions.get(sid, now)
+            if session is None or session.epoch != epoch:
+                code = (FETCH_SESSION_ID_NOT_FOUND if session is None
+                        else INVALID_FETCH_SESSION_EPOCH)
+                return {"throttle_time_ms": 0, "error_code": code, "session_id": 0,
+                        "responses": []}
+        named = [(t["topic"], p["partition"], p["fetch_offset"],
+                  min(max(p["partition_max_bytes"], 1), FETCH_MAX_BYTES_MAX),
+                  p["current_leader_epoch"])
+                 for t in body["topics"] for p in t["partitions"]]
+        try:  # the whole request is allowed or refused, as a sessionless one
+            _authorize(Api.FETCH, ctx, {"replica_id": -1, "parts": [
+                (t, 0) for t in {x[0] for x in named}]})
+        except ApiError as e:
+            self.sessions.close(session.session_id)
+            return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": [
+                {"topic": t, "partitions": [_error_row(p, _E[e.code]) for _t, p, *_ in rows]}
+                for t, rows in _by_topic(named).items()]}
+        forgotten = [(f["topic"], p) for f in body["forgotten_topics_data"] or ()
+                     for p in f["partitions"]]
+        session.update([x for x in named if x[1] >= 0], forgotten, self.replicas.partitions.get)
+        for key, part in list(session.registered.items()):  # (a topic deleted, re-created)
+            if self.replicas.partitions.get(key) is not part:
+                session.update([[*key, session.parts[key].offset, session.parts[key].max_bytes,
+                                 session.parts[key].epoch]], (), self.replicas.partitions.get)
+        session.epoch = next_epoch(epoch)
+        bad = [(t, p) for t, p, *_ in named if p < 0]
+        max_wait_ms = min(max(body["max_wait_ms"], 0), FETCH_MAX_WAIT_MS)
+        deadline = trio.current_time() + max_wait_ms / 1000
+        min_bytes = max(body["min_bytes"], 0)
+        rows: dict = {}  # {key: answer row}, news only; a later read of a key replaces it
+        for t, p in bad:
+            rows[(t, p)] = _error_row(p, _E[ErrorCode.UNKNOWN_TOPIC_OR_PARTITION])
+        while True:
+            keys = [k for k in session.take_dirty() if k in session.parts]
+            flat = [(k[0], {"partition": k[1], "fetch_offset": session.parts[k].offset,
+                            "partition_max_bytes": session.parts[k].max_bytes,
+                            "current_leader_epoch": session.parts[k].epoch})
+                    for k in keys]
+            again = []  # data there but left out (the byte budget): read next time
+            if flat:
+                answer, _total, _error = await self._fetch_slices(v, body, ctx, flat)
+                for t in answer["responses"]:
+                    for row in t["partitions"]:
+                        key = (t["topic"], row["partition_index"])
+                        if key not in session.parts:  # (forgotten meanwhile)
+                            continue
+                        if not row["records"] and row["error_code"] == 0 and (
+                                session.parts[key].offset < row["last_stable_offset"]):
+                            again.append(key)
+                        if session.news(key, row):
+                            rows[key] = row
+            total = sum(len(r["records"] or b"") for r in rows.values())
+            done = ((rows and (total >= min_bytes or any(r["error_code"] for r in rows.values())))
+                    or trio.current_time() >= deadline or session.closed)
+            if not done and not session.dirty:  # (no mark came in while reading)
+                ev = trio.Event()
+                session.waiter = ev
+                try:
+                    with trio.move_on_at(deadline):
+                        await ev.wait()
+                finally:
+                    session.waiter = None
+            session.dirty.update(again)
+            if done:
+                break
+        by_topic: dict = {}
+        for (t, _p), row in rows.items():
+            by_topic.setdefault(t, []).append(row)
+        return {"throttle_time_ms": 0, "error_code": 0, "session_id": session.session_id,
+                "responses": [{"topic": t, "partitions": rs} for t, rs in by_topic.items()]}
+
+    async def _fetch_sessionless(self, v: int, body: dict, ctx: Context) -> dict:
+        if self.fetch_is_large(body):
+            return await self.fetch_large(v, body, ctx)
+        return await self.fetch(v, body, ctx)
 
     def fetch_begin(self, v: int, body: dict, ctx: Context, min_one: bool = True):
         """``(body, None)`` when the fetch can be answered now, else ``(None, wait)``:
@@ -924,3 +1037,16 @@ def _as_bytes(x) -> bytes:
     import cbor2
 
     return cbor2.dumps(x)
+
+
+def _error_row(partition: int, code: int) -> dict:
+    return {"partition_index": partition, "error_code": code, "high_watermark": -1,
+            "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
+            "preferred_read_replica": -1, "records": None}
+
+
+def _by_topic(named: list) -> dict:
+    out: dict = {}
+    for x in named:
+        out.setdefault(x[0], []).append(x)
+    return out

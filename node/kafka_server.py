@@ -88,6 +88,9 @@ WORKER_THREADS_MAX = 2
 #: A request payload larger than this is decoded in a worker thread (up to 10,000
 #: entries or a 100 MiB records copy: tens of milliseconds of Python).
 DECODE_INLINE_BYTES_MAX = 64 * 1024
+#: A fetch session's answer with more partition rows than this is encoded in a worker
+#: thread (a full fetch that opens a session for many partitions); smaller ones inline.
+FETCH_ROWS_INLINE = 500
 SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY = 17, 36
 _SASL_KEYS = (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY)
 _UNSUPPORTED = KAFKA["UNSUPPORTED_VERSION"]
@@ -296,6 +299,7 @@ class KafkaServer:
             sock, lambda nursery: _Conn(sock, Outbox(), nursery, guard),
             lambda conn: self._reader(host, conn),
             watchdog=(lambda conn: self.native._auth_watchdog(conn, host)) if sasl else None,
+            on_close=self.apis.sessions.close_owned_by,
             idle_s=self.config.connections_max_idle_ms / 1000,
             on_idle=lambda conn: self.events.debug("connection_idle_closed", peer=host,
                                                    listener="kafka"))
@@ -376,7 +380,7 @@ class KafkaServer:
         acl = None
         if guard is not None and self.config.authorizer_enable and guard.principal is not None:
             acl = AclCheck(guard.principal, self.broker.security.authorizer())
-        ctx = Context(h.client_id, host, h.correlation_id, acl)
+        ctx = Context(h.client_id, host, h.correlation_id, acl, conn)
         try:
             wait = None
             if h.api_key == PRODUCE_KEY:
@@ -386,6 +390,15 @@ class KafkaServer:
                         await out.flush(conn.sock)
                     converted = await self.apis.produce_convert(h.api_version, req.body, ctx)
                 body, wait = self.apis.produce_begin(h.api_version, req.body, ctx, converted)
+            elif h.api_key == FETCH_KEY and self.apis.fetch_in_session(h.api_version, req.body):
+                if out.pieces:  # (its long poll waits here, as Kafka's one request at a time)
+                    await out.flush(conn.sock)
+                body = await self.apis.fetch_session(h.api_version, req.body, ctx)
+                if sum(len(t["partitions"]) for t in body["responses"]) > FETCH_ROWS_INLINE:
+                    out.add_pieces(await trio.to_thread.run_sync(
+                        encode_response_pieces, h.api_key, h.api_version, h.correlation_id,
+                        body, limiter=self._worker_limiter))
+                    return
             elif h.api_key == FETCH_KEY and self.apis.fetch_is_large(req.body):
                 if out.pieces:  # read in slices, encoded in a worker thread
                     await out.flush(conn.sock)

@@ -1,0 +1,193 @@
+"""Consumers' fetch sessions (KIP-227) on the Kafka listener
+(node/consumer_fetch_session.py, KafkaApis.fetch_session): in process over a real
+single-node broker on trio's mock clock, the pure session cache, and kafka-python's
+consumer (which opens sessions) through a real node."""
+
+from __future__ import annotations
+
+import time
+
+import trio
+import trio.testing
+
+from raftlog import kafka_batch as kb
+from raftlog.node.consumer_fetch_session import (
+    FETCH_SESSION_ID_NOT_FOUND,
+    INVALID_FETCH_SESSION_EPOCH,
+    ConsumerSession,
+    SessionCache,
+    next_epoch,
+)
+from raftlog.node.kafka_handlers import Context, KafkaApis
+from raftlog.protocol import Api, Request
+
+from .single_node import close_broker, open_broker
+
+PARTITIONS = 8
+
+
+def _body(session_id: int, epoch: int, parts=(), offset: int = 0, forgotten=(),
+          max_wait_ms: int = 0, min_bytes: int = 0) -> dict:
+    return {"replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes,
+            "max_bytes": 1 << 20, "isolation_level": 0, "session_id": session_id,
+            "session_epoch": epoch,
+            "topics": [{"topic": "t", "partitions": [
+                {"partition": p, "fetch_offset": offset, "partition_max_bytes": 1 << 20,
+                 "current_leader_epoch": -1, "log_start_offset": -1} for p in parts]}]
+            if parts else [],
+            "forgotten_topics_data": [{"topic": "t", "partitions": list(forgotten)}]
+            if forgotten else []}
+
+
+def _rows(answer: dict) -> dict:
+    return {r["partition_index"]: r for t in answer["responses"] for r in t["partitions"]}
+
+
+def _produce(broker, partition: int, value: bytes) -> None:
+    data = kb.to_raftlog(kb.encode_batch([value], timestamps=[1]))[0]
+    broker.produce(Request(Api.PRODUCE, 0, 1, {"acks": 1, "timeout_ms": 1000,
+                                               "parts": [("t", partition, len(data))]}, data))
+
+
+def _apis(tmp_path):
+    broker = open_broker(tmp_path)
+    broker.create_topic("t", PARTITIONS, 1, {})
+    broker.replicas.reconcile()
+    return broker, KafkaApis(broker, broker.replicas, broker.config, lambda *a: ("127.0.0.1", 1))
+
+
+def test_an_incremental_fetch_answers_only_partitions_with_news(tmp_path):
+    broker, apis = _apis(tmp_path)
+    ctx = Context("c", "h", 1)
+    try:
+        async def main():
+            full = await apis.fetch_session(12, _body(0, 0, range(PARTITIONS)), ctx)
+            sid = full["session_id"]
+            assert sid > 0 and full["error_code"] == 0
+            assert sorted(_rows(full)) == list(range(PARTITIONS))  # a full answer
+            quiet = await apis.fetch_session(12, _body(sid, 1), ctx)
+            assert quiet["session_id"] == sid and _rows(quiet) == {}  # nothing moved
+            _produce(broker, 3, b"new")
+            moved = await apis.fetch_session(12, _body(sid, 2), ctx)
+            assert list(_rows(moved)) == [3]  # only the partition with news
+            row = _rows(moved)[3]
+            assert row["high_watermark"] == 1 and row["records"]
+            # the consumer moves to offset 1: named with its new offset, no news
+            assert _rows(await apis.fetch_session(12, _body(sid, 3, [3], offset=1), ctx)) == {}
+            # forgotten: not answered even when it moves
+            await apis.fetch_session(12, _body(sid, 4, forgotten=[5]), ctx)
+            _produce(broker, 5, b"x")
+            _produce(broker, 6, b"y")
+            assert list(_rows(await apis.fetch_session(12, _body(sid, 5), ctx))) == [6]
+        trio.run(main)
+    finally:
+        close_broker(broker)
+
+
+def test_a_session_long_poll_wakes_when_a_partition_moves(tmp_path):
+    broker, apis = _apis(tmp_path)
+    ctx = Context("c", "h", 1)
+    try:
+        async def main():
+            sid = (await apis.fetch_session(12, _body(0, 0, range(PARTITIONS)), ctx))["session_id"]
+            async with trio.open_nursery() as n:
+                async def append_later():
+                    await trio.sleep(1)
+                    _produce(broker, 2, b"late")
+                n.start_soon(append_later)
+                t0 = trio.current_time()
+                answer = await apis.fetch_session(
+                    12, _body(sid, 1, max_wait_ms=5000, min_bytes=1), ctx)
+                waited = trio.current_time() - t0
+            assert list(_rows(answer)) == [2] and waited == 1.0
+            t0 = trio.current_time()  # nothing moves: an empty answer after max_wait
+            assert _rows(await apis.fetch_session(
+                12, _body(sid, 2, [2], offset=1, max_wait_ms=500, min_bytes=1), ctx)) == {}
+            assert trio.current_time() - t0 == 0.5
+        trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    finally:
+        close_broker(broker)
+
+
+def test_unknown_sessions_wrong_epochs_and_closing_get_kafkas_answers(tmp_path):
+    broker, apis = _apis(tmp_path)
+    ctx = Context("c", "h", 1)
+    try:
+        async def main():
+            sid = (await apis.fetch_session(12, _body(0, 0, [0]), ctx))["session_id"]
+            stale = await apis.fetch_session(12, _body(sid, 7), ctx)
+            assert stale["error_code"] == INVALID_FETCH_SESSION_EPOCH
+            assert (await apis.fetch_session(12, _body(sid, 1), ctx))["error_code"] == 0
+            unknown = await apis.fetch_session(12, _body(sid + 1, 1), ctx)
+            assert unknown["error_code"] == FETCH_SESSION_ID_NOT_FOUND
+            closing = await apis.fetch_session(12, _body(sid, -1, [0]), ctx)  # close it
+            assert closing["session_id"] == 0 and list(_rows(closing)) == [0]
+            gone = await apis.fetch_session(12, _body(sid, 2), ctx)
+            assert gone["error_code"] == FETCH_SESSION_ID_NOT_FOUND
+            assert len(apis.sessions) == 0
+        trio.run(main)
+    finally:
+        close_broker(broker)
+
+
+def test_the_cache_is_bounded_and_evicts_only_idle_sessions():
+    cache = SessionCache(slots=2, eviction_idle_ms=1000)
+    a, b = cache.open(0, owner="c1"), cache.open(0, owner="c2")
+    assert a and b and a.session_id != b.session_id
+    assert cache.open(500) is None and cache.refused == 1  # both used within the idle time
+    cache.get(b.session_id, 900)  # b used again: a is the least recently used
+    c = cache.open(1200, owner="c1")
+    assert c is not None and cache.evicted == 1 and cache.get(a.session_id, 1200) is None
+    cache.close_owned_by("c1")
+    assert len(cache) == 1 and cache.get(b.session_id, 1300) is b
+    assert next_epoch(2**31 - 1) == 1 and next_epoch(5) == 6
+
+
+def test_a_consumer_session_wakes_on_the_high_watermark_not_the_log_end():
+    s = ConsumerSession(1, 0)
+    s.parts[("t", 0)] = object()
+    ev = trio.Event()
+    s.waiter = ev
+    s.mark(("t", 0), True)  # a log end move only: not news to a consumer
+    assert not s.dirty and not ev.is_set()
+    s.mark(("t", 0), False)  # the high watermark moved
+    assert s.dirty == {("t", 0)} and ev.is_set()
+
+
+def test_kafka_python_consumes_everything_through_a_session(tmp_path):
+    """kafka-python's consumer opens a fetch session and reads every record of 4
+    partitions, produced in rounds with idle fetches between them."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    from raftlog.client import Admin
+
+    from ..conftest import kafka_node
+
+    node = kafka_node(str(tmp_path / "node"))
+    try:
+        with Admin(node.bootstrap) as a:
+            a.create_topic("fs", partitions=4)
+        producer = KafkaProducer(bootstrap_servers=node.kafka)
+        consumer = KafkaConsumer(bootstrap_servers=node.kafka, auto_offset_reset="earliest",
+                                 fetch_max_wait_ms=100)
+        consumer.assign([TopicPartition("fs", p) for p in range(4)])
+        got: dict = {}
+        for round_ in range(3):
+            for i in range(20):
+                producer.send("fs", b"%d-%d" % (round_, i), partition=i % 4)
+            producer.flush()
+            deadline = time.monotonic() + 30
+            while sum(map(len, got.values())) < 20 * (round_ + 1) and time.monotonic() < deadline:
+                for tp, recs in consumer.poll(timeout_ms=300).items():
+                    got.setdefault(tp.partition, []).extend(r.value for r in recs)
+            consumer.poll(timeout_ms=300)  # idle fetches: empty incremental answers
+        handler = consumer._fetcher._session_handlers.get(1)
+        session = handler.next_metadata if handler is not None else None
+        consumer.close()
+        producer.close()
+        for p in range(4):
+            assert got[p] == [b"%d-%d" % (r, i) for r in range(3) for i in range(20)
+                              if i % 4 == p], p
+        assert session is not None and session.session_id > 0 and session.epoch > 3
+    finally:
+        node.stop()
