@@ -137,6 +137,9 @@ class KafkaApis:
         from .kafka_admin_handlers import KafkaAdminApis  # (it imports this module)
 
         self.handlers.update(KafkaAdminApis(self).handlers())
+        from .kafka_txn_admin_handlers import KafkaTxnAdminApis
+
+        self.handlers.update(KafkaTxnAdminApis(self).handlers())
         assert set(self.handlers) == set(SUPPORTED)
 
     async def _quorum(self, method, req: Request):

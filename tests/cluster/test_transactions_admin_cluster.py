@@ -205,3 +205,56 @@ def test_the_users_mistakes_get_errors_that_say_what_to_do(cluster):
     assert rc == 1 and "no broker 9 in the cluster" in err
     rc, out, _ = cli(cluster, "transactions", "find-hanging", "--broker-id", "1")
     assert rc == 0 and "no hanging transactions" in out
+
+
+def test_kafka_python_admin_lists_and_describes_through_the_kafka_listener(cluster):
+    """kafka-python's KIP-664 admin calls against the Kafka listener: ListTransactions
+    to every broker (v1's duration filter too), DescribeProducers at the leader, and
+    DescribeTransactions at the coordinator (sent there directly: this listener's
+    FindCoordinator does not find transaction coordinators yet)."""
+    pytest.importorskip("kafka")
+    from kafka import KafkaAdminClient
+    from kafka.protocol.admin.transactions import DescribeTransactionsRequest
+    from kafka.structs import TopicPartition as KTP
+
+    topic = _topic(cluster, "ops-kafka")
+    p = Producer(cluster.bootstrap, transactional_id="ops-k")
+    admin = KafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap)
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send_many(topic, [b"x", b"y"], partition=0)
+        p.flush()
+        with cluster.admin() as a:
+            native = a.describe_transaction("ops-k")
+
+        by_broker = admin.list_transactions()
+        assert set(by_broker) == {1, 2, 3}
+        listed = {t.transactional_id: (b, t) for b, ts in by_broker.items() for t in ts}
+        broker, row = listed["ops-k"]
+        assert broker == native.coordinator and row.state.value == "Ongoing"
+        assert row.producer_id == native.producer_id
+        ongoing = admin.list_transactions(state_filters=["Ongoing"], duration_filter_ms=0)
+        assert "ops-k" in {t.transactional_id for ts in ongoing.values() for t in ts}
+        assert not any(t.transactional_id == "ops-k" for ts in admin.list_transactions(
+            state_filters=["CompleteAbort"]).values() for t in ts)
+
+        producers = admin.describe_producers([KTP(topic, 0)])[KTP(topic, 0)].active_producers
+        mine = next(q for q in producers if q.producer_id == native.producer_id)
+        assert mine.current_transaction_start_offset == 0
+        assert mine.producer_epoch == native.producer_epoch and mine.last_sequence == 1
+
+        async def describe():
+            return await admin._manager.send(
+                DescribeTransactionsRequest(transactional_ids=["ops-k", "ops-unknown"]),
+                node_id=native.coordinator)
+
+        got = {s.transactional_id: s for s in admin._manager.run(describe).transaction_states}
+        assert got["ops-k"].error_code == 0 and got["ops-k"].transaction_state == "Ongoing"
+        assert [(t.topic, list(t.partitions)) for t in got["ops-k"].topics] == [(topic, [0])]
+        assert got["ops-k"].transaction_start_time_ms == native.start_ms
+        assert got["ops-unknown"].error_code in (16, 105)  # NOT_COORDINATOR or NOT_FOUND
+        p.abort_transaction()
+    finally:
+        admin.close()
+        p.close()
