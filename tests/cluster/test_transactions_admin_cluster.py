@@ -208,7 +208,7 @@ def test_kafka_python_admin_lists_and_describes_through_the_kafka_listener(clust
     DescribeTransactions at the coordinator (sent there directly: this listener's
     FindCoordinator does not find transaction coordinators yet)."""
     pytest.importorskip("kafka")
-    from kafka import KafkaAdminClient
+    from kafka import KafkaAdminClient, KafkaConsumer
     from kafka.protocol.admin.transactions import DescribeTransactionsRequest
     from kafka.structs import TopicPartition as KTP
 
@@ -249,6 +249,14 @@ def test_kafka_python_admin_lists_and_describes_through_the_kafka_listener(clust
         assert [(t.topic, list(t.partitions)) for t in got["ops-k"].topics] == [(topic, [0])]
         assert got["ops-k"].transaction_start_time_ms == native.start_ms
         assert got["ops-unknown"].error_code in (16, 105)  # NOT_COORDINATOR or NOT_FOUND
+
+        # ListOffsets at read_committed: the latest offset is the LSO
+        for level, end in (("read_committed", 0), ("read_uncommitted", 2)):
+            kc = KafkaConsumer(bootstrap_servers=cluster.kafka_bootstrap, isolation_level=level)
+            try:
+                assert kc.end_offsets([KTP(topic, 0)]) == {KTP(topic, 0): end}
+            finally:
+                kc.close()
         p.abort_transaction()
     finally:
         admin.close()
