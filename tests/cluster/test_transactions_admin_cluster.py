@@ -5,6 +5,8 @@ and the same answers through the Kafka listener (kafka-python's admin client).""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
@@ -12,6 +14,7 @@ import sys
 import pytest
 
 from raftlog.client import Consumer, Producer, TopicPartition
+from raftlog.client.cli import main as main_cli
 
 from ..conftest import free_ports
 from .cluster import LocalCluster, until
@@ -38,6 +41,19 @@ def cluster(tmp_path_factory):
 
 
 def cli(cluster, *argv) -> tuple[int, str, str]:
+    """``raftlog ARGV`` in this process (its startup is most of a command's time);
+    (exit status, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main_cli([*argv, "--bootstrap-server", cluster.bootstrap])
+        except SystemExit as e:
+            rc = e.code
+    return rc, out.getvalue(), err.getvalue()
+
+
+def cli_process(cluster, *argv) -> tuple[int, str, str]:
+    """``raftlog ARGV`` as its own process, as a user runs it."""
     p = subprocess.run([sys.executable, "-m", "raftlog.client.cli", *argv,
                         "--bootstrap-server", cluster.bootstrap],
                        capture_output=True, text=True, timeout=60)
@@ -164,8 +180,8 @@ def test_abort_a_transaction_by_its_start_offset(cluster):
         assert "open ones start at 0" in err
         assert _ends(cluster, topic) == {0: (2, 0)}
 
-        rc, out, err = cli(cluster, "transactions", "abort", "--topic", topic,
-                           "--partition", "0", "--start-offset", "0", "--json")
+        rc, out, err = cli_process(cluster, "transactions", "abort", "--topic", topic,
+                                   "--partition", "0", "--start-offset", "0", "--json")
         assert rc == 0, err
         assert json.loads(out)["aborted"]["current_transaction_start_offset"] == 0
         assert _ends(cluster, topic) == {0: (3, 3)}  # the marker at 2, replicated
