@@ -19,7 +19,10 @@ this module gives it the node.
 * a timer drives ``tick`` (timeout aborts, expired ids);
 * KIP-890: a leader verifies a transactional produce's partitions with the coordinator
   (here, or AddPartitionsToTxn ``verify_only`` to the coordinator's node), and keeps
-  the yes answers per (producer id, epoch) in a bounded cache.
+  the yes answers per (producer id, epoch) in a bounded cache;
+* KIP-664: LIST_TRANSACTIONS (the ids of the partitions this node leads) and
+  DESCRIBE_TRANSACTIONS are answered from the coordinator's state, with this node's
+  clock (``now_ms``) to age ``start_ms`` by.
 """
 
 from __future__ import annotations
