@@ -1,8 +1,11 @@
-"""Transactions admin without a cluster (issue #33): find-hanging's rule, the CLI's
-usage errors and its duration text. The calls themselves run against 3 nodes in
-tests/cluster/test_transactions_admin_cluster.py."""
+"""Transactions admin (issue #33): find-hanging's rule, the CLI's usage errors and its
+duration text without a node; a truly hanging transaction found and aborted on one node.
+The calls against 3 nodes and the Kafka listener: tests/cluster/test_transactions_admin_cluster.py."""
 
 from __future__ import annotations
+
+import json
+import time
 
 import pytest
 
@@ -64,3 +67,44 @@ def test_cli_state_filter_is_one_of_kafkas_names(capsys):
 def test_admin_refuses_an_unknown_state_before_asking_anyone():
     with Admin(f"127.0.0.1:{free_port()}") as a, pytest.raises(ValueError, match="Ongoing"):
         a.list_transactions(states=["Running"])
+
+
+def test_a_hanging_transaction_is_found_and_aborted(node_factory, capsys):
+    """A transactional batch no coordinator knows (let in by the planted bug
+    bug-skip-txn-verification: without it the leader refuses it) hangs: it holds the
+    LSO back for good. find-hanging reports it, abort by its start offset ends it."""
+    from raftlog import records
+    from raftlog.client.conn import BrokerConnection
+    from raftlog.protocol import Api
+
+    n = node_factory(**{"transaction.state.log.num.partitions": "1",
+                        "test.flags": "bug-skip-txn-verification"})
+    bs = ["--bootstrap-server", n.bootstrap]
+    tp = TopicPartition("t", 0)
+    with Admin(n.bootstrap) as a:
+        a.create_topic("t", partitions=1, replication_factor=1)
+        data = records.encode_batch([b"ghost"], producer_id=424242, producer_epoch=0,
+                                    base_sequence=0, transactional=True,
+                                    timestamp=int(time.time() * 1000))
+        conn = BrokerConnection(n.host, n.port, 10)
+        try:
+            h = conn.request(Api.PRODUCE, {"transactional_id": "ghost", "acks": -1,
+                                           "parts": [["t", 0, len(data)]]}, data).header
+        finally:
+            conn.close()
+        assert h["parts"][0].error == 0
+        assert (a.end_offsets([tp]), a.end_offsets([tp], "read_committed")) == ({tp: 1}, {tp: 0})
+
+        assert a.find_hanging_transactions(1) == []  # its last write is not 15 min old
+        assert cli.main(["transactions", "find-hanging", "--broker-id", "1",
+                         "--max-transaction-timeout", "0", "--json", *bs]) == 0
+        (found,) = json.loads(capsys.readouterr().out)
+        assert (found["topic"], found["partition"], found["producer_id"],
+                found["start_offset"]) == ("t", 0, 424242, 0)
+        assert found["reason"].startswith("unknown producer")
+
+        assert cli.main(["transactions", "abort", "--topic", "t", "--partition", "0",
+                         "--start-offset", "0", *bs]) == 0
+        assert "aborted the transaction of producer 424242" in capsys.readouterr().out
+        assert a.end_offsets([tp], "read_committed") == a.end_offsets([tp]) == {tp: 2}
+        assert a.find_hanging_transactions(1, max_transaction_timeout_ms=0) == []
