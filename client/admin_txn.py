@@ -32,6 +32,7 @@ from .errors import (
     BrokerNotAvailableError,
     NoOpenTransactionError,
     TransactionalIdNotFoundError,
+    UnknownTopicOrPartitionError,
     api_error,
 )
 from .offsets import requests_by_leader
@@ -245,7 +246,12 @@ class TransactionsAdmin:
         wanted = sorted({TopicPartition(*tp) if not isinstance(tp, TopicPartition) else tp
                          for tp in partitions})
         for tp in wanted:  # (a clear error for a partition that does not exist)
-            known = self._cluster.partitions_for(tp.topic)
+            try:
+                known = self._cluster.partitions_for(tp.topic)
+            except UnknownTopicOrPartitionError:
+                raise api_error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                f"no topic {tp.topic!r} (raftlog topics list shows the "
+                                "topics)") from None
             if tp.partition not in known:
                 raise api_error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                 f"topic {tp.topic!r} has no partition {tp.partition} "

@@ -207,7 +207,7 @@ def test_the_users_mistakes_get_errors_that_say_what_to_do(cluster):
     assert "raftlog transactions list shows the known ones" in err
     rc, _, err = cli(cluster, "transactions", "describe-producers", "--topic", "no-such-topic",
                      "--partition", "0")
-    assert rc == 1 and "no-such-topic" in err
+    assert rc == 1 and "no topic 'no-such-topic' (raftlog topics list shows the topics)" in err
     _topic(cluster, "ops-one")
     rc, _, err = cli(cluster, "transactions", "abort", "--topic", "ops-one",
                      "--partition", "5", "--start-offset", "0")
