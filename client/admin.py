@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from raftlog.errors import ApiError, ErrorCode
 from raftlog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Api
 
+from .admin_txn import TransactionsAdmin
 from .assignors import assignment_from_wire
 from .conn import BrokerConnection, Cluster
 from .errors import BrokerNotAvailableError, GroupNotEmptyError, api_error
@@ -139,7 +140,8 @@ class MemberDescription:
 @dataclass(frozen=True, slots=True)
 class GroupOffset:
     """A partition's committed offset (None: assigned but nothing committed yet), its
-    log end offset (the high watermark; None when it could not be read, e.g. the
+    log end offset (the last stable offset, or the high watermark when described with
+    isolation_level "read_uncommitted"; None when it could not be read, e.g. the
     topic is gone) and lag = log_end_offset - committed (None when either is None)."""
 
     committed: int | None
@@ -158,6 +160,9 @@ class GroupDescription:
     members: list = field(default_factory=list)  # [MemberDescription]
     #: TopicPartition -> GroupOffset: partitions with a committed offset or an owner.
     offsets: dict = field(default_factory=dict)
+    #: what the offsets' log end is: "read_committed" (the last stable offset) or
+    #: "read_uncommitted" (the high watermark)
+    isolation_level: str = "read_committed"
 
     @property
     def exists(self) -> bool:
@@ -295,8 +300,9 @@ def _tp_name(tp) -> str:
     return f"{tp.topic}-{tp.partition}" if isinstance(tp, TopicPartition) else str(tp)
 
 
-class Admin:
-    """Administrative operations; each call is synchronous and raises ApiError subclasses."""
+class Admin(TransactionsAdmin):
+    """Administrative operations; each call is synchronous and raises ApiError subclasses.
+    Transactions: see client/admin_txn.py."""
 
     def __init__(
         self, bootstrap_servers: str = "127.0.0.1:9092", *, request_timeout_ms: int = 30_000,
@@ -307,8 +313,9 @@ class Admin:
         check_options(Admin, security_options)  # a misspelt option: named, with the nearest
         self.security = ClientSecurity.from_options(**security_options)
         self._cluster = Cluster(bootstrap_servers, self.timeout_s, security=self.security)
-        #: group id -> (node_id, host, port) of its coordinator, as last found
-        self._coordinators: dict[str, tuple[int, str, int]] = {}
+        #: (key type, group or transactional id) -> (node_id, host, port) of its
+        #: coordinator, as last found (key type 0: a group, 1: a transactional id)
+        self._coordinators: dict[tuple[int, str], tuple[int, str, int]] = {}
         #: (host, port) -> connection, for coordinators and LIST_GROUPS to every broker
         self._node_conns: dict[tuple[str, int], BrokerConnection] = {}
 
@@ -623,14 +630,19 @@ class Admin:
             time.sleep(backoff)
             backoff = min(backoff * 2, COORDINATOR_BACKOFF_MAX_S)
 
-    def describe_group(self, group_id: str) -> GroupDescription:
+    def describe_group(self, group_id: str,
+                       isolation_level: str = "read_committed") -> GroupDescription:
         """State, members and their assignments, and per partition the committed
-        offset, the log end offset (high watermark) and the lag. An unknown group has
-        state "Dead" and nothing else (``exists`` is False)."""
+        offset, the log end offset and the lag. The log end is what a consumer of
+        ``isolation_level`` reads up to: the last stable offset for "read_committed"
+        (the SDK consumer's default: an open transaction holds it back), the high
+        watermark for "read_uncommitted". An unknown group has state "Dead" and
+        nothing else (``exists`` is False)."""
+        level = _isolation(isolation_level)
         desc = self._describe_group_entry(group_id)
         committed = self.list_group_offsets(group_id)
         tps = set(committed) | {tp for m in desc.members for tp in m.assignment}
-        ends = self._list_offsets({tp: LATEST_TIMESTAMP for tp in tps})
+        ends = self._list_offsets({tp: LATEST_TIMESTAMP for tp in tps}, level)
         offsets = {}
         for tp in sorted(tps):
             c = committed.get(tp)
@@ -638,7 +650,7 @@ class Admin:
             end = end[0] if isinstance(end, tuple) else None
             lag = end - c if c is not None and end is not None else None
             offsets[tp] = GroupOffset(c, end, lag)
-        return replace(desc, offsets=offsets)
+        return replace(desc, offsets=offsets, isolation_level=isolation_level)
 
     def _describe_group_entry(self, group_id: str) -> GroupDescription:
         h = self._group_request(
@@ -815,13 +827,14 @@ class Admin:
         not available or loading, for up to COORDINATOR_WAIT_S."""
         return self._find_coordinator(group_id, time.monotonic() + COORDINATOR_WAIT_S)
 
-    def _find_coordinator(self, group_id: str, deadline: float) -> tuple[int, str, int]:
+    def _find_coordinator(self, group_id: str, deadline: float,
+                          key_type: int = 0) -> tuple[int, str, int]:
         backoff = COORDINATOR_BACKOFF_S
         while True:
             try:
-                h = self._call(Api.FIND_COORDINATOR, {"key": group_id})
+                h = self._call(Api.FIND_COORDINATOR, {"key": group_id, "key_type": key_type})
                 found = (h["node_id"], h["host"], h["port"])
-                self._coordinators[group_id] = found
+                self._coordinators[(key_type, group_id)] = found
                 return found
             except ApiError as e:
                 if e.code not in COORDINATOR_RETRY_CODES:
@@ -830,12 +843,12 @@ class Admin:
             except BrokerNotAvailableError as e:
                 last = e
             if time.monotonic() + backoff > deadline:
-                raise _no_coordinator(group_id, last)
+                raise _no_coordinator(group_id, last, key_type)
             time.sleep(backoff)
             backoff = min(backoff * 2, COORDINATOR_BACKOFF_MAX_S)
 
     def _group_request(self, group_id: str, api: Api, fields: dict, *, entry_error=None,
-                       retry_lost: bool = True) -> dict:
+                       retry_lost: bool = True, key_type: int = 0) -> dict:
         """One request to the group's coordinator, found (again) as needed.
 
         Looks the coordinator up again and retries, for up to COORDINATOR_WAIT_S, when
@@ -843,13 +856,16 @@ class Admin:
         as a whole or in the entry ``entry_error(header)`` returns ((code, message) or
         None); also when the coordinator cannot be reached, and, with ``retry_lost``,
         when the connection broke with the request in flight (idempotent requests).
+        ``key_type`` 1: ``group_id`` is a transactional id, the request goes to its
+        transaction coordinator.
         """
         deadline = time.monotonic() + COORDINATOR_WAIT_S
         backoff = COORDINATOR_BACKOFF_S
+        key = (key_type, group_id)
         while True:
-            coordinator = self._coordinators.get(group_id)
+            coordinator = self._coordinators.get(key)
             if coordinator is None:
-                coordinator = self._find_coordinator(group_id, deadline)
+                coordinator = self._find_coordinator(group_id, deadline, key_type)
             node_id, host, port = coordinator
             try:
                 conn = self._node_connection(host, port, node_id)
@@ -860,7 +876,7 @@ class Admin:
                     h = conn.request(api, fields, timeout_s=self.timeout_s).header
                 except BrokerNotAvailableError as e:
                     if not retry_lost:
-                        self._coordinators.pop(group_id, None)
+                        self._coordinators.pop(key, None)
                         raise
                     last = e
                 except ApiError as e:
@@ -872,16 +888,26 @@ class Admin:
                     if not err or not err[0] or err[0] not in COORDINATOR_RETRY_CODES:
                         return h
                     last = api_error(err[0], err[1])
-            self._coordinators.pop(group_id, None)
+            self._coordinators.pop(key, None)
             if time.monotonic() + backoff > deadline:
-                raise _no_coordinator(group_id, last)
+                raise _no_coordinator(group_id, last, key_type)
             time.sleep(backoff)
             backoff = min(backoff * 2, COORDINATOR_BACKOFF_MAX_S)
 
-    def _list_offsets(self, wanted: Mapping) -> dict:
+    def _list_offsets(self, wanted: Mapping, isolation_level: int = 0) -> dict:
         """``{tp: (offset, timestamp)}`` or ``{tp: ApiError}`` (see client/offsets.py)."""
         return list_offsets(self._cluster, wanted, self.timeout_s, rounds=LIST_OFFSETS_ATTEMPTS,
-                            backoff_s=READ_BACKOFF_S)
+                            backoff_s=READ_BACKOFF_S, isolation_level=isolation_level)
+
+    def end_offsets(self, partitions: Iterable,
+                    isolation_level: str = "read_uncommitted") -> dict:
+        """``{TopicPartition: offset}`` from each leader: the high watermark
+        ("read_uncommitted") or the last stable offset ("read_committed": the first
+        offset of the earliest open transaction, never above the high watermark).
+        None for a partition whose leader could not answer (offline)."""
+        level = _isolation(isolation_level)
+        got = self._list_offsets({_tp(tp): LATEST_TIMESTAMP for tp in partitions}, level)
+        return {tp: r[0] if isinstance(r, tuple) else None for tp, r in got.items()}
 
     def _list_offsets_strict(self, wanted: Mapping) -> dict:
         """``{tp: offset}``; raises the error of the first partition that failed."""
@@ -951,6 +977,13 @@ class Admin:
         self.close()
 
 
+def _isolation(level: str) -> int:
+    if level not in ("read_committed", "read_uncommitted"):
+        raise ValueError(f"isolation_level must be 'read_committed' or 'read_uncommitted', "
+                         f"not {level!r}")
+    return 1 if level == "read_committed" else 0
+
+
 def _require_inactive(desc: GroupDescription, what: str) -> None:
     if desc.members or desc.state not in INACTIVE_GROUP_STATES:
         raise GroupNotEmptyError(
@@ -959,9 +992,10 @@ def _require_inactive(desc: GroupDescription, what: str) -> None:
         )
 
 
-def _no_coordinator(group_id: str, last: Exception) -> Exception:
+def _no_coordinator(group_id: str, last: Exception, key_type: int = 0) -> Exception:
     """The error after COORDINATOR_WAIT_S without a usable coordinator."""
-    msg = f"no coordinator of group {group_id!r} answered within {COORDINATOR_WAIT_S:g}s: {last}"
+    what = "group" if key_type == 0 else "transactional id"
+    msg = f"no coordinator of {what} {group_id!r} answered within {COORDINATOR_WAIT_S:g}s: {last}"
     if isinstance(last, ApiError):
         return api_error(last.code, msg)
     return BrokerNotAvailableError(msg)

@@ -164,6 +164,7 @@ def group_to_json(d) -> dict:
         "protocol": d.protocol,
         "generation": d.generation,
         "leader": d.leader,
+        "isolation_level": d.isolation_level,
         "members": [
             {
                 "member_id": m.member_id,
@@ -193,6 +194,9 @@ def format_group(d) -> str:
     lines = [
         f"Group: {d.group_id}  State: {d.state}  Protocol: {protocol}  "
         f"Generation: {d.generation}  Members: {len(d.members)}  Leader: {d.leader or '-'}",
+        "LOG-END-OFFSET and LAG: against the " + (
+            "last stable offset (read_committed)" if d.isolation_level == "read_committed"
+            else "high watermark (read_uncommitted)"),
         "",
     ]
     owners = d.owners()
@@ -234,7 +238,7 @@ def cmd_groups(args) -> int:
                 print(_table(["GROUP", "STATE", "PROTOCOL-TYPE"],
                              [[g.group_id, g.state, g.protocol_type or None] for g in groups]))
         elif args.action == "describe":
-            d = admin.describe_group(args.group)
+            d = admin.describe_group(args.group, isolation_level=args.isolation)
             if not d.exists:
                 raise GroupIdNotFoundError(f"group {args.group!r} does not exist")
             print(json.dumps(group_to_json(d)) if args.json else format_group(d))
@@ -405,6 +409,11 @@ def build_parser() -> argparse.ArgumentParser:
         "describe", help="state, members, and per partition committed offset, log end and lag"
     ))
     g_desc.add_argument("group", metavar="GROUP")
+    g_desc.add_argument("--isolation", choices=["read_committed", "read_uncommitted"],
+                        default="read_committed",
+                        help="the log end the lag is measured to: the last stable offset "
+                             "(read_committed, the default: what the SDK consumer reads) "
+                             "or the high watermark (read_uncommitted)")
     g_desc.add_argument("--json", action="store_true", help="one JSON object")
     g_reset = with_bootstrap(gsub.add_parser(
         "reset-offsets",
@@ -437,6 +446,9 @@ def build_parser() -> argparse.ArgumentParser:
     g_delete.add_argument("group", metavar="GROUP")
     groups.set_defaults(fn=cmd_groups)
 
+    from .cli_txn import add_parsers as _txn_parsers
+
+    _txn_parsers(sub, with_bootstrap)
     from .cli_console import add_parsers as _console_parsers
 
     _console_parsers(sub, with_bootstrap)
@@ -491,8 +503,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.fn(args) or 0
     except (RaftlogError, ValueError) as e:
-        name = args.command + (f" {args.action}" if args.command in ("groups", "topics",
-                                                                     "configs") else "")
+        name = args.command + (f" {args.action}" if args.command in (
+            "groups", "topics", "configs", "transactions") else "")
         print(f"raftlog {name}: {e}", file=sys.stderr)
         return 2 if isinstance(e, UsageError) else 1
     except KeyboardInterrupt:

@@ -115,22 +115,41 @@ def cmd_topics_alter(args) -> int:
     return 0
 
 
-def topic_json(d, configs: dict) -> dict:
+def partition_ends(admin, d) -> dict:
+    """{partition: (high watermark, last stable offset)} of a TopicDescription, from
+    the leaders (ListOffsets latest, read_uncommitted and read_committed); (None,
+    None) for an offline partition."""
+    tps = [(d.name, p.partition) for p in d.partitions]
+    hws = admin.end_offsets(tps, "read_uncommitted")
+    lsos = admin.end_offsets(tps, "read_committed")
+    return {tp.partition: (hws.get(tp), lsos.get(tp)) for tp in hws}
+
+
+def topic_json(d, configs: dict, ends: dict | None = None) -> dict:
+    ends = ends or {}
     return {"name": d.name, "topic_id": d.topic_id, "config": d.config, "configs": configs,
             "partitions": [{"partition": p.partition, "leader": p.leader,
                             "replicas": list(p.replicas), "isr": list(p.isr),
-                            "leader_epoch": p.leader_epoch} for p in d.partitions]}
+                            "leader_epoch": p.leader_epoch,
+                            "high_watermark": ends.get(p.partition, (None, None))[0],
+                            "last_stable_offset": ends.get(p.partition, (None, None))[1]}
+                           for p in d.partitions]}
 
 
-def format_topic(d, configs: dict) -> str:
+def format_topic(d, configs: dict, ends: dict | None = None) -> str:
     """kafka-topics --describe's text: a topic line with its non-default configs,
-    then one line per partition."""
+    then one line per partition (and, beyond Kafka's, its high watermark and last
+    stable offset: below the HW while a transaction is open)."""
+    ends = ends or {}
     rf = max((len(p.replicas) for p in d.partitions), default=0)
     shown = ",".join(f"{k}={v}" for k, v in sorted(configs.items()))
     lines = [f"Topic: {d.name}\tPartitions: {len(d.partitions)}\tReplicationFactor: {rf}"
              f"\tConfigs: {shown}"]
     lines += [f"\tPartition: {p.partition}\tLeader: {p.leader}\tReplicas: {list(p.replicas)}"
-              f"\tIsr: {list(p.isr)}\tLeaderEpoch: {p.leader_epoch}" for p in d.partitions]
+              f"\tIsr: {list(p.isr)}\tLeaderEpoch: {p.leader_epoch}"
+              + (f"\tHW: {_or_dash(ends[p.partition][0])}\tLSO: {_or_dash(ends[p.partition][1])}"
+                 if p.partition in ends else "")
+              for p in d.partitions]
     return "\n".join(lines)
 
 
@@ -142,7 +161,9 @@ def cmd_topics_describe(args) -> int:
             topics = admin.describe_topics(include_internal=False)
         for d in topics:
             configs = non_default(admin.describe_configs(topic=d.name))
-            print(json.dumps(topic_json(d, configs)) if args.json else format_topic(d, configs))
+            ends = partition_ends(admin, d)
+            print(json.dumps(topic_json(d, configs, ends)) if args.json
+                  else format_topic(d, configs, ends))
     return 0
 
 
@@ -209,3 +230,7 @@ def add_configs_parser(sub, with_bootstrap) -> None:
                     help="describe: also the configs that have their default")
     cp.add_argument("--json", action="store_true", help="describe: one JSON object")
     cp.set_defaults(fn=cmd_configs)
+
+
+def _or_dash(v) -> str:
+    return "-" if v is None else str(v)

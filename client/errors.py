@@ -117,7 +117,21 @@ class TransactionAbortableError(ApiError):
         super().__init__(ErrorCode.TRANSACTION_ABORTABLE, message)
 
 
+class TransactionalIdNotFoundError(ApiError):
+    """No transaction coordinator knows the transactional id (TRANSACTIONAL_ID_NOT_FOUND):
+    no producer with it called init_transactions(), or it expired."""
+
+    def __init__(self, message: str = ""):
+        super().__init__(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, message)
+
+
+class NoOpenTransactionError(ClientError):
+    """Admin.abort_transaction: no open transaction of the partition starts at the
+    offset given (the message lists the ones that are open)."""
+
+
 _BY_CODE = {
+    ErrorCode.TRANSACTIONAL_ID_NOT_FOUND: TransactionalIdNotFoundError,
     ErrorCode.PRODUCER_FENCED: ProducerFencedError,
     ErrorCode.TRANSACTION_ABORTABLE: TransactionAbortableError,
     ErrorCode.KAFKA_STORAGE_ERROR: KafkaStorageError,

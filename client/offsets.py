@@ -33,10 +33,11 @@ def requests_by_leader(cluster: Cluster, tps) -> tuple[dict[int, list], dict]:
 
 
 def list_offsets(cluster: Cluster, wanted: Mapping[TopicPartition, int], timeout_s: float, *,
-                 rounds: int, backoff_s: float) -> dict:
+                 rounds: int, backoff_s: float, isolation_level: int = 0) -> dict:
     """``{tp: (offset, timestamp)}``, or ``{tp: error}`` for a partition that failed;
     ``wanted`` maps each partition to a timestamp (LATEST_TIMESTAMP / EARLIEST_TIMESTAMP
-    or ms). At most ``rounds`` rounds, ``backoff_s`` x round number apart."""
+    or ms). At most ``rounds`` rounds, ``backoff_s`` x round number apart.
+    ``isolation_level`` 1 (read_committed): LATEST_TIMESTAMP is the last stable offset."""
     results: dict = {}
     pending = dict(wanted)
     for attempt in range(rounds):
@@ -49,7 +50,8 @@ def list_offsets(cluster: Cluster, wanted: Mapping[TopicPartition, int], timeout
             try:
                 frame = cluster.connection(leader).request(
                     Api.LIST_OFFSETS,
-                    {"parts": [[tp.topic, tp.partition, pending[tp]] for tp in tps]},
+                    {"parts": [[tp.topic, tp.partition, pending[tp]] for tp in tps],
+                     "isolation_level": isolation_level},
                     timeout_s=timeout_s,
                 )
             except BrokerNotAvailableError as e:

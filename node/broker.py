@@ -29,6 +29,7 @@ from raftlog.protocol import (
     NamedResult,
     PartitionMetadata,
     PartitionResult,
+    ProducersPart,
     Request,
     TopicMetadata,
 )
@@ -112,12 +113,24 @@ class Broker:
 
     def list_offsets(self, req: Request) -> Response:
         out = []
+        committed = req.fields.get("isolation_level", 0) == 1
         for topic, partition, ts in req.fields["parts"]:
             try:
-                off, t = self.replicas.offset_for_timestamp(topic, partition, ts)
+                off, t = self.replicas.offset_for_timestamp(topic, partition, ts, committed)
                 out.append(ListOffsetsPartResult(topic, partition, 0, off, t))
             except ApiError as e:
                 out.append(ListOffsetsPartResult(topic, partition, int(e.code), -1, -1))
+        return {"parts": out}, []
+
+    def describe_producers(self, req: Request) -> Response:
+        """DescribeProducers, as each partition's leader: the producers it tracks."""
+        out = []
+        for topic, partition in req.fields["parts"]:
+            try:
+                rows = self.replicas.producers_of(topic, partition)
+                out.append(ProducersPart(topic, partition, 0, rows))
+            except ApiError as e:
+                out.append(ProducersPart(topic, partition, int(e.code), [], e.message))
         return {"parts": out}, []
 
     def delete_records(self, req: Request) -> Response:

@@ -150,6 +150,9 @@ class KafkaApis:
         from .kafka_admin_handlers import KafkaAdminApis  # (it imports this module)
 
         self.handlers.update(KafkaAdminApis(self).handlers())
+        from .kafka_txn_admin_handlers import KafkaTxnAdminApis
+
+        self.handlers.update(KafkaTxnAdminApis(self).handlers())
         assert set(self.handlers) == set(SUPPORTED)
 
     async def _quorum(self, method, req: Request):
@@ -633,7 +636,9 @@ class KafkaApis:
         rows, missing = {}, _E[ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
         if parts:
             try:
-                head, _ = self.broker.list_offsets(_req(Api.LIST_OFFSETS, ctx, {"parts": parts}))
+                head, _ = self.broker.list_offsets(_req(Api.LIST_OFFSETS, ctx, {
+                    "parts": parts,  # (read_committed, v2+: latest is the last stable offset)
+                    "isolation_level": 1 if v >= 2 and body.get("isolation_level") == 1 else 0}))
                 rows = {(r.topic, r.partition): r for r in head["parts"]}
             except ApiError as e:
                 if e.code is not ErrorCode.TOPIC_AUTHORIZATION_FAILED:

@@ -39,6 +39,7 @@ from raftlog.protocol import (
     FetchPartHeader,
     LogDirPartition,
     ProducePartResult,
+    ProducerRow,
     Request,
     split_body,
 )
@@ -341,21 +342,31 @@ class ReplicaManager:
         part.wake_waiters()  # (parked follower fetches carry the new log start)
         return start
 
-    def offset_for_timestamp(self, topic: str, partition: int, ts: int) -> tuple[int, int]:
+    def offset_for_timestamp(self, topic: str, partition: int, ts: int,
+                             committed: bool = False) -> tuple[int, int]:
         """ListOffsets, as leader: (offset, timestamp) for ``ts`` (or EARLIEST /
-        LATEST_TIMESTAMP); (-1, -1) when no record below the HW is that recent."""
+        LATEST_TIMESTAMP); (-1, -1) when no record below the HW is that recent.
+        ``committed`` (read_committed): LATEST is the last stable offset."""
         part = self.leader_partition(topic, partition)
         log = part.log
         if ts == EARLIEST_TIMESTAMP:
             return log.log_start_offset, -1
         if ts == LATEST_TIMESTAMP:
-            return part.high_watermark, -1
+            return (log.last_stable_offset() if committed else part.high_watermark), -1
         if ts < 0:
             raise ApiError(ErrorCode.INVALID_REQUEST, f"timestamp {ts} is not valid")
         found = log.lookup_timestamp(ts)
         if found is not None and found[0] < part.high_watermark:
             return found
         return -1, -1
+
+    def producers_of(self, topic: str, partition: int) -> list:
+        """DescribeProducers, as leader: a ProducerRow per producer the partition
+        tracks (idempotent and transactional), by producer id."""
+        state = self.leader_partition(topic, partition).log.producers
+        return [ProducerRow(pid, e.epoch, e.last_seq, e.last_timestamp_ms,
+                            e.coordinator_epoch, e.txn_first_offset)
+                for pid, e in sorted(state.producers.items())]
 
     def describe_partitions(self, topics=None) -> list:
         """A LogDirPartition row per hosted replica (of ``topics`` when not None): its

@@ -90,6 +90,12 @@ ROUTES: dict[Api, Route] = {
                                  Z.both(Z.group_field(Z.READ),
                                         Z.topics_of_parts(Z.READ, "offsets"))),
     Api.WRITE_TXN_MARKERS: Route(Mode.AWAITS, "txn_api", Z.cluster(Z.CLUSTER_ACTION)),
+    # Operating transactions (KIP-664). Kafka asks DESCRIBE on each TransactionalId;
+    # raftlog's ACLs have no such resource, so DESCRIBE on the cluster instead.
+    # DescribeProducers: READ on the topic, as Kafka.
+    Api.DESCRIBE_TRANSACTIONS: Route(Mode.AWAITS, "txn_api", Z.cluster(Z.DESCRIBE)),
+    Api.LIST_TRANSACTIONS: Route(Mode.AWAITS, "txn_api", Z.cluster(Z.DESCRIBE)),
+    Api.DESCRIBE_PRODUCERS: Route(Mode.INLINE, "describe_producers", Z.topics_of_parts(Z.READ)),
     Api.DESCRIBE_LOG_DIRS: Route(Mode.INLINE, "describe_log_dirs", Z.cluster(Z.DESCRIBE)),
     # SASL is handled by the server itself (node/authn.py) before any route is used.
     Api.SASL_HANDSHAKE: Route(Mode.INLINE, "sasl"),

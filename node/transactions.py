@@ -1,5 +1,5 @@
 """Transaction coordinator: Kafka's transaction state machine (KIP-98, KIP-890) as a pure
-state machine. Not wired yet: no node hosts it, no listener calls it (issue #33).
+state machine, hosted on a node by node/txn_host.py (issue #33).
 
 No I/O and no clock, like :mod:`~raftlog.node.groups`: every operation takes
 ``now_ms`` and answers an :class:`Outcome`:
@@ -591,19 +591,33 @@ class TransactionCoordinator:
                 "producer_epoch": m.producer_epoch, "timeout_ms": m.timeout_ms,
                 "start_ms": m.start_ms, "partitions": sorted(m.partitions)}
 
-    def list_transactions(self, states: Iterable[str] = (),
-                          producer_ids: Iterable[int] = ()) -> list[dict]:
-        """ListTransactions: ids of the loaded partitions, filtered (empty = all)."""
+    def list_transactions(self, states: Iterable[str] = (), producer_ids: Iterable[int] = (),
+                          *, duration_ms: int = -1, now_ms: int = 0) -> list[dict]:
+        """ListTransactions: ids of the loaded partitions, filtered (empty = all);
+        ``duration_ms`` >= 0: only transactions open (Ongoing, Prepare*) for longer than
+        that at ``now_ms`` (Kafka's DurationFilter, KIP-994).
+
+        Raises:
+            ApiError: COORDINATOR_LOAD_IN_PROGRESS while a partition this node leads is
+                being loaded (its ids would be missing from the list).
+        """
+        loading = sorted(p for p, (_e, loaded) in self.partitions.items() if not loaded)
+        if loading:
+            raise ApiError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                           f"{TRANSACTION_STATE_TOPIC} partitions {loading} are loading: retry")
         states, pids = set(states), set(producer_ids)
         out = []
         for tid, m in sorted(self.txns.items()):
-            if self.partitions.get(self.partition_for(tid), (0, False))[1] and (
-                    not states or m.state.value in states) and (
-                    not pids or m.producer_id in pids):
-                out.append({"transactional_id": tid, "producer_id": m.producer_id,
-                            "state": m.state.value})
+            if not self.partitions.get(self.partition_for(tid), (0, False))[1]:
+                continue
+            if (states and m.state.value not in states) or (pids and m.producer_id not in pids):
+                continue
+            if duration_ms >= 0 and not (m.open and m.start_ms >= 0
+                                         and now_ms - m.start_ms > duration_ms):
+                continue
+            out.append({"transactional_id": tid, "producer_id": m.producer_id,
+                        "state": m.state.value, "start_ms": m.start_ms if m.open else -1})
         return out
-
 
 __all__ = ["TRANSACTION_STATE_TOPIC", "TxnState", "TxnConfig", "TxnMetadata", "Write",
            "SendMarkers", "Outcome", "TransactionCoordinator", "CorruptTxnRecordError",

@@ -19,7 +19,10 @@ this module gives it the node.
 * a timer drives ``tick`` (timeout aborts, expired ids);
 * KIP-890: a leader verifies a transactional produce's partitions with the coordinator
   (here, or AddPartitionsToTxn ``verify_only`` to the coordinator's node), and keeps
-  the yes answers per (producer id, epoch) in a bounded cache.
+  the yes answers per (producer id, epoch) in a bounded cache;
+* KIP-664: LIST_TRANSACTIONS (the ids of the partitions this node leads) and
+  DESCRIBE_TRANSACTIONS are answered from the coordinator's state, with this node's
+  clock (``now_ms``) to age ``start_ms`` by.
 """
 
 from __future__ import annotations
@@ -32,7 +35,13 @@ import trio
 
 from raftlog import records
 from raftlog.errors import ApiError, CorruptRecordError, ErrorCode, OffsetOutOfRangeError
-from raftlog.protocol import Api, PartitionResult, TxnMarkerResult
+from raftlog.protocol import (
+    Api,
+    PartitionResult,
+    TxnDescriptionRow,
+    TxnListingRow,
+    TxnMarkerResult,
+)
 from raftlog.txn_markers import ControlType
 
 from .clock import SteadyWallClock
@@ -46,6 +55,7 @@ from .transactions import (
     SendMarkers,
     TransactionCoordinator,
     TxnConfig,
+    TxnState,
 )
 
 #: Producers whose verified partitions a leader remembers at most (LRU).
@@ -470,7 +480,43 @@ class TxnHost:
             fields["transactional_id"], fields["producer_id"], fields["producer_epoch"],
             fields["commit"], self.now_ms()))
 
+    # ------------------------------------------------------------------ operating (KIP-664)
+
+    def describe_transactions(self, fields: dict) -> dict:
+        """DESCRIBE_TRANSACTIONS: a row per id (NOT_COORDINATOR for an id another node
+        coordinates, TRANSACTIONAL_ID_NOT_FOUND for one nobody knows); ``now_ms`` is
+        this coordinator's clock, against which ``start_ms`` is an age."""
+        rows = []
+        for tid in fields["transactional_ids"]:
+            try:
+                d = self.coordinator.describe(tid)
+            except ApiError as e:
+                rows.append(TxnDescriptionRow(tid, int(e.code), message=e.message))
+                continue
+            rows.append(TxnDescriptionRow(
+                tid, 0, d["state"], d["producer_id"], d["producer_epoch"], d["timeout_ms"],
+                d["start_ms"], [list(tp) for tp in d["partitions"]]))
+        return {"transactions": rows, "now_ms": self.now_ms()}
+
+    def list_transactions(self, fields: dict) -> dict:
+        """LIST_TRANSACTIONS: the ids of the ``__transaction_state`` partitions this node
+        leads (every node answers for its own: a client asks them all), filtered;
+        ``unknown_states``: state filters no transaction can have (Kafka's
+        UnknownStateFilters)."""
+        known = {s.value for s in TxnState}
+        now = self.now_ms()
+        rows = self.coordinator.list_transactions(
+            fields["states"], fields["producer_ids"], duration_ms=fields["duration_ms"],
+            now_ms=now)
+        return {"transactions": [TxnListingRow(r["transactional_id"], r["producer_id"],
+                                               r["state"], r["start_ms"]) for r in rows],
+                "unknown_states": sorted(set(fields["states"]) - known), "now_ms": now}
+
     async def handle(self, api: Api, fields: dict) -> dict:
+        if api is Api.DESCRIBE_TRANSACTIONS:
+            return self.describe_transactions(fields)
+        if api is Api.LIST_TRANSACTIONS:
+            return self.list_transactions(fields)
         if api is Api.ADD_PARTITIONS_TO_TXN:
             out = await self.add_partitions(fields)
         elif api is Api.ADD_OFFSETS_TO_TXN:

@@ -86,6 +86,10 @@ class Api(enum.IntEnum):
     END_TXN = 27
     WRITE_TXN_MARKERS = 28
     TXN_OFFSET_COMMIT = 29
+    # Operating transactions (issue #33; Kafka's keys, KIP-664)
+    DESCRIBE_PRODUCERS = 61
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
 
 
 # Special timestamps of ListOffsets, as Kafka.
@@ -409,7 +413,12 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         "flushed": (_opt(_list(_tuple(_TOPIC, _nonneg, _int), L.PARTITIONS_PER_FETCH_MAX)),
                     None),
     },
-    Api.LIST_OFFSETS: {"parts": (_list(_LIST_PART, L.ENTRIES_PER_REQUEST_MAX), REQUIRED)},
+    Api.LIST_OFFSETS: {
+        "parts": (_list(_LIST_PART, L.ENTRIES_PER_REQUEST_MAX), REQUIRED),
+        # 1 (read_committed): LATEST_TIMESTAMP answers the last stable offset instead
+        # of the high watermark (Kafka's ListOffsets v2+)
+        "isolation_level": (_one_of(0, 1), 0),
+    },
     Api.METADATA: {
         "topics": (_opt(_list(_TOPIC, L.TOPICS_PER_REQUEST_MAX)), None),
         "include_configs": (_bool, False),
@@ -525,6 +534,19 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         # [topic, partition, offset, metadata]
         "offsets": (_list(_tuple(_TOPIC, _nonneg, _nonneg, _opt(_str)), 100_000), REQUIRED),
     },
+    # the producers of each [topic, partition], at its leader (Kafka's DescribeProducers)
+    Api.DESCRIBE_PRODUCERS: {
+        "parts": (_list(_tuple(_TOPIC, _nonneg), L.ENTRIES_PER_REQUEST_MAX), REQUIRED),
+    },
+    # at each id's coordinator; an id it does not coordinate: NOT_COORDINATOR in its row
+    Api.DESCRIBE_TRANSACTIONS: {"transactional_ids": (_list(_str, 1000), REQUIRED)},
+    # the transactions of the ``__transaction_state`` partitions this node leads;
+    # filters: states (Kafka's names), producer ids, open longer than duration_ms (-1 any)
+    Api.LIST_TRANSACTIONS: {
+        "states": (_list(_str, 16), []),
+        "producer_ids": (_list(_int, L.ENTRIES_PER_REQUEST_MAX), []),
+        "duration_ms": (_int, -1),
+    },
     Api.JOIN_GROUP: {
         "group": (_str, REQUIRED),
         "member_id": (_str, ""),
@@ -638,6 +660,50 @@ class TxnMarkerResult(NamedTuple):
     partition: int
     error: int
     message: str = ""
+
+
+class ProducerRow(NamedTuple):
+    """A DESCRIBE_PRODUCERS partition's ``producers``: one producer the leader tracks."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int  # -1: none retained
+    last_timestamp: int  # ms, -1 unknown
+    coordinator_epoch: int  # of the last marker, -1 none yet
+    current_txn_start_offset: int  # first offset of its open transaction, -1 none
+
+
+class ProducersPart(NamedTuple):
+    """DESCRIBE_PRODUCERS ``parts``: one per partition asked, in request order."""
+
+    topic: str
+    partition: int
+    error: int
+    producers: list = []  # ProducerRow
+    message: str = ""
+
+
+class TxnDescriptionRow(NamedTuple):
+    """DESCRIBE_TRANSACTIONS ``transactions``: one per id asked, in request order."""
+
+    transactional_id: str
+    error: int
+    state: str = ""
+    producer_id: int = -1
+    producer_epoch: int = -1
+    timeout_ms: int = -1
+    start_ms: int = -1  # when the open transaction began (coordinator clock), -1 none
+    partitions: list = []  # [[topic, partition], ...]
+    message: str = ""
+
+
+class TxnListingRow(NamedTuple):
+    """LIST_TRANSACTIONS ``transactions``."""
+
+    transactional_id: str
+    producer_id: int
+    state: str
+    start_ms: int = -1  # when the open transaction began (coordinator clock), -1 none
 
 
 class ListOffsetsPartResult(NamedTuple):
@@ -841,6 +907,11 @@ def _group_descriptions(rows) -> list:
     return [{**g, "members": _parts(GroupMemberRow, g.get("members") or [])} for g in rows]
 
 
+def _producer_parts(rows) -> list:
+    return [p._replace(producers=_parts(ProducerRow, p.producers or []))
+            for p in _parts(ProducersPart, rows)]
+
+
 def _topic_rows(rows) -> list:
     if type(rows) is not list:
         raise RemoteProtocolError("METADATA topics are not a list")
@@ -872,6 +943,9 @@ RESPONSE_PARTS: dict[Api, dict[str, Callable[[Any], Any]]] = {
     Api.TXN_OFFSET_COMMIT: {"parts": _rows_of(PartitionResult)},
     Api.ADD_PARTITIONS_TO_TXN: {"parts": _rows_of(PartitionResult)},
     Api.WRITE_TXN_MARKERS: {"results": _rows_of(TxnMarkerResult)},
+    Api.DESCRIBE_PRODUCERS: {"parts": _producer_parts},
+    Api.DESCRIBE_TRANSACTIONS: {"transactions": _rows_of(TxnDescriptionRow)},
+    Api.LIST_TRANSACTIONS: {"transactions": _rows_of(TxnListingRow)},
     Api.OFFSET_FETCH: {"parts": _rows_of(CommittedOffsetRow)},
     Api.LIST_GROUPS: {"groups": _rows_of(GroupListing)},
     Api.DESCRIBE_GROUPS: {"groups": _group_descriptions},

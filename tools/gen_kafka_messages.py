@@ -65,6 +65,10 @@ ADVERTISED = {
     "ListPartitionReassignments": (46, 0, 0),
     "ListConfigResources": (74, 0, 1),
     "DescribeTopicPartitions": (75, 0, 0),
+    # operating transactions (#33, KIP-664)
+    "DescribeProducers": (61, 0, 0),
+    "DescribeTransactions": (65, 0, 0),
+    "ListTransactions": (66, 0, 1),
 }
 
 #: data schemas (no api key) -> (min version, max version): the consumer protocol's

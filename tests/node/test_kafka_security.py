@@ -359,6 +359,27 @@ def test_acls_on_the_kafka_listener(tmp_path, certs):
         with admin_of(node, certs) as a:
             topics = a.list_topics()
             assert "new-one" not in topics and "maybe" not in topics and "by-admin" in topics
+        # KIP-664 (transactions admin): DescribeProducers needs READ on the topic (per
+        # partition 29); with no TransactionalId ACL resource, ListTransactions and
+        # DescribeTransactions need DESCRIBE on the cluster: 31 for the list, 53
+        # (TRANSACTIONAL_ID_AUTHORIZATION_FAILED) per id
+        with admin_of(node, certs) as a:
+            a.create_user("bob", "bob-pw", "SCRAM-SHA-256")
+        with _authed(node, "alice", "alice-pw") as s:
+            _, body = _call(s, 61, 0, 5, {"topics": [{"name": "aw", "partition_indexes": [0]},
+                                                     {"name": "ar", "partition_indexes": [0]}]})
+            codes = {t["name"]: t["partitions"][0]["error_code"] for t in body["topics"]}
+            assert codes == {"aw": 29, "ar": 0}
+            _, body = _call(s, 66, 1, 6, {"state_filters": [], "producer_id_filters": [],
+                                          "duration_filter": -1})
+            assert body["error_code"] == 0
+            _, body = _call(s, 65, 0, 7, {"transactional_ids": ["t1"]})
+            assert body["transaction_states"][0]["error_code"] != 53
+        with _authed(node, "bob", "bob-pw") as s:
+            _, body = _call(s, 66, 0, 5, {"state_filters": [], "producer_id_filters": []})
+            assert (body["error_code"], body["transaction_states"]) == (31, [])
+            _, body = _call(s, 65, 0, 6, {"transactional_ids": ["t1", "t2"]})
+            assert [r["error_code"] for r in body["transaction_states"]] == [53, 53]
         # KIP-430: the cluster operations each principal may perform
         from confluent_kafka.admin import AclOperation as Op
 

@@ -291,8 +291,26 @@ def test_list_and_describe():
                                  "partitions": [TP[0]]}
     assert [r["transactional_id"] for r in h.c.list_transactions()] == ["x", "y"]
     assert h.c.list_transactions(states=["Ongoing"]) == [
-        {"transactional_id": "x", "producer_id": pid, "state": "Ongoing"}]
-    assert h.c.list_transactions(producer_ids=[pid + 1])[0]["transactional_id"] == "y"
+        {"transactional_id": "x", "producer_id": pid, "state": "Ongoing", "start_ms": T0}]
+    assert h.c.list_transactions(producer_ids=[pid + 1]) == [
+        {"transactional_id": "y", "producer_id": pid + 1, "state": "Empty", "start_ms": -1}]
+    # KIP-994's duration filter: only transactions open for longer than it
+    assert h.c.list_transactions(duration_ms=500, now_ms=T0 + 500) == []
+    assert [r["transactional_id"] for r in
+            h.c.list_transactions(duration_ms=500, now_ms=T0 + 501)] == ["x"]
+    with pytest.raises(ApiError) as e:
+        h.c.describe("nope")
+    assert e.value.code is ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+
+
+def test_list_refuses_while_a_partition_loads():
+    """A list while a partition is loading would miss its ids: retriable error."""
+    h = Harness()
+    _init(h, "x")
+    h.c.begin_loading(h.c.partition_for("x"), 2)
+    with pytest.raises(ApiError) as e:
+        h.c.list_transactions()
+    assert e.value.code is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
 
 
 # --------------------------------------------------------------------------- records

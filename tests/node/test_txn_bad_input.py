@@ -158,3 +158,22 @@ def test_sdk_calls_out_of_order_say_what_to_call_and_send_nothing(txn_node):
         assert got == [b"inside"]
     finally:
         c.close()
+
+
+def test_operating_calls_answer_bad_input_per_item(txn_node):
+    """KIP-664's calls: an unknown partition, an empty or unknown transactional id and an
+    unknown state filter are each answered in their row, nothing else refused."""
+    with _conn(txn_node) as conn:
+        _init(conn, "known")  # (creates __transaction_state)
+        h = conn.request(Api.DESCRIBE_PRODUCERS, {"parts": [["t", 0], ["t", 7], ["nope", 0]]}
+                         ).header
+        assert [(r.topic, r.partition, ErrorCode(r.error)) for r in h["parts"]] == [
+            ("t", 0, ErrorCode.NONE), ("t", 7, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+            ("nope", 0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
+        h = _call(conn, Api.DESCRIBE_TRANSACTIONS, {"transactional_ids": ["known", "", "nope"]})
+        assert [ErrorCode(r.error) for r in h["transactions"]] == [
+            ErrorCode.NONE, ErrorCode.INVALID_REQUEST, ErrorCode.TRANSACTIONAL_ID_NOT_FOUND]
+        assert h["transactions"][0].state == "Empty"
+        h = _call(conn, Api.LIST_TRANSACTIONS, {"states": ["Empty", "Running"]})
+        assert [r.transactional_id for r in h["transactions"]] == ["known"]
+        assert h["unknown_states"] == ["Running"]
