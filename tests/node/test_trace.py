@@ -14,6 +14,8 @@ from raftlog.localnode import free_port
 from raftlog.node.config import NodeConfig
 from raftlog.trace import HOPS, TraceLog, budget, hop_times
 
+from ..conftest import wait_for_port
+
 
 def test_trace_log_is_bounded_and_drains_oldest_first():
     log = TraceLog(3)
@@ -62,6 +64,7 @@ def test_trace_events_config():
 
 
 def _get(port: int, path: str):
+    wait_for_port("127.0.0.1", port)  # (the metrics listener starts after the node's)
     return urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10)
 
 
