@@ -132,7 +132,8 @@ class GroupHost:
 
         out = self.coordinator.commit_offsets(
             fields["group"], fields["member_id"], fields["generation"], fields["offsets"],
-            now_ms=self.service.now_ms(), group_instance_id=fields["group_instance_id"])
+            now_ms=self.service.now_ms(), group_instance_id=fields["group_instance_id"],
+            transactional=True)
         parts = out.response["parts"]
         if not out.effects:
             return {"parts": parts}
@@ -141,8 +142,9 @@ class GroupHost:
         if self.txn is None:
             raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the node is starting")
         if not self.txn.is_verified(pid, epoch, topic, persist.partition):
+            seen = self.txn._markers_seen  # (a marker meanwhile: not remembered)
             got = await self.txn.verify(tid, pid, epoch, [(topic, persist.partition)])
-            if got.get((topic, persist.partition)):
+            if got.get((topic, persist.partition)) and seen == self.txn._markers_seen:
                 self.txn._remember(pid, epoch, [(topic, persist.partition)])
         part = self.replicas.partitions.get((topic, persist.partition))
         if part is None or not part.is_leader:

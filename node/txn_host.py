@@ -86,6 +86,10 @@ class TxnHost:
         self._allocating = False
         #: producer id -> (epoch, {(topic, partition)}) verified in its transaction
         self._verified: OrderedDict = OrderedDict()
+        #: markers appended here so far: a verification answered across one is not
+        #: remembered (with transaction version 1 the epoch outlives the transaction,
+        #: so the yes may be about the transaction the marker just closed)
+        self._markers_seen = 0
         self._poked = trio.Event()
         #: the group coordinator's host (node/coordinator.py): told of the markers
         #: appended to ``__consumer_offsets`` (transactional offset commits)
@@ -384,6 +388,7 @@ class TxnHost:
 
     def _forget_verified(self, pid: int) -> None:
         self._verified.pop(pid, None)
+        self._markers_seen += 1
 
     def _remember(self, pid: int, epoch: int, tps) -> None:
         got = self._verified.get(pid)
@@ -409,12 +414,14 @@ class TxnHost:
         if not ask or not tid:
             return
         for (pid, epoch), tps in ask.items():
+            seen = self._markers_seen
             try:
                 got = await self.verify(tid, pid, epoch, tps)
             except ApiError as e:
                 self.events.info("txn_verify_failed", transactional_id=tid, error=e.message)
                 continue
-            self._remember(pid, epoch, [tp for tp, ok in got.items() if ok])
+            if self._markers_seen == seen:
+                self._remember(pid, epoch, [tp for tp, ok in got.items() if ok])
 
     async def verify(self, tid: str, pid: int, epoch: int, tps) -> dict:
         """{(topic, partition): in the ongoing transaction?} from the coordinator."""
@@ -452,7 +459,9 @@ class TxnHost:
             if t not in self.store.topics or p >= len(self.store.topics[t].partitions):
                 raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                f"unknown partition {t}-{p}: nothing was added")
-        await self._finish(self.coordinator.add_partitions(tid, pid, epoch, tps, self.now_ms()))
+        await self._finish(self.coordinator.add_partitions(
+            tid, pid, epoch, tps, self.now_ms(),
+            transaction_version=fields.get("transaction_version", 2)))
         return {"parts": [PartitionResult(t, p, 0, "") for t, p in tps]}
 
     async def add_offsets(self, fields: dict) -> dict:
@@ -462,13 +471,17 @@ class TxnHost:
                 self.coordinator.config = replace(self.coordinator.config, offsets_partitions=n)
         await self._finish(self.coordinator.add_offsets(
             fields["transactional_id"], fields["producer_id"], fields["producer_epoch"],
-            fields["group"], self.now_ms()))
+            fields["group"], self.now_ms(),
+            transaction_version=fields.get("transaction_version", 2)))
         return {}
 
     async def end_txn(self, fields: dict) -> dict:
+        """EndTxn; ``fields["transaction_version"]`` (not in the native request: 2) is
+        1 for Kafka's clients' EndTxn v0-v4, whose epoch the transaction keeps."""
         return await self._finish(self.coordinator.end_txn(
             fields["transactional_id"], fields["producer_id"], fields["producer_epoch"],
-            fields["commit"], self.now_ms()))
+            fields["commit"], self.now_ms(),
+            transaction_version=fields.get("transaction_version", 2)))
 
     async def handle(self, api: Api, fields: dict) -> dict:
         if api is Api.ADD_PARTITIONS_TO_TXN:
