@@ -142,10 +142,7 @@ class GroupHost:
         if self.txn is None:
             raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the node is starting")
         if not self.txn.is_verified(pid, epoch, topic, persist.partition):
-            seen = self.txn._markers_seen  # (a marker meanwhile: not remembered)
-            got = await self.txn.verify(tid, pid, epoch, [(topic, persist.partition)])
-            if got.get((topic, persist.partition)) and seen == self.txn._markers_seen:
-                self.txn._remember(pid, epoch, [(topic, persist.partition)])
+            await self.txn.verify_and_remember(tid, pid, epoch, [(topic, persist.partition)])
         part = self.replicas.partitions.get((topic, persist.partition))
         if part is None or not part.is_leader:
             raise ApiError(ErrorCode.NOT_COORDINATOR, f"not the leader of {topic}-{persist.partition}")

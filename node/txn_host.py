@@ -86,10 +86,11 @@ class TxnHost:
         self._allocating = False
         #: producer id -> (epoch, {(topic, partition)}) verified in its transaction
         self._verified: OrderedDict = OrderedDict()
-        #: markers appended here so far: a verification answered across one is not
-        #: remembered (with transaction version 1 the epoch outlives the transaction,
-        #: so the yes may be about the transaction the marker just closed)
-        self._markers_seen = 0
+        #: producer id -> [verifications in flight, markers appended meanwhile]: a yes
+        #: answered across a marker of that producer is not remembered (with
+        #: transaction version 1 the epoch outlives the transaction, so the yes may be
+        #: about the transaction the marker just closed)
+        self._verifying: dict[int, list] = {}
         self._poked = trio.Event()
         #: the group coordinator's host (node/coordinator.py): told of the markers
         #: appended to ``__consumer_offsets`` (transactional offset commits)
@@ -388,7 +389,25 @@ class TxnHost:
 
     def _forget_verified(self, pid: int) -> None:
         self._verified.pop(pid, None)
-        self._markers_seen += 1
+        if pid in self._verifying:
+            self._verifying[pid][1] += 1
+
+    async def verify_and_remember(self, tid: str, pid: int, epoch: int, tps) -> dict:
+        """:meth:`verify`, then the yes answers remembered -- unless a marker of the
+        producer was appended here meanwhile (then nothing is: the produce is refused
+        and the client retries it, verified anew)."""
+        entry = self._verifying.setdefault(pid, [0, 0])
+        entry[0] += 1
+        seen = entry[1]
+        try:
+            got = await self.verify(tid, pid, epoch, tps)
+        finally:
+            entry[0] -= 1
+            if entry[0] == 0:
+                self._verifying.pop(pid, None)
+        if entry[1] == seen:
+            self._remember(pid, epoch, [tp for tp, ok in got.items() if ok])
+        return got
 
     def _remember(self, pid: int, epoch: int, tps) -> None:
         got = self._verified.get(pid)
@@ -414,14 +433,10 @@ class TxnHost:
         if not ask or not tid:
             return
         for (pid, epoch), tps in ask.items():
-            seen = self._markers_seen
             try:
-                got = await self.verify(tid, pid, epoch, tps)
+                await self.verify_and_remember(tid, pid, epoch, tps)
             except ApiError as e:
                 self.events.info("txn_verify_failed", transactional_id=tid, error=e.message)
-                continue
-            if self._markers_seen == seen:
-                self._remember(pid, epoch, [tp for tp, ok in got.items() if ok])
 
     async def verify(self, tid: str, pid: int, epoch: int, tps) -> dict:
         """{(topic, partition): in the ongoing transaction?} from the coordinator."""
