@@ -132,7 +132,8 @@ class GroupHost:
 
         out = self.coordinator.commit_offsets(
             fields["group"], fields["member_id"], fields["generation"], fields["offsets"],
-            now_ms=self.service.now_ms(), group_instance_id=fields["group_instance_id"])
+            now_ms=self.service.now_ms(), group_instance_id=fields["group_instance_id"],
+            transactional=True)
         parts = out.response["parts"]
         if not out.effects:
             return {"parts": parts}
@@ -141,9 +142,7 @@ class GroupHost:
         if self.txn is None:
             raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the node is starting")
         if not self.txn.is_verified(pid, epoch, topic, persist.partition):
-            got = await self.txn.verify(tid, pid, epoch, [(topic, persist.partition)])
-            if got.get((topic, persist.partition)):
-                self.txn._remember(pid, epoch, [(topic, persist.partition)])
+            await self.txn.verify_and_remember(tid, pid, epoch, [(topic, persist.partition)])
         part = self.replicas.partitions.get((topic, persist.partition))
         if part is None or not part.is_leader:
             raise ApiError(ErrorCode.NOT_COORDINATOR, f"not the leader of {topic}-{persist.partition}")

@@ -697,10 +697,13 @@ class GroupCoordinator:
 
     def commit_offsets(self, group_id: str, member_id: str, generation: int,
                        offsets: Iterable[tuple], *, now_ms: int,
-                       group_instance_id: str | None = None) -> Outcome:
+                       group_instance_id: str | None = None,
+                       transactional: bool = False) -> Outcome:
         """OffsetCommit: validate, then Persist the records; answer after the append
         succeeded (and call :meth:`persisted`). ``generation`` -1 with member "" is a
-        commit from outside group management, allowed only while the group is Empty.
+        commit from outside group management, allowed only while the group is Empty --
+        but for a ``transactional`` one (TxnOffsetCommit v0-v2 carry no member or
+        generation; Kafka's coordinator accepts them whatever the group's state).
         ``offsets``: (topic, partition, offset, metadata[, leader epoch]) each.
 
         Returns ``{"parts": [[topic, partition, error, message], ...]}``.
@@ -723,7 +726,7 @@ class GroupCoordinator:
                 raise ApiError(ErrorCode.REBALANCE_IN_PROGRESS,
                                f"group {group_id!r} is completing a rebalance; sync first")
             m.last_heartbeat_ms = now_ms
-        elif g.state is not GroupState.EMPTY:
+        elif g.state is not GroupState.EMPTY and not transactional:
             raise ApiError(ErrorCode.UNKNOWN_MEMBER_ID,
                            f"group {group_id!r} has members: commit with a member id and generation")
         parts, records = [], []

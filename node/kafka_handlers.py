@@ -147,11 +147,12 @@ class KafkaApis:
             32: self.describe_configs, 60: self.describe_cluster,
             17: self.sasl_handshake, 36: self.sasl_authenticate,
         }
-        from .kafka_admin_handlers import KafkaAdminApis  # (it imports this module)
+        from .kafka_admin_handlers import KafkaAdminApis  # (they import this module)
+        from .kafka_txn_admin_handlers import KafkaTxnAdminApis
+        from .kafka_txn_handlers import KafkaTxnApis
 
         self.handlers.update(KafkaAdminApis(self).handlers())
-        from .kafka_txn_admin_handlers import KafkaTxnAdminApis
-
+        self.handlers.update(KafkaTxnApis(self).handlers())
         self.handlers.update(KafkaTxnAdminApis(self).handlers())
         assert set(self.handlers) == set(SUPPORTED)
 
@@ -258,6 +259,7 @@ class KafkaApis:
 
     async def produce(self, v: int, body: dict, ctx: Context) -> dict | None:
         converted = await self.produce_convert(v, body, ctx)
+        await self.produce_verify(body, converted)
         answer, wait = self.produce_begin(v, body, ctx, converted)
         if wait is None:
             return answer
@@ -297,6 +299,17 @@ class KafkaApis:
             return _convert_produce(body, denied)
         return await trio.to_thread.run_sync(_convert_produce, body, denied,
                                              limiter=self._convert_limiter)
+
+    async def produce_verify(self, body: dict, converted: tuple) -> None:
+        """A transactional produce (KIP-890): the producer's transaction coordinator
+        confirms that each transactional batch's partition is in its ongoing
+        transaction, as on the native listener (TxnHost.verify_produce); a partition
+        not confirmed is refused by the append (INVALID_TXN_STATE, nothing written)."""
+        tid = body["transactional_id"]
+        _order, _errors, parts, bodies = converted
+        if tid is None or not parts or self.broker.txn is None:
+            return
+        await self.broker.txn.verify_produce(tid, parts, bodies)
 
     def produce_begin(self, v: int, body: dict, ctx: Context, converted: tuple | None = None):
         """Append every partition's batches now, in request order, as the native server
@@ -772,16 +785,29 @@ class KafkaApis:
         return {"throttle_time_ms": 0, "results": out}
 
     async def init_producer_id(self, v: int, body: dict, ctx: Context) -> dict:
+        """An idempotent producer's id, or (a transactional id) the transaction
+        coordinator's: a producer id and an epoch that fences every earlier instance
+        (v3+ name the caller's current ones, KIP-360). No TransactionalId ACL
+        resource: a principal that may write some topic may (node/kafka_txn_handlers)."""
+        from .kafka_txn_handlers import kafka_code, txn_host
+
+        tid = body["transactional_id"]
         try:
-            if body["transactional_id"] is not None:
-                raise ApiError(ErrorCode.INVALID_REQUEST, "transactions are not supported")
-            _authorize(Api.INIT_PRODUCER_ID, ctx, {})
-            got = await self.broker.producer_ids.init_producer_id({"timeout_ms": 30_000})
+            if tid is not None:
+                fields = {"transactional_id": tid,
+                          "transaction_timeout_ms": body["transaction_timeout_ms"],
+                          "producer_id": body.get("producer_id", -1) if v >= 3 else -1,
+                          "producer_epoch": body.get("producer_epoch", -1) if v >= 3 else -1}
+                _authorize(Api.INIT_PRODUCER_ID, ctx, fields)
+                got = await txn_host(self.broker).init_producer_id(fields)
+            else:
+                _authorize(Api.INIT_PRODUCER_ID, ctx, {})
+                got = await self.broker.producer_ids.init_producer_id({"timeout_ms": 30_000})
             return {"throttle_time_ms": 0, "error_code": 0, "producer_id": got["producer_id"],
                     "producer_epoch": got["producer_epoch"]}
         except ApiError as e:
-            return {"throttle_time_ms": 0, "error_code": _E[e.code], "producer_id": -1,
-                    "producer_epoch": -1}
+            return {"throttle_time_ms": 0, "error_code": kafka_code(e.code, v, 4),
+                    "producer_id": -1, "producer_epoch": -1}
 
     # ------------------------------------------------------------------ groups
 
@@ -796,9 +822,17 @@ class KafkaApis:
         rows = []
         for key in keys:
             try:
-                if body["key_type"] != 0:
-                    raise ApiError(ErrorCode.INVALID_REQUEST, "only group coordinators exist here")
-                got = await self._group(Api.FIND_COORDINATOR, {"key": key}, ctx)
+                if body["key_type"] == 1:  # a transactional id's coordinator
+                    from .kafka_txn_handlers import txn_host
+
+                    # (no TransactionalId ACL resource: what InitProducerId needs)
+                    _authorize(Api.INIT_PRODUCER_ID, ctx, {})
+                    got = txn_host(self.broker).locate(key)
+                elif body["key_type"] != 0:
+                    raise ApiError(ErrorCode.INVALID_REQUEST,
+                                   f"key type {body['key_type']}: 0 (group) or 1 (transaction)")
+                else:
+                    got = await self._group(Api.FIND_COORDINATOR, {"key": key}, ctx)
                 host, port = self.kafka_address(got["node_id"], got["host"], got["port"])
                 rows.append({"key": key, "node_id": got["node_id"], "host": host, "port": port,
                              "error_code": 0, "error_message": None})
@@ -982,13 +1016,15 @@ def _convert_produce(body: dict, denied: tuple | None) -> tuple:
             order.append(key)
             if denied is not None:  # refused before a byte is decompressed
                 errors[key] = denied
-            elif body["transactional_id"] is not None:
-                errors[key] = (ErrorCode.INVALID_REQUEST, "transactions are not supported")
             elif p["index"] < 0:
                 errors[key] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"partition {p['index']}")
             else:
                 try:
-                    data, _n = kafka_batch.to_raftlog(p["records"] or b"")
+                    # (transactional batches only in a transactional produce: each is
+                    # verified with the coordinator before the append, KIP-890)
+                    data, _n = kafka_batch.to_raftlog(
+                        p["records"] or b"",
+                        allow_transactional=body["transactional_id"] is not None)
                 except CorruptRecordError as e:
                     errors[key] = (ErrorCode.CORRUPT_MESSAGE, str(e))
                     continue

@@ -385,10 +385,13 @@ class KafkaServer:
             wait = None
             if h.api_key == PRODUCE_KEY:
                 converted = None
-                if self.apis.produce_is_heavy(req.body):  # converted off the event loop
-                    if out.pieces:
-                        await out.flush(conn.sock)
+                txn = req.body["transactional_id"] is not None
+                if txn or self.apis.produce_is_heavy(req.body):
+                    if out.pieces:  # (heavy: converted off the event loop; transactional:
+                        await out.flush(conn.sock)  # the coordinator verifies it first)
                     converted = await self.apis.produce_convert(h.api_version, req.body, ctx)
+                    if txn:
+                        await self.apis.produce_verify(req.body, converted)
                 body, wait = self.apis.produce_begin(h.api_version, req.body, ctx, converted)
             elif h.api_key == FETCH_KEY and self.apis.fetch_in_session(h.api_version, req.body):
                 if out.pieces:  # (its long poll waits here, as Kafka's one request at a time)

@@ -1,5 +1,6 @@
 """Transaction coordinator: Kafka's transaction state machine (KIP-98, KIP-890) as a pure
-state machine, hosted on a node by node/txn_host.py (issue #33).
+state machine. node/txn_host.py hosts it on every node (issue #33); the native protocol
+and the Kafka listener (node/kafka_txn_handlers.py) call it.
 
 No I/O and no clock, like :mod:`~raftlog.node.groups`: every operation takes
 ``now_ms`` and answers an :class:`Outcome`:
@@ -32,17 +33,27 @@ markers use it and the producer continues under a new producer id at epoch 0
 (``next_producer_id``). A retried EndTxn (epoch one below the markers', same result)
 is answered as the first one was.
 
+Transaction version 1 (Kafka's clients' EndTxn v0-v4: kafka-python, librdkafka,
+aiokafka): such a client keeps its epoch from one transaction to the next and would be
+fenced by the bump. A request names the client's ``transaction_version`` (the native
+SDK: 2, the default; the Kafka listener: 1) and the transaction records it, as Kafka's
+coordinator records the client's; a version-1 EndTxn writes the markers with the
+client's current epoch and bumps nothing, and its retry is the same epoch with the
+same result. Timeout aborts and fences bump the epoch in both versions (as Kafka).
+
 ``__transaction_state`` records (CBOR; compacted, one key per transactional id)::
 
     key    [1, transactional_id]
     value  {"v": 1, "pid", "epoch", "timeout_ms", "state", "partitions": [[topic, p], ...],
-            "start_ms", "update_ms", "mpid", "mepoch", "next_pid", "fenced"}
+            "start_ms", "update_ms", "mpid", "mepoch", "next_pid", "fenced", "tv"}
     Dead   the key with a null value (tombstone)
 
 ``mpid``/``mepoch``: the producer id and epoch the markers of the ended transaction
 carry (-1 outside Prepare*/Complete*); ``next_pid``: the producer id after an epoch
 overflow (-1 otherwise); ``fenced``: the transaction was aborted by a new
-instance's InitProducerId (its old instance's EndTxn retries are PRODUCER_FENCED). A new coordinator replays a partition's records between
+instance's InitProducerId (its old instance's EndTxn retries are PRODUCER_FENCED);
+``tv``: the transaction version of the client's last AddPartitions/EndTxn (absent in
+records written before it existed: 2). A new coordinator replays a partition's records between
 :meth:`~TransactionCoordinator.begin_loading` and
 :meth:`~TransactionCoordinator.finish_loading`; the latter answers the
 :class:`SendMarkers` of every transaction caught in Prepare*, which it then finishes.
@@ -71,6 +82,8 @@ TRANSACTION_STATE_TOPIC = "__transaction_state"
 TXN_KEY_TYPE = 1
 VALUE_VERSION = 1
 NO_PRODUCER_ID = -1
+#: Kafka's transaction versions: 2 bumps the producer epoch at every EndTxn (KIP-890)
+TRANSACTION_VERSIONS = (1, 2)
 
 
 class CorruptTxnRecordError(RaftlogError):
@@ -129,6 +142,9 @@ class TxnMetadata:
     marker_epoch: int = -1
     next_producer_id: int = NO_PRODUCER_ID  # after an epoch overflow
     fenced: bool = False  # ended by a new instance's InitProducerId: no retry succeeds
+    #: the client's transaction version (2: the epoch is bumped at every EndTxn, KIP-890;
+    #: 1: Kafka's clients before it, whose epoch an EndTxn keeps)
+    transaction_version: int = 2
 
     @property
     def open(self) -> bool:
@@ -189,7 +205,8 @@ def txn_value(m: TxnMetadata) -> bytes:
         "timeout_ms": m.timeout_ms, "state": m.state.value,
         "partitions": sorted([t, p] for t, p in m.partitions),
         "start_ms": m.start_ms, "update_ms": m.update_ms, "mpid": m.marker_producer_id,
-        "mepoch": m.marker_epoch, "next_pid": m.next_producer_id, "fenced": m.fenced},
+        "mepoch": m.marker_epoch, "next_pid": m.next_producer_id, "fenced": m.fenced,
+        "tv": m.transaction_version},
         canonical=True)
 
 
@@ -216,7 +233,8 @@ def decode_txn_value(transactional_id: str, value: bytes) -> TxnMetadata:
         m = TxnMetadata(transactional_id, _int(v["pid"]), _int(v["epoch"]),
                         _nonneg(v["timeout_ms"]), TxnState(v["state"]), partitions,
                         _int(v["start_ms"]), _int(v["update_ms"]), _int(v["mpid"]),
-                        _int(v["mepoch"]), _int(v["next_pid"]), _bool(v["fenced"]))
+                        _int(v["mepoch"]), _int(v["next_pid"]), _bool(v["fenced"]),
+                        _version(v.get("tv", 2)))
         if m.producer_id < 0 or m.producer_epoch < 0 or m.state is _S.DEAD:
             raise ValueError(f"producer {m.producer_id} epoch {m.producer_epoch} "
                              f"state {m.state.value}")
@@ -230,9 +248,20 @@ def decode_txn_value(transactional_id: str, value: bytes) -> TxnMetadata:
     return m
 
 
+def _version(v) -> int:
+    if v not in TRANSACTION_VERSIONS or type(v) is not int:
+        raise ValueError(f"transaction version {v!r}")
+    return v
+
+
 def partition_for(transactional_id: str, partitions: int) -> int:
     """The ``__transaction_state`` partition of a transactional id (stable)."""
     return zlib.crc32(transactional_id.encode()) % partitions
+
+
+def _check_version(v: int) -> None:
+    if v not in TRANSACTION_VERSIONS:
+        raise ApiError(ErrorCode.INVALID_REQUEST, f"transaction version {v!r} is not 1 or 2")
 
 
 # --------------------------------------------------------------------------- coordinator
@@ -387,8 +416,14 @@ class TransactionCoordinator:
         return pid
 
     def _prepare(self, m: TxnMetadata, state: TxnState, now_ms: int,
-                 fenced: bool = False) -> TxnMetadata:
-        """``m`` (Ongoing) decided: the epoch bumped for the markers (KIP-890)."""
+                 fenced: bool = False, bump: bool = True) -> TxnMetadata:
+        """``m`` (Ongoing) decided: the epoch bumped for the markers (KIP-890), or
+        (``bump`` False: a transaction-version-1 EndTxn) the markers carry the
+        producer's current epoch."""
+        if not bump:
+            return replace(m, state=state, update_ms=now_ms,
+                           marker_producer_id=m.producer_id, marker_epoch=m.producer_epoch,
+                           next_producer_id=NO_PRODUCER_ID, fenced=fenced)
         epoch = m.producer_epoch + 1
         next_pid = self._fresh_pid() if epoch >= self.config.max_producer_epoch else NO_PRODUCER_ID
         return replace(m, producer_epoch=epoch, state=state, update_ms=now_ms,
@@ -447,9 +482,12 @@ class TransactionCoordinator:
         return self._write("init", partition, cepoch, target, tid)
 
     def add_partitions(self, tid: str, producer_id: int, producer_epoch: int,
-                       partitions: Iterable[tuple[str, int]], now_ms: int) -> Outcome:
-        """AddPartitionsToTxn: the partitions join the (maybe new) ongoing transaction."""
+                       partitions: Iterable[tuple[str, int]], now_ms: int, *,
+                       transaction_version: int = 2) -> Outcome:
+        """AddPartitionsToTxn: the partitions join the (maybe new) ongoing transaction,
+        run by a client of ``transaction_version``."""
         partition, cepoch = self._owned(tid)
+        _check_version(transaction_version)
         self._check_pending(tid)
         m = self._current(tid, producer_id, producer_epoch)
         if m.state in _PREPARE:
@@ -460,19 +498,22 @@ class TransactionCoordinator:
                               for t, p in new):
             raise ApiError(ErrorCode.INVALID_REQUEST,
                            "AddPartitionsToTxn names at least one (topic, partition >= 0)")
-        if m.state is _S.ONGOING and new <= m.partitions:
+        if (m.state is _S.ONGOING and new <= m.partitions
+                and m.transaction_version == transaction_version):
             return Outcome(response={})
         start = m.start_ms if m.state is _S.ONGOING else now_ms
         target = replace(m, state=_S.ONGOING, partitions=m.partitions | new, start_ms=start,
                          update_ms=now_ms, marker_producer_id=NO_PRODUCER_ID,
-                         marker_epoch=-1, next_producer_id=NO_PRODUCER_ID, fenced=False)
+                         marker_epoch=-1, next_producer_id=NO_PRODUCER_ID, fenced=False,
+                         transaction_version=transaction_version)
         return self._write("add", partition, cepoch, target, tid)
 
     def add_offsets(self, tid: str, producer_id: int, producer_epoch: int, group_id: str,
-                    now_ms: int) -> Outcome:
+                    now_ms: int, *, transaction_version: int = 2) -> Outcome:
         """AddOffsetsToTxn: the group's ``__consumer_offsets`` partition joins."""
         tp = (OFFSETS_TOPIC, group_partition_for(group_id, self.config.offsets_partitions))
-        return self.add_partitions(tid, producer_id, producer_epoch, [tp], now_ms)
+        return self.add_partitions(tid, producer_id, producer_epoch, [tp], now_ms,
+                                   transaction_version=transaction_version)
 
     def verify_partitions(self, tid: str, producer_id: int, producer_epoch: int,
                           partitions: Iterable[tuple[str, int]]) -> dict:
@@ -489,16 +530,21 @@ class TransactionCoordinator:
                 for tp in partitions}
 
     def end_txn(self, tid: str, producer_id: int, producer_epoch: int, commit: bool,
-                now_ms: int) -> Outcome:
+                now_ms: int, *, transaction_version: int = 2) -> Outcome:
         """EndTxn: decide the ongoing transaction (durably, PrepareCommit/PrepareAbort with
-        the epoch bumped), then its markers are sent. The response carries the producer
-        id and epoch to continue with. A retry of a decided EndTxn answers the same."""
+        the epoch bumped; ``transaction_version`` 1: not bumped), then its markers are
+        sent. The response carries the producer id and epoch to continue with. A retry
+        of a decided EndTxn answers the same."""
         partition, cepoch = self._owned(tid)
+        _check_version(transaction_version)
         self._check_pending(tid)
         m = self.txns.get(tid)
         wanted = _S.COMPLETE_COMMIT if commit else _S.COMPLETE_ABORT
+        # a retry names the epoch the client held when it sent the first EndTxn: one
+        # below the markers' (version 2), or theirs (version 1: no bump)
+        held = producer_epoch + 1 if transaction_version == 2 else producer_epoch
         if m is not None and (m.state in _PREPARE or m.state in _COMPLETE) and (
-                producer_id == m.marker_producer_id and producer_epoch + 1 == m.marker_epoch):
+                producer_id == m.marker_producer_id and held == m.marker_epoch):
             # a retry of the EndTxn (or a client's abort after a timeout abort)
             if m.fenced:
                 raise ApiError(ErrorCode.PRODUCER_FENCED,
@@ -520,8 +566,10 @@ class TransactionCoordinator:
             raise ApiError(ErrorCode.INVALID_TXN_STATE,
                            f"transactional id {tid!r} has no ongoing transaction to "
                            f"{'commit' if commit else 'abort'} (state {m.state.value})")
-        target = self._prepare(m, _S.PREPARE_COMMIT if commit else _S.PREPARE_ABORT, now_ms)
-        return self._write("end", partition, cepoch, target, tid)
+        target = self._prepare(m, _S.PREPARE_COMMIT if commit else _S.PREPARE_ABORT, now_ms,
+                               bump=transaction_version == 2)
+        return self._write("end", partition, cepoch,
+                           replace(target, transaction_version=transaction_version), tid)
 
     def complete(self, tid: str, coordinator_epoch: int, now_ms: int) -> Outcome:
         """Every marker of the decided transaction is written: CompleteCommit/Abort.
@@ -619,6 +667,7 @@ class TransactionCoordinator:
                         "state": m.state.value, "start_ms": m.start_ms if m.open else -1})
         return out
 
-__all__ = ["TRANSACTION_STATE_TOPIC", "TxnState", "TxnConfig", "TxnMetadata", "Write",
+
+__all__ = ["TRANSACTION_STATE_TOPIC", "TRANSACTION_VERSIONS", "TxnState", "TxnConfig", "TxnMetadata", "Write",
            "SendMarkers", "Outcome", "TransactionCoordinator", "CorruptTxnRecordError",
            "txn_key", "txn_value", "decode_txn_key", "decode_txn_value", "partition_for"]

@@ -96,6 +96,11 @@ class TxnHost:
         self._allocating = False
         #: producer id -> (epoch, {(topic, partition)}) verified in its transaction
         self._verified: OrderedDict = OrderedDict()
+        #: producer id -> [verifications in flight, markers appended meanwhile]: a yes
+        #: answered across a marker of that producer is not remembered (with
+        #: transaction version 1 the epoch outlives the transaction, so the yes may be
+        #: about the transaction the marker just closed)
+        self._verifying: dict[int, list] = {}
         self._poked = trio.Event()
         #: the group coordinator's host (node/coordinator.py): told of the markers
         #: appended to ``__consumer_offsets`` (transactional offset commits)
@@ -394,6 +399,25 @@ class TxnHost:
 
     def _forget_verified(self, pid: int) -> None:
         self._verified.pop(pid, None)
+        if pid in self._verifying:
+            self._verifying[pid][1] += 1
+
+    async def verify_and_remember(self, tid: str, pid: int, epoch: int, tps) -> dict:
+        """:meth:`verify`, then the yes answers remembered -- unless a marker of the
+        producer was appended here meanwhile (then nothing is: the produce is refused
+        and the client retries it, verified anew)."""
+        entry = self._verifying.setdefault(pid, [0, 0])
+        entry[0] += 1
+        seen = entry[1]
+        try:
+            got = await self.verify(tid, pid, epoch, tps)
+        finally:
+            entry[0] -= 1
+            if entry[0] == 0:
+                self._verifying.pop(pid, None)
+        if entry[1] == seen:
+            self._remember(pid, epoch, [tp for tp, ok in got.items() if ok])
+        return got
 
     def _remember(self, pid: int, epoch: int, tps) -> None:
         got = self._verified.get(pid)
@@ -420,11 +444,9 @@ class TxnHost:
             return
         for (pid, epoch), tps in ask.items():
             try:
-                got = await self.verify(tid, pid, epoch, tps)
+                await self.verify_and_remember(tid, pid, epoch, tps)
             except ApiError as e:
                 self.events.info("txn_verify_failed", transactional_id=tid, error=e.message)
-                continue
-            self._remember(pid, epoch, [tp for tp, ok in got.items() if ok])
 
     async def verify(self, tid: str, pid: int, epoch: int, tps) -> dict:
         """{(topic, partition): in the ongoing transaction?} from the coordinator."""
@@ -462,7 +484,9 @@ class TxnHost:
             if t not in self.store.topics or p >= len(self.store.topics[t].partitions):
                 raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                f"unknown partition {t}-{p}: nothing was added")
-        await self._finish(self.coordinator.add_partitions(tid, pid, epoch, tps, self.now_ms()))
+        await self._finish(self.coordinator.add_partitions(
+            tid, pid, epoch, tps, self.now_ms(),
+            transaction_version=fields.get("transaction_version", 2)))
         return {"parts": [PartitionResult(t, p, 0, "") for t, p in tps]}
 
     async def add_offsets(self, fields: dict) -> dict:
@@ -472,13 +496,17 @@ class TxnHost:
                 self.coordinator.config = replace(self.coordinator.config, offsets_partitions=n)
         await self._finish(self.coordinator.add_offsets(
             fields["transactional_id"], fields["producer_id"], fields["producer_epoch"],
-            fields["group"], self.now_ms()))
+            fields["group"], self.now_ms(),
+            transaction_version=fields.get("transaction_version", 2)))
         return {}
 
     async def end_txn(self, fields: dict) -> dict:
+        """EndTxn; ``fields["transaction_version"]`` (not in the native request: 2) is
+        1 for Kafka's clients' EndTxn v0-v4, whose epoch the transaction keeps."""
         return await self._finish(self.coordinator.end_txn(
             fields["transactional_id"], fields["producer_id"], fields["producer_epoch"],
-            fields["commit"], self.now_ms()))
+            fields["commit"], self.now_ms(),
+            transaction_version=fields.get("transaction_version", 2)))
 
     # ------------------------------------------------------------------ operating (KIP-664)
 

@@ -42,6 +42,12 @@ ADVERTISED = {
     "CreateTopics": (19, 0, 7),
     "DeleteTopics": (20, 0, 5),
     "InitProducerId": (22, 0, 4),
+    # transactions (#33): transaction version 1 only (EndTxn 5+ is KIP-890's version 2);
+    # AddPartitionsToTxn 4 is the brokers' batched, verify-only form
+    "AddPartitionsToTxn": (24, 0, 4),
+    "AddOffsetsToTxn": (25, 0, 4),
+    "EndTxn": (26, 0, 4),
+    "TxnOffsetCommit": (28, 0, 4),
     "DescribeConfigs": (32, 0, 4),
     "SaslAuthenticate": (36, 0, 2),
     "DescribeCluster": (60, 0, 1),

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 _JAVA = ("spawns its own Kafka (Java) broker with TLS material made by keytool "
          "(test/integration/test_ssl_integration.py ssl_kafka); raftlog's CI has neither")
-_TXN = "transactions: issue #33, in progress"
 
 #: Tests that need something outside raftlog: Kafka's own (Java) broker and tools, or
 #: work that another issue owns.
 OUTSIDE_RAFTLOG: dict[str, str] = {
     "test_ssl_integration.TestSSLConnection::test_ssl_handshake": _JAVA,
     "test_ssl_integration.TestSSLConnection::test_legacy_kafka_client_ssl": _JAVA,
-    "test_producer_integration::test_transactional_producer_messages": _TXN,
-    "test_producer_integration::test_transactional_producer_offsets": _TXN,
 }
 
 #: Failures raftlog causes and has not fixed yet (issue #37): each is a gap to close, not

@@ -390,9 +390,59 @@ def test_acls_on_the_kafka_listener(tmp_path, certs):
 
         assert cluster_ops(alice) == {Op.DESCRIBE}
         assert cluster_ops(admin) == {Op.CREATE, Op.ALTER, Op.DESCRIBE, Op.CLUSTER_ACTION}
+        _transactions_under_acls(node)
     finally:
         node.stop()
     assert "kafka_handler_failed" not in node.log_text()
+
+
+def _transactions_under_acls(node) -> None:
+    """alice may write aw, read ar and the group "unused": raftlog's ACLs have no
+    TransactionalId resource, so Kafka's topic and group checks are what apply."""
+    with _authed(node, "alice", "alice-pw") as s:
+        cids = iter(range(100, 10_000))
+
+        def call(key: int, v: int, body: dict, retry=(14, 15, 16, 51)) -> dict:
+            deadline = time.monotonic() + 30
+            while True:
+                _, got = _call(s, key, v, next(cids), body)
+                code = got.get("error_code", 0)
+                if code not in retry or time.monotonic() > deadline:
+                    return got
+                time.sleep(0.1)
+
+        assert call(10, 1, {"key": "alice-t", "key_type": 1})["error_code"] == 0
+        init = call(22, 1, {"transactional_id": "alice-t", "transaction_timeout_ms": 60_000})
+        assert init["error_code"] == 0
+        pid, epoch = init["producer_id"], init["producer_epoch"]
+        # one partition alice may not write: refused, the others not attempted (55)
+        got = call(24, 1, {"v3_and_below_transactional_id": "alice-t",
+                           "v3_and_below_producer_id": pid, "v3_and_below_producer_epoch": epoch,
+                           "v3_and_below_topics": [{"name": "aw", "partitions": [0]},
+                                                   {"name": "ar", "partitions": [0]}]})
+        assert {t["name"]: t["results_by_partition"][0]["partition_error_code"]
+                for t in got["results_by_topic_v3_and_below"]} == {"aw": 55, "ar": 29}
+        # v4 (batched, verify-only) is the brokers': CLUSTER_ACTION
+        got = call(24, 4, {"transactions": [{
+            "transactional_id": "alice-t", "producer_id": pid, "producer_epoch": epoch,
+            "verify_only": True, "topics": [{"name": "aw", "partitions": [0]}]}]})
+        assert got["error_code"] == 31
+        # AddOffsetsToTxn needs READ on the group
+        assert call(25, 1, {"transactional_id": "alice-t", "producer_id": pid,
+                            "producer_epoch": epoch, "group_id": "other"})["error_code"] == 30
+        # nothing was added: there is no transaction to end
+        assert call(26, 1, {"transactional_id": "alice-t", "producer_id": pid,
+                            "producer_epoch": epoch, "committed": True})["error_code"] == 48
+        # what she may write joins
+        got = call(24, 1, {"v3_and_below_transactional_id": "alice-t",
+                           "v3_and_below_producer_id": pid, "v3_and_below_producer_epoch": epoch,
+                           "v3_and_below_topics": [{"name": "aw", "partitions": [0]}]})
+        assert got["results_by_topic_v3_and_below"][0]["results_by_partition"][0][
+            "partition_error_code"] == 0
+        assert call(25, 1, {"transactional_id": "alice-t", "producer_id": pid,
+                            "producer_epoch": epoch, "group_id": "unused"})["error_code"] == 0
+        assert call(26, 1, {"transactional_id": "alice-t", "producer_id": pid,
+                            "producer_epoch": epoch, "committed": False})["error_code"] == 0
 
 
 def test_sasl_handshake_v0_bare_tokens(tmp_path, certs):

@@ -313,6 +313,118 @@ def test_list_refuses_while_a_partition_loads():
     assert e.value.code is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
 
 
+# --------------------------------------------------------------------------- transaction version 1
+
+
+def test_transaction_version_1_keeps_the_epoch_across_transactions():
+    """Kafka's clients' EndTxn v0-v4: the markers carry the client's epoch, nothing is
+    bumped, and the next transaction runs at the same epoch."""
+    h = Harness()
+    pid, e = _init(h)
+    h.run(h.c.add_partitions("t", pid, e, TP[:2], T0, transaction_version=1))
+    assert h.c.txns["t"].transaction_version == 1
+    o = h.run(h.c.end_txn("t", pid, e, True, T0, transaction_version=1))
+    assert o.response == {"producer_id": pid, "producer_epoch": e}  # not bumped
+    [m] = o.effects
+    assert m == SendMarkers("t", pid, e, ControlType.COMMIT, 1, tuple(sorted(TP[:2])))
+    m0 = h.c.txns["t"]
+    assert (m0.state, m0.producer_epoch, m0.transaction_version) == (S.PREPARE_COMMIT, e, 1)
+    # while the markers are written: the retry, and the next transaction, wait
+    assert _code(h.c.end_txn, "t", pid, e, True, T0,
+                 transaction_version=1) is ErrorCode.CONCURRENT_TRANSACTIONS
+    assert _code(h.c.add_partitions, "t", pid, e, TP, T0,
+                 transaction_version=1) is ErrorCode.CONCURRENT_TRANSACTIONS
+    assert h.c.verify_partitions("t", pid, e, TP[:1]) == {TP[0]: ErrorCode.INVALID_TXN_STATE}
+    h.finish(m)
+    assert (h.c.txns["t"].state, h.c.txns["t"].producer_epoch) == (S.COMPLETE_COMMIT, e)
+    # a retried commit is answered as the first (Kafka's rule); an abort of it is not
+    assert h.c.end_txn("t", pid, e, True, T0, transaction_version=1).response == {
+        "producer_id": pid, "producer_epoch": e}
+    assert _code(h.c.end_txn, "t", pid, e, False, T0,
+                 transaction_version=1) is ErrorCode.INVALID_TXN_STATE
+    # the next transaction, same epoch, aborted
+    h.run(h.c.add_partitions("t", pid, e, TP[2:], T0, transaction_version=1))
+    assert h.c.verify_partitions("t", pid, e, TP) == {
+        TP[0]: ErrorCode.INVALID_TXN_STATE, TP[1]: ErrorCode.INVALID_TXN_STATE,
+        TP[2]: ErrorCode.NONE}
+    [m2] = h.run(h.c.end_txn("t", pid, e, False, T0, transaction_version=1)).effects
+    assert (m2.producer_epoch, m2.result, m2.partitions) == (e, ControlType.ABORT, (TP[2],))
+    h.finish(m2)
+    assert (h.c.txns["t"].state, h.c.txns["t"].producer_epoch) == (S.COMPLETE_ABORT, e)
+    # and version 2 (the native SDK) still bumps on the same id
+    h.run(h.c.add_partitions("t", pid, e, TP[:1], T0))
+    assert h.c.txns["t"].transaction_version == 2
+    o = h.run(h.c.end_txn("t", pid, e, True, T0))
+    assert o.response == {"producer_id": pid, "producer_epoch": e + 1}
+
+
+def test_transaction_version_1_bad_requests_and_the_zombie():
+    h = Harness()
+    pid, e = _init(h)
+    # EndTxn without a transaction: INVALID_TXN_STATE, nothing written
+    assert _code(h.c.end_txn, "t", pid, e, True, T0,
+                 transaction_version=1) is ErrorCode.INVALID_TXN_STATE
+    assert _code(h.c.end_txn, "t", pid, e, True, T0,
+                 transaction_version=3) is ErrorCode.INVALID_REQUEST
+    assert _code(h.c.add_partitions, "t", pid, e, TP, T0,
+                 transaction_version=0) is ErrorCode.INVALID_REQUEST
+    assert len(h.log) == 1 and not h.c.pending
+    # a new instance fences the version-1 zombie (the epoch is bumped: as Kafka)
+    h.run(h.c.add_partitions("t", pid, e, TP, T0, transaction_version=1))
+    o = h.run(h.c.init_producer_id("t", 60_000, T0))
+    assert o.error is ErrorCode.CONCURRENT_TRANSACTIONS
+    [m] = o.effects
+    assert (m.result, m.producer_epoch) == (ControlType.ABORT, e + 1)
+    h.finish(m)
+    pid2, e2 = _init(h)
+    assert (pid2, e2) == (pid, e + 2)
+    for commit in (True, False):
+        assert _code(h.c.end_txn, "t", pid, e, commit, T0,
+                     transaction_version=1) is ErrorCode.PRODUCER_FENCED
+    assert _code(h.c.add_partitions, "t", pid, e, TP, T0,
+                 transaction_version=1) is ErrorCode.PRODUCER_FENCED
+
+
+def test_transaction_version_1_timeout_abort_fences_the_client():
+    """A timeout abort bumps the epoch in both versions; a version-1 client's EndTxn with
+    its old epoch is PRODUCER_FENCED (Kafka's answer), not a retry."""
+    h = Harness()
+    pid, e = _init(h, timeout=1000)
+    h.run(h.c.add_partitions("t", pid, e, TP, T0, transaction_version=1))
+    [w] = h.c.tick(T0 + 1001)
+    h.log.append((w.partition, w.key, w.value))
+    [m] = h.c.persisted(w).effects
+    assert (m.result, m.producer_epoch) == (ControlType.ABORT, e + 1)
+    h.finish(m)
+    assert _code(h.c.end_txn, "t", pid, e, False, T0,
+                 transaction_version=1) is ErrorCode.PRODUCER_FENCED
+
+
+@pytest.mark.parametrize("crash_at", ["prepare_written", "prepare_applied"])
+def test_transaction_version_1_recovery_resends_the_markers_at_the_clients_epoch(crash_at):
+    h = Harness()
+    pid, e = _init(h)
+    h.run(h.c.add_partitions("t", pid, e, TP, T0, transaction_version=1))
+    o = h.c.end_txn("t", pid, e, True, T0, transaction_version=1)
+    h.log.append((o.write.partition, o.write.key, o.write.value))
+    if crash_at == "prepare_applied":
+        h.c.persisted(o.write)
+    [m] = h.failover()
+    assert (m.producer_id, m.producer_epoch, m.result) == (pid, e, ControlType.COMMIT)
+    assert h.c.txns["t"].transaction_version == 1
+    h.finish(m)
+    assert h.c.end_txn("t", pid, e, True, T0, transaction_version=1).response == {
+        "producer_id": pid, "producer_epoch": e}
+
+
+def test_records_written_before_the_transaction_version_read_as_version_2():
+    import cbor2
+
+    v = cbor2.loads(txn_value(TxnMetadata("t", 1, 0, 1000, S.EMPTY)))
+    del v["tv"]
+    assert decode_txn_value("t", cbor2.dumps(v)).transaction_version == 2
+
+
 # --------------------------------------------------------------------------- records
 
 _meta = st.builds(
@@ -320,7 +432,7 @@ _meta = st.builds(
     st.integers(1, 900_000),
     st.sampled_from([S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT]), st.just(frozenset()),
     st.integers(-1, 2**41), st.integers(-1, 2**41), st.integers(-1, 2**40),
-    st.integers(-1, 2**15 - 1), st.integers(-1, 2**40), st.booleans())
+    st.integers(-1, 2**15 - 1), st.integers(-1, 2**40), st.booleans(), st.sampled_from([1, 2]))
 
 
 @settings(max_examples=100, deadline=None)
@@ -351,7 +463,8 @@ def test_txn_values_breaking_the_rules_are_corrupt():
 
     good = cbor2.loads(txn_value(TxnMetadata("t", 1, 0, 1000, S.ONGOING, frozenset([TP[0]]))))
     for change in ({"state": "Dead"}, {"pid": -1}, {"partitions": []}, {"state": "Empty"},
-                   {"v": 2}, {"fenced": 1}, {"partitions": [["a", -1]]}):
+                   {"v": 2}, {"fenced": 1}, {"partitions": [["a", -1]]}, {"tv": 3},
+                   {"tv": True}):
         with pytest.raises(CorruptTxnRecordError):
             decode_txn_value("t", cbor2.dumps({**good, **change}))
 
@@ -359,6 +472,12 @@ def test_txn_values_breaking_the_rules_are_corrupt():
 # --------------------------------------------------------------------------- stateful
 
 TIDS = ["t1", "t2"]
+#: t2's client runs transaction version 1 (Kafka's clients: EndTxn keeps the epoch)
+TV1_TIDS = {"t2"}
+
+
+def _tv(tid):
+    return 1 if tid in TV1_TIDS else 2
 
 
 class _Fixed:
@@ -381,7 +500,11 @@ class _First:
 class CoordinatorMachine(RuleBasedStateMachine):
     """Any sequence of requests (from current and stale producers), timeouts, failed
     writes, marker completions and failovers (a new coordinator replays the log, with
-    any writes in flight landed or lost) keeps the invariants."""
+    any writes in flight landed or lost) keeps the invariants; t1's client bumps its
+    epoch at every EndTxn (transaction version 2), t2's keeps it (version 1).
+
+    A transaction is named (tid, n): the n-th that began (an AddPartitions that moved
+    the id to Ongoing landed) -- with version 1 the producer id and epoch do not name it."""
 
     def __init__(self):
         super().__init__()
@@ -391,11 +514,12 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.inflight: list = []  # writes not yet persisted
         self.markers: list = []  # SendMarkers not yet completed
         self.producers: dict = {t: set() for t in TIDS}  # (pid, epoch) handed out
-        self.marker_results: dict = {}  # (tid, pid, epoch) -> result
+        self.marker_results: dict = {}  # (tid, n) -> result
         self.last: dict = {}  # tid -> highest (pid, epoch) ever durable
-        self.acked: dict = {}  # (tid, marker pid, marker epoch) -> committed? (EndTxn acked)
-        self.added: dict = {}  # (tid, pid, epoch) -> partitions acknowledged as added
-        self.add_requests: dict = {}  # id(write) -> (pid, epoch, partitions)
+        self.acked: dict = {}  # (tid, n) -> committed? (EndTxn acked)
+        self.added: dict = {}  # (tid, n) -> partitions acknowledged as added
+        self.add_requests: dict = {}  # id(write) -> (partitions, began a transaction?)
+        self.txn_no: dict = {t: 0 for t in TIDS}  # tid -> n of its latest transaction
 
     @initialize()
     def producers_start(self):
@@ -412,10 +536,15 @@ class CoordinatorMachine(RuleBasedStateMachine):
         if o.write is not None:
             w = o.write
             if w.target is not None and w.target.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
-                # KIP-890: the markers' epoch is above every epoch a client holds
                 held = [e for p, e in self.producers[w.transactional_id]
                         if p == w.target.marker_producer_id]
-                assert all(e < w.target.marker_epoch for e in held)
+                if w.kind == "end" and w.transactional_id in TV1_TIDS:
+                    # version 1: the markers carry the client's epoch, which it keeps
+                    old = self.h.c.txns[w.transactional_id]
+                    assert w.target.marker_epoch == w.target.producer_epoch == old.producer_epoch
+                    assert w.target.transaction_version == 1
+                else:  # KIP-890: the markers' epoch is above every epoch a client holds
+                    assert all(e < w.target.marker_epoch for e in held)
             self.inflight.append(w)
             if land_now:
                 self.land(_Fixed([len(self.inflight) - 1]), True)
@@ -448,13 +577,14 @@ class CoordinatorMachine(RuleBasedStateMachine):
     def add(self, tid, parts, data, land_now):
         pid, e = self._producer(tid, data)
         try:
-            o = self.h.c.add_partitions(tid, pid, e, parts, self.now)
+            o = self.h.c.add_partitions(tid, pid, e, parts, self.now,
+                                        transaction_version=_tv(tid))
         except ApiError:
             return
         if o.write is None:  # already in the transaction
-            self.added.setdefault((tid, pid, e), set()).update(parts)
+            self.added.setdefault((tid, self.txn_no[tid]), set()).update(parts)
             return
-        self.add_requests[id(o.write)] = (pid, e, parts)
+        self.add_requests[id(o.write)] = (parts, self.h.c.txns[tid].state is not S.ONGOING)
         self._submit(lambda: o, land_now=land_now)
 
     @rule(tid=st.sampled_from(TIDS), commit=st.booleans(), data=st.data(),
@@ -462,12 +592,12 @@ class CoordinatorMachine(RuleBasedStateMachine):
     def end(self, tid, commit, data, land_now=False):
         pid, e = self._producer(tid, data)
         try:
-            o = self.h.c.end_txn(tid, pid, e, commit, self.now)
+            o = self.h.c.end_txn(tid, pid, e, commit, self.now, transaction_version=_tv(tid))
         except ApiError:
             return
         if o.write is None:  # a retry answered at once: that transaction ended so
             result = ControlType.COMMIT if commit else ControlType.ABORT
-            assert self.marker_results[(tid, pid, e + 1)] is result
+            assert self.marker_results[(tid, self.txn_no[tid])] is result
             self._answered(o)
         else:
             self._submit(lambda: o, land_now=land_now)
@@ -477,7 +607,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
         """A delayed or retried EndTxn of the last ended transaction (the Jepsen case)."""
         m = self.h.c.txns.get(tid)
         if m is not None and m.marker_producer_id >= 0:
-            self.end(tid, commit, _Fixed([False, (m.marker_producer_id, m.marker_epoch - 1)]))
+            held = m.marker_epoch - (1 if _tv(tid) == 2 else 0)
+            self.end(tid, commit, _Fixed([False, (m.marker_producer_id, held)]))
 
     @rule(tid=st.sampled_from(TIDS), data=st.data())
     def verify(self, tid, data):
@@ -502,23 +633,29 @@ class CoordinatorMachine(RuleBasedStateMachine):
         if not ok:
             self.h.c.write_failed(w)
             return
-        self.h.log.append((w.partition, w.key, w.value))
+        self._durable(w)
         o = self.h.c.persisted(w)
+        tid = w.transactional_id
         if o.error is ErrorCode.NONE and w.kind == "add":
-            pid, e, parts = self.add_requests[id(w)]
-            self.added.setdefault((w.transactional_id, pid, e), set()).update(parts)
+            parts, _began = self.add_requests[id(w)]
+            self.added.setdefault((tid, self.txn_no[tid]), set()).update(parts)
         if o.error is ErrorCode.NONE and w.kind == "end":
-            self.acked[(w.transactional_id, w.target.marker_producer_id,
-                        w.target.marker_epoch)] = w.target.state is S.PREPARE_COMMIT
+            self.acked[(tid, self.txn_no[tid])] = w.target.state is S.PREPARE_COMMIT
         self._answered(o)
         self._markers(o.effects)
 
+    def _durable(self, w):
+        """``w`` is in the log: an AddPartitions that began a transaction numbers it."""
+        self.h.log.append((w.partition, w.key, w.value))
+        if w.kind == "add" and self.add_requests[id(w)][1]:
+            self.txn_no[w.transactional_id] += 1
+
     def _markers(self, effects):
         for m in effects:
-            key = (m.transactional_id, m.producer_id, m.producer_epoch)
+            key = (m.transactional_id, self.txn_no[m.transactional_id])
             assert self.marker_results.setdefault(key, m.result) is m.result, key
             # every partition an acknowledged AddPartitions put in the transaction is marked
-            added = self.added.get((m.transactional_id, m.producer_id, m.producer_epoch - 1))
+            added = self.added.get(key)
             assert added is None or added <= set(m.partitions), (added, m.partitions)
             self.markers.append(m)
 
@@ -549,7 +686,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
     def failover(self, data):
         for w in self.inflight:  # a write in flight may have landed, unacknowledged
             if data.draw(st.booleans()):
-                self.h.log.append((w.partition, w.key, w.value))
+                self._durable(w)
         self.inflight = []
         self.markers = []
         resumed = self.h.failover()
