@@ -531,6 +531,23 @@ class MetadataQuorum:
         """The current Raft term: the controller epoch of decisions made now."""
         return self._obj.raftCurrentTerm
 
+    def describe(self) -> str:
+        """This voter's view of the quorum in one line, for an error that says why no
+        controller answers: its role and term, the leader it knows, which peers it is
+        connected to, and its log (read from another thread: a snapshot, not exact)."""
+        try:
+            st = self._obj.getStatus()
+        except Exception as e:  # (pysyncobj internals, read off its thread)
+            return f"quorum status unavailable ({e!r})"
+        state = {0: "follower", 1: "candidate", 2: "leader"}.get(st.get("state"), st.get("state"))
+        peers = [f"{k.rsplit('_', 1)[-1]}={'up' if v == 2 else 'down'}"
+                 for k, v in sorted(st.items()) if k.startswith("partner_node_status_server_")]
+        leader = st.get("leader")
+        return (f"this voter is a {state} in term {st.get('raft_term')}, leader "
+                f"{getattr(leader, 'address', leader) or 'none'}, peers {' '.join(peers) or '-'}, "
+                f"log {st.get('log_len')} entries, commit {st.get('commit_idx')}, "
+                f"applied {st.get('last_applied')}")
+
     @property
     def divergences(self) -> int:
         """How often pysyncobj truncated already-applied entries in this process."""

@@ -194,13 +194,14 @@ class QuorumTopicStore:
                                     roles=self.config.process_roles),
                    R.UnfenceBroker(self.node_id, self.incarnation_id)]
         deadline = time.monotonic() + self.config.broker_registration_timeout_ms / 1000
+        last = ""
         for record in records:
             while time.monotonic() < deadline:
                 try:
                     if self.propose(record).ok:
                         break
-                except ApiError:
-                    pass
+                except ApiError as e:
+                    last = e.message
                 time.sleep(REGISTER_BACKOFF_S)
             else:
                 voters = ",".join(f"{i}@{h}:{p}" for i, (h, p) in
@@ -210,7 +211,8 @@ class QuorumTopicStore:
                     f"could not register with the metadata quorum in "
                     f"{self.config.broker_registration_timeout_ms / 1000:g}s: no majority of the voters "
                     f"{voters} answered (are they running, reachable, and is raft.password the "
-                    f"same on every node?)")
+                    f"same on every node?); last error: {last or '-'}; "
+                    f"{self.quorum.describe()}")
 
     def create(self, name: str, partitions: int, config: dict, replication_factor: int = 1,
                assignments=None) -> TopicInfo:
