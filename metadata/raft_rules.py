@@ -59,6 +59,15 @@ thread only -- every function here runs inside pysyncobj's message or tick handl
    run of that term (the fast backup of Raft's section 5.3), never below our commit
    index + 1: committed entries are the leader's too, and the leader's own check of
    ``prevLogIdx`` at the next message still decides what matches.
+8. **A pre-vote learns the highest term.** Pre-votes change no term anywhere, so terms
+   never spread while no election is held: after clock jumps and load, a restarted
+   cluster had its most up-to-date voter at a lower term than the others (who had run
+   elections they lost). Its pre-votes asked for a term the others had passed (refused
+   on the term), theirs came from staler logs (refused on the log), and no controller
+   was elected -- every node gave up registering after 60 s. A refusal now carries the
+   voter's current term; the next pre-vote asks for one past the highest seen, and
+   when it wins, the node takes that term before its election (taking a higher term is
+   always safe in Raft) so the election's term is past every voter's.
 """
 
 from __future__ import annotations
@@ -251,22 +260,30 @@ def _log_up_to_date(self, message: dict) -> bool:
 
 
 def _answer_pre_vote(self, node, message: dict) -> None:
-    granted = (message.get("term", 0) > _get(self, "raftCurrentTerm")
+    current = _get(self, "raftCurrentTerm")
+    granted = (message.get("term", 0) > current
                and not _sticky(self) and _log_up_to_date(self, message))
     _get(self, "transport").send(node, {"type": PRE_VOTE_RESPONSE, "term": message.get("term"),
-                                        "granted": granted})
+                                        "granted": granted, "current_term": current})
 
 
 def _count_pre_vote(self, node, message: dict) -> None:
     round_ = getattr(self, "_rl_pre_vote", None)
-    if (round_ is None or not message.get("granted") or message.get("term") != round_["term"]
+    if (round_ is None or message.get("term") != round_["term"]
             or _get(self, "raftState") == _LEADER
-            or _get(self, "raftCurrentTerm") + 1 != round_["term"]):
+            or _get(self, "raftCurrentTerm") != round_["current"]):
+        return
+    if not message.get("granted"):
+        seen = message.get("current_term")
+        if isinstance(seen, int) and seen >= round_["term"]:  # (rule 8)
+            self._rl_seen_term = max(getattr(self, "_rl_seen_term", 0), seen)
         return
     round_["grants"].add(node.id)
     if len(round_["grants"]) > (len(_get(self, "otherNodes")) + 1) / 2:
         self._rl_pre_vote = None
         self._rl_pre_vote_won = True
+        if round_["term"] - 1 > round_["current"]:  # asked past a higher term seen:
+            _get(self, "setCurrentTerm")(round_["term"] - 1, None)  # the election's is next
         _put(self, "raftElectionDeadline", 0)  # the next tick starts the election
 
 
@@ -332,8 +349,10 @@ def auto_tick_thread(self) -> None:
 
 
 def _start_pre_vote(self) -> None:
-    term = _get(self, "raftCurrentTerm") + 1
-    self._rl_pre_vote = {"term": term, "grants": {_get(self, "selfNode").id}}
+    current = _get(self, "raftCurrentTerm")
+    term = max(current, getattr(self, "_rl_seen_term", 0)) + 1
+    self._rl_pre_vote = {"term": term, "current": current,
+                         "grants": {_get(self, "selfNode").id}}
     _put(self, "raftElectionDeadline", monotonic() + _get(self, "generateRaftTimeout")())
     ask = {"type": PRE_VOTE, "term": term,
            "last_log_index": _get(self, "getCurrentLogIndex")(),

@@ -158,6 +158,43 @@ def test_an_election_starts_only_after_a_majority_of_pre_votes(node):
     assert obj._SyncObj__raftCurrentTerm == term + 1
 
 
+def test_a_pre_vote_refused_on_its_term_asks_past_the_highest_term_next(node):
+    """The voter with the most up-to-date log but the lowest term (the others ran
+    elections they lost): its pre-vote is refused on the term and carries the
+    refuser's term; the next one asks past it, and once granted the election runs at
+    that term -- a restarted cluster elected nobody for a minute before (rule 8)."""
+    _five(node)
+    obj = node.obj
+    term = obj._SyncObj__raftCurrentTerm
+    obj._SyncObj__connectedNodes.update(node.peers.values())
+    obj._SyncObj__raftElectionDeadline = 0
+    obj._onTick(0)
+    node.deliver(OTHER, {"type": raft_rules.PRE_VOTE_RESPONSE, "term": term + 1,
+                         "granted": False, "current_term": term + 5})
+    assert obj._SyncObj__raftCurrentTerm == term  # a pre-vote changes no term
+    node.sent.clear()
+    obj._SyncObj__raftElectionDeadline = 0
+    obj._onTick(0)
+    asks = [m for _, m in node.sent if m["type"] == raft_rules.PRE_VOTE]
+    assert asks and all(m["term"] == term + 6 for m in asks)
+    node.sent.clear()
+    node.deliver(OTHER, {"type": raft_rules.PRE_VOTE_RESPONSE, "term": term + 6,
+                         "granted": True, "current_term": term + 5})
+    obj._onTick(0)
+    votes = [m for _, m in node.sent if m["type"] == "request_vote"]
+    assert votes and all(m["term"] == term + 6 for m in votes)
+    assert obj._SyncObj__raftCurrentTerm == term + 6
+
+
+def test_a_pre_vote_refusal_carries_the_voters_term(node):
+    _five(node)
+    term = node.obj._SyncObj__raftCurrentTerm
+    node.deliver(OTHER, {"type": raft_rules.PRE_VOTE, "term": term, "last_log_index": 99,
+                         "last_log_term": 9})
+    [(_to, answer)] = [(n, m) for n, m in node.sent if m["type"] == raft_rules.PRE_VOTE_RESPONSE]
+    assert answer["granted"] is False and answer["current_term"] == term
+
+
 # --------------------------------------------------------------------------- rule 6: learners
 
 
