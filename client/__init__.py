@@ -17,7 +17,9 @@ from .admin import (
     LogDirDescription,
     MemberDescription,
     PartitionDescription,
+    QuorumDescription,
     TopicDescription,
+    VoterState,
 )
 from .admin_txn import (
     HangingTransaction,
@@ -76,6 +78,8 @@ __all__ = [
     "ProducerFencedError",
     "TransactionAbortableError",
     "LogDirDescription",
+    "QuorumDescription",
+    "VoterState",
     "MemberDescription",
     "NoOffsetForPartitionError",
     "NoOpenTransactionError",

@@ -36,6 +36,8 @@ READ_ONLY_APIS = frozenset(
 #: How long a group request keeps looking for the group's coordinator (it may be
 #: loading, moving, or ``__consumer_offsets`` may be being created).
 COORDINATOR_WAIT_S = 10.0
+#: describe_quorum asks the controller this many times when it moves meanwhile
+QUORUM_ATTEMPTS = 5
 COORDINATOR_BACKOFF_S = 0.05
 COORDINATOR_BACKOFF_MAX_S = 1.0
 #: Errors meaning "ask FIND_COORDINATOR again, a little later".
@@ -94,6 +96,35 @@ class ClusterDescription:
     #: controller election (a single node's too: it is its own quorum's only voter; nodes
     #: of older versions reported 0 for a single node), -1 if not reported
     controller_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class VoterState:
+    """One voter of the metadata quorum as the controller sees it (-1: unknown)."""
+
+    id: int
+    log_end_offset: int
+    #: how far its log trails the controller's (entries; -1 unknown)
+    lag: int
+    #: milliseconds since the controller last heard from it (-1 unknown; 0: itself)
+    last_heard_ms_ago: int
+    #: milliseconds since it last held everything the controller had (-1 unknown)
+    last_caught_up_ms_ago: int
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumDescription:
+    """The metadata quorum (Kafka's DescribeQuorum, kafka-metadata-quorum.sh describe)."""
+
+    leader_id: int
+    #: the Raft term (KRaft's leader epoch)
+    leader_epoch: int
+    #: the commit index: metadata entries a majority holds
+    high_watermark: int
+    voters: tuple
+    #: False when the controller could not be asked: a voter's own view, whose other
+    #: voters' log ends are unknown
+    from_leader: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -429,6 +460,33 @@ class Admin(TransactionsAdmin):
                         for b in h["brokers"])
         return ClusterDescription(h["cluster_id"], h["controller_id"], brokers,
                                   h.get("controller_epoch", -1))
+
+    def describe_quorum(self) -> QuorumDescription:
+        """The metadata quorum as the active controller sees it: leader, term, commit
+        index and every voter's log end and last contact. Asks the controller (found
+        with describe_cluster, again if it moved meanwhile), else answers the first
+        voter's own view (``from_leader`` False)."""
+        own = None
+        for _ in range(QUORUM_ATTEMPTS):
+            cluster = self.describe_cluster()
+            target = next((b for b in cluster.brokers if b.id == cluster.controller_id), None)
+            if target is None:
+                time.sleep(READ_BACKOFF_S * 2)
+                continue
+            h = self._node_connection(target.host, target.port, target.id).request(
+                Api.DESCRIBE_QUORUM, {}, timeout_s=self.timeout_s).header
+            own = h
+            if h.get("is_leader"):
+                break
+            time.sleep(READ_BACKOFF_S * 2)
+        if own is None:
+            raise BrokerNotAvailableError("no controller is known: the metadata quorum has no "
+                                          "leader (raftlog cluster status shows the brokers)")
+        top = max((end for _, end, *_ in own["voters"]), default=-1)
+        voters = tuple(VoterState(nid, end, top - end if end >= 0 and top >= 0 else -1, ago, up)
+                       for nid, end, ago, up in own["voters"])
+        return QuorumDescription(own["leader_id"], own["leader_epoch"], own["high_watermark"],
+                                 voters, bool(own.get("is_leader")))
 
     def describe_log_dirs(self, topics=None, broker_ids=None,
                           timeout_s: float | None = None) -> list[LogDirDescription]:

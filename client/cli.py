@@ -7,6 +7,7 @@ so this module -- part of the client -- never imports the server packages.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -84,6 +85,8 @@ def cmd_topics(args) -> int:
 
 
 def cmd_cluster(args) -> int:
+    if args.action == "quorum":
+        return _quorum(args)
     if args.action == "elect-leaders":
         return _elect_leaders(args)
     if args.action == "decommission":
@@ -93,6 +96,27 @@ def cmd_cluster(args) -> int:
     from .cli_ops import cmd_status
 
     return cmd_status(args)
+
+
+def _quorum(args) -> int:
+    with _admin(args) as admin:
+        q = admin.describe_quorum()
+    if args.json:
+        print(json.dumps({"leader_id": q.leader_id, "leader_epoch": q.leader_epoch,
+                          "high_watermark": q.high_watermark, "from_leader": q.from_leader,
+                          "voters": [dataclasses.asdict(v) for v in q.voters]}))
+        return 0
+    print(f"controller {q.leader_id}, term {q.leader_epoch}, commit index {q.high_watermark}"
+          + ("" if q.from_leader else " (the controller did not answer: one voter's view)"))
+    print(f"{'voter':>5} {'log end':>9} {'lag':>6} {'last heard':>11} {'caught up':>10}")
+
+    def ago(ms: int) -> str:
+        return "-" if ms < 0 else f"{ms / 1000:.1f}s ago"
+    for v in q.voters:
+        role = " (controller)" if v.id == q.leader_id else ""
+        print(f"{v.id:>5} {v.log_end_offset:>9} {v.lag if v.lag >= 0 else '-':>6} "
+              f"{ago(v.last_heard_ms_ago):>11} {ago(v.last_caught_up_ms_ago):>10}{role}")
+    return 0
 
 
 def _elect_leaders(args) -> int:
@@ -365,8 +389,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_configs_parser(sub, with_bootstrap)
 
     cluster = with_bootstrap(sub.add_parser("cluster", help="cluster status"))
-    cluster.add_argument("action", choices=["status", "elect-leaders", "decommission"],
+    cluster.add_argument("action", choices=["status", "quorum", "elect-leaders", "decommission"],
                          help="status: brokers, partitions, under-replicated and offline ones; "
+                              "quorum: the metadata quorum (controller, term, each voter's "
+                              "log end and lag; kafka-metadata-quorum.sh describe); "
                               "elect-leaders: give partitions back to their preferred replica; "
                               "decommission: move every replica off --node, then unregister it")
     cluster.add_argument("--json", action="store_true")

@@ -87,6 +87,7 @@ import pysyncobj.journal as _journal
 import pysyncobj.pickle as _pspickle
 import pysyncobj.serializer as _serializer
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+from pysyncobj.monotonic import monotonic as raft_monotonic
 from pysyncobj.syncobj import _RAFT_STATE
 
 from raftlog.checkpoint import atomic_write, fsync_dir, makedirs_durable
@@ -530,6 +531,36 @@ class MetadataQuorum:
     def term(self) -> int:
         """The current Raft term: the controller epoch of decisions made now."""
         return self._obj.raftCurrentTerm
+
+    def status(self) -> dict:
+        """The quorum as this voter sees it (Kafka's DescribeQuorum): ``leader_id``
+        (-1: none known), ``leader_epoch`` (the term), ``high_watermark`` (the commit
+        index), ``is_leader``, and per voter ``[id, log end offset, ms since the leader
+        last heard from it, ms since it was last caught up]`` -- the leader knows every
+        voter's (its match index); another voter knows only its own (-1 for the rest).
+        Read off pysyncobj's thread: a snapshot, not exact."""
+        obj = self._obj
+        get = lambda name: getattr(obj, "_SyncObj__" + name)  # noqa: E731
+        leader = self.is_leader
+        now = raft_monotonic()  # (pysyncobj's clock: its response times are on it)
+        log_end = get("getCurrentLogIndex")()
+        match = dict(get("raftMatchIndex")) if leader else {}
+        heard = dict(get("lastResponseTime")) if leader else {}
+        by_addr = {getattr(n, "address", None): n for n in list(get("otherNodes"))}
+        voters = []
+        for nid, (h, p) in sorted(self.voters.items()):
+            if nid == self.node_id:
+                voters.append([nid, log_end, 0 if leader else -1, 0 if leader else -1])
+                continue
+            node = by_addr.get(f"{h}:{p}")
+            end = match.get(node, 0) if node is not None else 0
+            end = end if end > 0 else -1  # (0: not acknowledged since this leader's election)
+            ago = int((now - heard[node]) * 1000) if node in heard else -1
+            voters.append([nid, end, ago, ago if end >= log_end else -1])
+        leader_id = self.leader_id
+        return {"leader_id": -1 if leader_id is None else leader_id,
+                "leader_epoch": self.term, "high_watermark": obj.raftCommitIndex,
+                "is_leader": leader, "voters": voters}
 
     def describe(self) -> str:
         """This voter's view of the quorum in one line, for an error that says why no

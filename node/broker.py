@@ -327,6 +327,13 @@ class Broker:
             rows = [r for r in rows if (r.topic, r.partition) in keep]
         return {"reassignments": rows}, []
 
+    def describe_quorum(self, req: Request) -> Response:
+        """DescribeQuorum (kafka-metadata-quorum.sh describe): the metadata quorum as this
+        voter sees it (metadata/quorum.py ``status``): only the leader -- the active
+        controller -- knows every voter's log end; ``is_leader`` says which this is.
+        Broker-only nodes (learners) are not listed."""
+        return self.store.quorum.status(), []
+
     def describe_log_dirs(self, req: Request) -> Response:
         """DescribeLogDirs (kafka-log-dirs): this node's data directory, its disk, and
         every hosted replica's size, segments and offsets (as leader, its followers'

@@ -10,6 +10,7 @@ Per-resource refusals are answered per resource with Kafka's error code
 from __future__ import annotations
 
 import os
+import time
 
 from raftlog import acl as A
 from raftlog import kafka_acl as KA
@@ -23,6 +24,10 @@ from .authz import DELETE as DELETE_OP
 from .kafka_handlers import Context, _authorize, _req
 
 _E = {c: to_kafka(c) for c in ErrorCode}
+#: Kafka's name of the metadata log (DescribeQuorum's only topic-partition: -0)
+METADATA_TOPIC = "__cluster_metadata"
+#: How long a node waits for the controller's view of the quorum
+QUORUM_CALL_TIMEOUT_S = 5.0
 #: Most partitions one DescribeTopicPartitions answer holds (Kafka's
 #: max.request.partition.size.limit default)
 DESCRIBE_TOPIC_PARTITIONS_MAX = 2000
@@ -81,7 +86,7 @@ class KafkaAdminApis:
                 43: self.elect_leaders,
                 45: self.alter_partition_reassignments,
                 46: self.list_partition_reassignments, 74: self.list_config_resources,
-                75: self.describe_topic_partitions}
+                75: self.describe_topic_partitions, 55: self.describe_quorum}
 
     async def _quorum(self, method, req):
         return await self.apis._quorum(method, req)
@@ -168,6 +173,52 @@ class KafkaAdminApis:
             "error_code": 0, "log_dir": head["log_dir"],
             "topics": [{"name": t, "partitions": ps} for t, ps in sorted(topics.items())],
             "total_bytes": head["total_bytes"], "usable_bytes": head["usable_bytes"]}]}
+
+    async def describe_quorum(self, v: int, body: dict, ctx: Context) -> dict:
+        """DescribeQuorum of ``__cluster_metadata``-0, Kafka's name for the metadata log
+        (raftlog's is pysyncobj's Raft log, not a partition): the active controller's
+        view -- a node that is not the controller asks it (a peer call) and answers its
+        own view if that fails (the other voters' log ends -1). Terms are the leader
+        epochs, the commit index the high watermark; broker-only nodes (learners) are
+        not listed as observers; ``nodes`` (v2) gives each voter's Raft address. CLUSTER_AUTHORIZATION_FAILED without DESCRIBE on the
+        cluster, UNKNOWN_TOPIC_OR_PARTITION for another topic or partition."""
+        try:
+            head, _ = self.broker.describe_quorum(_req(Api.DESCRIBE_QUORUM, ctx, {}))
+        except ApiError as e:
+            return {"error_code": _E[e.code], "error_message": e.message, "topics": [],
+                    "nodes": []}
+        txn = self.broker.txn
+        if not head["is_leader"] and head["leader_id"] >= 0 and txn is not None:
+            try:
+                head = await txn.peers.call(head["leader_id"], Api.DESCRIBE_QUORUM, {},
+                                            QUORUM_CALL_TIMEOUT_S)
+            except ApiError:
+                pass  # (this voter's own view)
+        now_ms = int(time.time() * 1000)
+        voters = [{"replica_id": nid, "replica_directory_id": bytes(16), "log_end_offset": end,
+                   "last_fetch_timestamp": now_ms - ago if ago >= 0 else -1,
+                   "last_caught_up_timestamp": now_ms - up if up >= 0 else -1}
+                  for nid, end, ago, up in head["voters"]]
+        topics = []
+        for t in body["topics"]:
+            rows = []
+            for p in t["partitions"]:
+                known = t["topic_name"] == METADATA_TOPIC and p["partition_index"] == 0
+                code = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if not known
+                        else ErrorCode.NOT_LEADER_OR_FOLLOWER if head["leader_id"] < 0
+                        else ErrorCode.NONE)
+                rows.append({"partition_index": p["partition_index"], "error_code": _E[code],
+                             "error_message": None if code is ErrorCode.NONE else (
+                                 "no controller now" if known else
+                                 f"only {METADATA_TOPIC}-0 has a quorum"),
+                             "leader_id": head["leader_id"] if known else -1,
+                             "leader_epoch": head["leader_epoch"] if known else -1,
+                             "high_watermark": head["high_watermark"] if known else -1,
+                             "current_voters": voters if known else [], "observers": []})
+            topics.append({"topic_name": t["topic_name"], "partitions": rows})
+        nodes = [{"node_id": nid, "listeners": [{"name": "RAFT", "host": h, "port": port}]}
+                 for nid, (h, port) in sorted(self.config.metadata_voters.items())]
+        return {"error_code": 0, "error_message": None, "topics": topics, "nodes": nodes}
 
     async def describe_topic_partitions(self, v: int, body: dict, ctx: Context) -> dict:
         """Metadata's topic rows (never auto-creating), topics in name order, paged as

@@ -97,6 +97,7 @@ ROUTES: dict[Api, Route] = {
     Api.LIST_TRANSACTIONS: Route(Mode.AWAITS, "txn_api", Z.cluster(Z.DESCRIBE)),
     Api.DESCRIBE_PRODUCERS: Route(Mode.INLINE, "describe_producers", Z.topics_of_parts(Z.READ)),
     Api.DESCRIBE_LOG_DIRS: Route(Mode.INLINE, "describe_log_dirs", Z.cluster(Z.DESCRIBE)),
+    Api.DESCRIBE_QUORUM: Route(Mode.INLINE, "describe_quorum", Z.cluster(Z.DESCRIBE)),
     # SASL is handled by the server itself (node/authn.py) before any route is used.
     Api.SASL_HANDSHAKE: Route(Mode.INLINE, "sasl"),
     Api.SASL_AUTHENTICATE: Route(Mode.INLINE, "sasl"),

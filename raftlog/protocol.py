@@ -69,6 +69,7 @@ class Api(enum.IntEnum):
     UNREGISTER_BROKER = 32
     DESCRIBE_CONFIGS = 33
     DESCRIBE_LOG_DIRS = 35  # (Kafka's key)
+    DESCRIBE_QUORUM = 55  # (Kafka's key): the metadata quorum as this voter sees it
     # Security (issue 19): SASL before any other API on a SASL listener, then admin.
     SASL_HANDSHAKE = 40
     SASL_AUTHENTICATE = 41
@@ -485,6 +486,7 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     Api.UNREGISTER_BROKER: {"broker_id": (_nonneg, REQUIRED), "timeout_ms": (_nonneg, 30_000)},
     # topics: only these (None: every partition the node hosts)
     Api.DESCRIBE_LOG_DIRS: {"topics": (_opt(_list(_TOPIC, L.ENTRIES_PER_REQUEST_MAX)), None)},
+    Api.DESCRIBE_QUORUM: {},
     Api.INIT_PRODUCER_ID: {
         "timeout_ms": (_nonneg, 30_000),
         # a transactional producer's id and transaction.timeout.ms; producer_id/epoch

@@ -51,6 +51,8 @@ ADVERTISED = {
     "DescribeConfigs": (32, 0, 4),
     "SaslAuthenticate": (36, 0, 2),
     "DescribeCluster": (60, 0, 1),
+    # the metadata quorum (kafka-metadata-quorum.sh describe; pysyncobj Raft, not KRaft)
+    "DescribeQuorum": (55, 0, 2),
     # admin APIs (#37)
     "CreatePartitions": (37, 0, 3),
     "AlterConfigs": (33, 0, 2),

@@ -20,9 +20,6 @@ OUTSIDE_RAFTLOG: dict[str, str] = {
 #: Failures raftlog causes and has not fixed yet (issue #37): each is a gap to close, not
 #: an accepted difference. Remove a line when its test passes (the run says so).
 RAFTLOG_GAPS: dict[str, str] = {
-    "test_admin_integration::test_describe_metadata_quorum":
-        "DescribeQuorum (55) not served: raftlog's metadata quorum is pysyncobj's Raft, "
-        "not KRaft's __cluster_metadata partition, and has no native describe call yet",
     "test_consumer_integration::test_kafka_version_infer":
         "kafka-python infers 4.2 from ListOffsets v11 (4.1: Produce v13, 4.0: ListOffsets "
         "v10, 3.9: Fetch v17); raftlog serves ListOffsets 1-7, Produce 3-9 and Fetch 4-12 "

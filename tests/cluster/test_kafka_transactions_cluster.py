@@ -306,3 +306,40 @@ def test_bad_transactional_requests_get_kafkas_errors_and_write_nothing(kc):
     c = KafkaConsumer(bootstrap_servers=_bootstrap)
     assert c.end_offsets([KTP(topic, 0)]) == {KTP(topic, 0): 0}  # nothing was written
     c.close()
+
+
+def test_the_metadata_quorum_is_described_on_both_listeners_and_the_cli(kc, capsys):
+    """(On this module's cluster.) DescribeQuorum: the SDK's Admin asks the controller
+    (every voter's log end known, none lagging by much); kafka-python's
+    describe_metadata_quorum through a node that is not the controller is answered
+    with the controller's view (forwarded); ``raftlog cluster quorum`` prints it."""
+    from kafka import KafkaAdminClient
+
+    from raftlog.client.cli import main as cli
+
+    cluster, _bootstrap, addrs = kc
+    with cluster.admin() as a:
+        # (a controller elected a moment ago knows no follower's log end until it acks)
+        until(lambda: all(v.log_end_offset > 0 for v in a.describe_quorum().voters),
+              timeout_s=30)
+        q = a.describe_quorum()
+        controller = a.describe_cluster().controller_id
+    assert q.from_leader and q.leader_id == controller and q.leader_epoch >= 1
+    assert sorted(v.id for v in q.voters) == [1, 2, 3]
+    assert all(v.lag >= 0 for v in q.voters), q.voters
+    assert q.high_watermark > 0
+    other = next(i for i in addrs if i != controller)
+    admin = KafkaAdminClient(bootstrap_servers=addrs[other])
+    try:
+        got = admin.describe_metadata_quorum()
+    finally:
+        admin.close()
+    [topic] = got["topics"]
+    [p] = topic["partitions"]
+    assert topic["topic_name"] == "__cluster_metadata" and p["leader_id"] == controller
+    assert p["error"] is None and sorted(n["node_id"] for n in got["nodes"]) == [1, 2, 3]
+    voters = {v["replica_id"]: v for v in p["current_voters"]}
+    assert sorted(voters) == [1, 2, 3] and all(v["log_end_offset"] > 0 for v in voters.values())
+    assert cli(["cluster", "quorum", "--bootstrap-server", cluster.bootstrap]) == 0
+    out = capsys.readouterr().out
+    assert f"controller {controller}, term" in out and "(controller)" in out
