@@ -354,9 +354,12 @@ class Consumer:
     ) -> dict[TopicPartition, tuple[int, int]]:
         """ListOffsets through each partition's leader (client/offsets.py), retrying
         retriable errors (leader moving, node restarting) a bounded number of rounds;
-        raises the first partition's error that remains."""
+        raises the first partition's error that remains. Latest is the last stable
+        offset for a read_committed consumer (seek_to_end, end_offsets, a reset to
+        latest), as Kafka's."""
         return list_offsets_strict(cluster or self._cluster, wanted, self.request_timeout_s,
-                                   rounds=LIST_OFFSETS_ROUNDS, backoff_s=FETCH_ERROR_BACKOFF_S)
+                                   rounds=LIST_OFFSETS_ROUNDS, backoff_s=FETCH_ERROR_BACKOFF_S,
+                                   isolation_level=int(self.isolation_level == "read_committed"))
 
     def beginning_offsets(self, partitions) -> dict[TopicPartition, int]:
         return {
@@ -367,7 +370,9 @@ class Consumer:
         }
 
     def end_offsets(self, partitions) -> dict[TopicPartition, int]:
-        """The high watermark of each partition (the offset after the last committed record)."""
+        """Each partition's end as this consumer reads it (Kafka's): with read_committed
+        (the default) the last stable offset -- the first offset of the earliest open
+        transaction, at most the high watermark -- else the high watermark."""
         return {
             tp: o
             for tp, (o, _) in self._list_offsets(

@@ -78,11 +78,12 @@ def list_offsets(cluster: Cluster, wanted: Mapping[TopicPartition, int], timeout
 
 
 def list_offsets_strict(cluster: Cluster, wanted: Mapping, timeout_s: float, *, rounds: int,
-                        backoff_s: float) -> dict:
+                        backoff_s: float, isolation_level: int = 0) -> dict:
     """``{tp: (offset, timestamp)}``; raises the error of the first partition that failed."""
     out = {}
     for tp, r in sorted(list_offsets(cluster, wanted, timeout_s, rounds=rounds,
-                                     backoff_s=backoff_s).items()):
+                                     backoff_s=backoff_s,
+                                     isolation_level=isolation_level).items()):
         if not isinstance(r, tuple):
             raise r
         out[tp] = r

@@ -122,6 +122,11 @@ def test_list_describe_lso_and_lag_of_an_open_transaction(cluster):
         assert ends == {0: (4, 1), 1: (1, 0)}
         rc, text, _ = cli(cluster, "topics", "describe", topic)
         assert "\tHW: 4\tLSO: 1" in text
+        # the SDK consumer's end offsets are Kafka's: the LSO when read_committed
+        tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+        for level, want in (("read_committed", [1, 0]), ("read_uncommitted", [4, 1])):
+            with Consumer(cluster.bootstrap, isolation_level=level) as c:
+                assert [c.end_offsets(tps)[tp] for tp in tps] == want, level
 
         # group lag: against the LSO by default (read_committed), the HW if asked
         c = Consumer(cluster.bootstrap, group_id="ops-g", enable_auto_commit=False)
