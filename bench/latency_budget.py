@@ -38,7 +38,7 @@ import uuid
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from pacing import precise_timers  # noqa: E402
+from pacing import paced, precise_timers  # noqa: E402
 from throughput import _wait_full_isr, start_cluster, start_node  # noqa: E402
 
 from raftlog.client import Admin, Consumer, Producer, TopicPartition  # noqa: E402
@@ -55,13 +55,7 @@ def producer_role(bootstrap: str, topic: str, rate: int, secs: float) -> None:
     precise_timers()
     p = Producer(bootstrap, trace=TRACE_EVENTS)  # the SDK's defaults otherwise
     pad = b"x" * (VALUE_BYTES - 8)
-    total = int(rate * secs)
-    start_ns = time.monotonic_ns()
-    for i in range(total):
-        due_ns = start_ns + i * 1_000_000_000 // rate
-        ahead = (due_ns - time.monotonic_ns()) / 1e9
-        if ahead > 0:
-            time.sleep(ahead)
+    for _i, _due in paced(rate, int(rate * secs)):
         p.send(topic, time.monotonic_ns().to_bytes(8, "little") + pad, partition=0)
     p.flush()
     p.close()

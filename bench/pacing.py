@@ -16,3 +16,18 @@ def precise_timers() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(29, 1, 0, 0, 0)  # 29: PR_SET_TIMERSLACK
     except (OSError, AttributeError):
         pass
+
+
+def paced(rate: float, total: int):
+    """Yield ``(i, due_ns)`` for i in ``0 .. total-1`` on a fixed schedule of ``rate`` per second from now (open
+    loop: each is yielded at, or as soon as possible after, its due time; a caller that
+    falls behind is not waited for), sleeping until each is due."""
+    import time
+
+    start_ns = time.monotonic_ns()
+    for i in range(total):
+        due_ns = start_ns + i * 1_000_000_000 // rate
+        ahead = (due_ns - time.monotonic_ns()) / 1e9
+        if ahead > 0:
+            time.sleep(ahead)
+        yield i, due_ns

@@ -43,7 +43,7 @@ import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from pacing import precise_timers  # noqa: E402  (bench/, beside this file)
+from pacing import paced, precise_timers  # noqa: E402  (bench/, beside this file)
 
 from raftlog.client import Admin, Consumer, Producer, TopicPartition  # noqa: E402
 from raftlog.localnode import free_port, node_command, spawn, wait_listening  # noqa: E402
@@ -189,13 +189,7 @@ def latency_producer(bootstrap: str, topic: str, rate: int, secs: float, acks) -
     precise_timers()
     p = Producer(bootstrap, acks=acks, **CLIENT_OPTIONS)  # the SDK's defaults otherwise
     pad = b"x" * (VALUE_BYTES - 8)
-    total = int(rate * secs)
-    start_ns = time.monotonic_ns()
-    for i in range(total):
-        due_ns = start_ns + i * 1_000_000_000 // rate
-        ahead = (due_ns - time.monotonic_ns()) / 1e9
-        if ahead > 0:
-            time.sleep(ahead)
+    for _i, due_ns in paced(rate, int(rate * secs)):
         p.send(topic, due_ns.to_bytes(8, "little") + pad, partition=0)
     p.flush()
     p.close()

@@ -921,14 +921,7 @@ class KafkaApis:
         return {"error_code": first if v < 3 else 0, "members": rows}
 
     async def offset_commit(self, v: int, body: dict, ctx: Context) -> dict:
-        offsets, bad = [], set()
-        for t in body["topics"]:
-            for p in t["partitions"]:
-                if p["partition_index"] < 0 or p["committed_offset"] < 0:
-                    bad.add((t["name"], p["partition_index"]))
-                else:
-                    offsets.append((t["name"], p["partition_index"], p["committed_offset"],
-                                    p["committed_metadata"], p.get("committed_leader_epoch", -1)))
+        offsets, bad = commit_offsets(body)
         fields = {"group": body["group_id"], "generation": body["generation_id_or_member_epoch"],
                   "member_id": body["member_id"],
                   "group_instance_id": body.get("group_instance_id"), "offsets": offsets}
@@ -1091,3 +1084,18 @@ def _by_topic(named: list) -> dict:
     for x in named:
         out.setdefault(x[0], []).append(x)
     return out
+
+
+def commit_offsets(body: dict) -> tuple[list, set]:
+    """(offsets as the native OFFSET_COMMIT / TXN_OFFSET_COMMIT take them, the
+    (topic, partition) pairs refused: a negative partition or offset) of a Kafka
+    OffsetCommit or TxnOffsetCommit body."""
+    offsets, bad = [], set()
+    for t in body["topics"]:
+        for p in t["partitions"]:
+            if p["partition_index"] < 0 or p["committed_offset"] < 0:
+                bad.add((t["name"], p["partition_index"]))
+            else:
+                offsets.append((t["name"], p["partition_index"], p["committed_offset"],
+                                p["committed_metadata"], p.get("committed_leader_epoch", -1)))
+    return offsets, bad

@@ -23,7 +23,7 @@ from raftlog.kafka_errors import to_kafka
 from raftlog.protocol import Api
 
 from .authz import CLUSTER, CLUSTER_ACTION, TOPIC, WRITE
-from .kafka_handlers import Context, _authorize
+from .kafka_handlers import Context, _authorize, commit_offsets
 
 _E = {c: to_kafka(c) for c in ErrorCode}
 #: Kafka's OPERATION_NOT_ATTEMPTED: the other partitions of an AddPartitionsToTxn of
@@ -116,24 +116,23 @@ class KafkaTxnApis:
     # ------------------------------------------------------------------ AddOffsetsToTxn, EndTxn
 
     async def add_offsets_to_txn(self, v: int, body: dict, ctx: Context) -> dict:
-        fields = {"transactional_id": body["transactional_id"],
-                  "producer_id": body["producer_id"], "producer_epoch": body["producer_epoch"],
-                  "group": body["group_id"], "transaction_version": KAFKA_TRANSACTION_VERSION}
-        try:
-            _authorize(Api.ADD_OFFSETS_TO_TXN, ctx, fields)
-            await txn_host(self.broker).add_offsets(fields)
-            code = 0
-        except ApiError as e:
-            code = kafka_code(e.code, v, 2)
-        return {"throttle_time_ms": 0, "error_code": code}
+        return await self._txn_call(v, ctx, Api.ADD_OFFSETS_TO_TXN, body, "add_offsets",
+                                    group=body["group_id"])
 
     async def end_txn(self, v: int, body: dict, ctx: Context) -> dict:
+        return await self._txn_call(v, ctx, Api.END_TXN, body, "end_txn",
+                                    commit=body["committed"])
+
+    async def _txn_call(self, v: int, ctx: Context, api: Api, body: dict, method: str,
+                        **extra) -> dict:
+        """AddOffsetsToTxn / EndTxn: the producer's ids and ``extra`` to the TxnHost
+        ``method``, authorized as the native ``api``; the answer is its error code."""
         fields = {"transactional_id": body["transactional_id"],
                   "producer_id": body["producer_id"], "producer_epoch": body["producer_epoch"],
-                  "commit": body["committed"], "transaction_version": KAFKA_TRANSACTION_VERSION}
+                  "transaction_version": KAFKA_TRANSACTION_VERSION, **extra}
         try:
-            _authorize(Api.END_TXN, ctx, fields)
-            await txn_host(self.broker).end_txn(fields)
+            _authorize(api, ctx, fields)
+            await getattr(txn_host(self.broker), method)(fields)
             code = 0
         except ApiError as e:
             code = kafka_code(e.code, v, 2)
@@ -144,14 +143,7 @@ class KafkaTxnApis:
     async def txn_offset_commit(self, v: int, body: dict, ctx: Context) -> dict:
         """At the group's coordinator: the offsets are appended as the producer's
         transactional batch and become the group's committed offsets at its commit."""
-        offsets, bad = [], set()
-        for t in body["topics"]:
-            for p in t["partitions"]:
-                if p["partition_index"] < 0 or p["committed_offset"] < 0:
-                    bad.add((t["name"], p["partition_index"]))
-                else:
-                    offsets.append((t["name"], p["partition_index"], p["committed_offset"],
-                                    p["committed_metadata"], p.get("committed_leader_epoch", -1)))
+        offsets, bad = commit_offsets(body)
         fields = {"transactional_id": body["transactional_id"], "group": body["group_id"],
                   "producer_id": body["producer_id"], "producer_epoch": body["producer_epoch"],
                   "generation": body.get("generation_id", -1),
