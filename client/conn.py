@@ -29,6 +29,9 @@ UNKNOWN_TOPIC_WAIT_S = 2.0
 #: How long a node stays a suspect (metadata is asked elsewhere first) after a request
 #: to it went unanswered for too long (client/stale.py), unless it answers meanwhile.
 SUSPECT_S = 10.0
+#: A node whose metadata shows a partition the client asked for without a leader is asked
+#: after the others for this long (it may be the one whose view is stale).
+LEADERLESS_SUSPECT_S = 2.0
 
 
 def parse_servers(servers: str | list[str]) -> list[tuple[str, int]]:
@@ -311,6 +314,11 @@ class Cluster:
                 frame = conn.request(Api.METADATA, {"topics": topics},
                                      timeout_s=self.metadata_timeout_s)
                 self._update(frame.header)
+                if topics and leaderless(frame.header):
+                    # a partition without a leader here: the next refresh asks another
+                    # node first (this one's metadata may be stale: a node that lost the
+                    # quorum knows nothing newer)
+                    self.suspect((conn.host, conn.port), LEADERLESS_SUSPECT_S)
                 return frame.header
             except BrokerNotAvailableError as e:
                 last = e
@@ -382,3 +390,8 @@ class Cluster:
                 ErrorCode.LEADER_NOT_AVAILABLE, f"{topic}-{partition} has no leader now"
             )
         return meta.leader
+
+
+def leaderless(header: dict) -> bool:
+    """Does a Metadata answer show a partition of a known topic without a leader?"""
+    return any(p.leader < 0 for t in header["topics"] if not t.error for p in t.partitions)

@@ -73,3 +73,18 @@ def test_a_suspect_is_asked_for_metadata_last():
     assert _order_tried(c) == [a, b]
     c.suspect(("127.0.0.1", a), for_s=-1)  # expired
     assert _order_tried(c) == [a, b]
+
+
+def test_a_metadata_answer_with_a_leaderless_partition_is_spotted():
+    """(client/conn.py) A node whose metadata shows a wanted partition without a leader
+    is asked after the others next time: its view may be the stale one."""
+    from raftlog.client.conn import leaderless
+    from raftlog.protocol import PartitionMetadata, TopicMetadata
+
+    def header(*leaders, error=0):
+        return {"topics": [TopicMetadata("t", error, partitions=[
+            PartitionMetadata(i, 0, leader, 1, [1, 2, 3], [1, 2, 3], []) for i, leader in
+            enumerate(leaders)])]}
+
+    assert leaderless(header(1, -1)) and not leaderless(header(1, 2))
+    assert not leaderless(header(-1, error=3))  # (an unknown topic: not a stale leader)
