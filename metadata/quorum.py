@@ -366,6 +366,10 @@ class _MetadataLog(SyncObj):
         snap = self.__dict__.get("_snapshot_bytes")
         if snap is None:  # (the tick thread, before __init__ ends and before any dump)
             return self._state
+        if isinstance(snap, _SnapshotOnDump):
+            # (read off the tick thread while apply_envelope replaces it: the state it
+            # holds is whole either way -- never the restore() of a wrapper)
+            return snap.state
         if self._state_from is not snap:  # restored from a pysyncobj dump: CBOR bytes
             self._state = restore(snap)
             self._state_from = snap
