@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from throughput import _wait_full_isr, latency_summary, start_cluster  # noqa: E402
 
 from raftlog.client import Admin, Consumer, Producer, TopicPartition  # noqa: E402
+from raftlog.localnode import free_port  # noqa: E402
 
 VALUE = b"t" * 100
 
@@ -88,6 +89,90 @@ def paced(bootstrap: str, topic: str, rate: float, secs: float, size: int,
     p.close()
     return {"rate": rate, "txns": i, "achieved_rate": round(i / secs_run, 1),
             "late_txns": late, "commit": _pct(commits)}
+
+
+def floor(bootstrap: str, topic: str, n: int = 200) -> dict:
+    """The floor of a durable write on this cluster: one acks=all (SDK default)
+    single-record produce, sent and awaited, ``n`` times; p50/p99."""
+    p = Producer(bootstrap)
+    p.send(topic, VALUE, partition=0).result(30)  # (producer id, metadata, connection)
+    lat = []
+    for _ in range(n):
+        t = time.perf_counter()
+        p.send(topic, VALUE, partition=0).result(30)
+        lat.append((time.perf_counter() - t) * 1000)
+    p.close()
+    return _pct(lat)
+
+
+def _scrape(ports: list) -> dict:
+    """{api: [requests, seconds]} of raftlog_request_duration_seconds, all nodes."""
+    import urllib.request
+
+    out: dict = {}
+    for port in ports:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        for line in text.splitlines():
+            for kind, i in (("_count{", 0), ("_sum{", 1)):
+                if line.startswith("raftlog_request_duration_seconds" + kind):
+                    api = line.split('api="', 1)[1].split('"', 1)[0]
+                    out.setdefault(api, [0, 0.0])[i] += float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def phases(bootstrap: str, topic: str, txns: int, size: int, partitions: int,
+           metrics_ports: list) -> dict:
+    """Where a transaction's time goes (``--phases``): the flood's transactions with
+    each step timed on its own: begin -> first send returned, the sends, the produce
+    acknowledgements (a flush before the commit), the commit (EndTxn: the decision
+    durable), the wait until the next transaction's first AddPartitionsToTxn is
+    accepted; medians. Round trips per transaction: the SDK's coordinator requests
+    and produce requests, and each node's requests by API (its /metrics; WRITE_TXN_
+    MARKERS and AddPartitionsToTxn verify_only are the nodes' own calls)."""
+    p = Producer(bootstrap, transactional_id="bench-phases")
+    p.init_transactions()
+    _txn(p, topic, partitions, size)  # (connections, metadata)
+    p.flush()
+    stats0 = {k: list(v) for k, v in p._txn.stats.items()}
+    produce0 = p._io.produce_requests
+    nodes0 = _scrape(metrics_ports)
+    rows = {k: [] for k in ("first_send", "sends", "acks", "commit", "total")}
+    per = size // partitions
+    for _ in range(txns):
+        t0 = time.perf_counter()
+        p.begin_transaction()
+        times = []
+        for part in range(partitions):
+            n = per if part < partitions - 1 else size - per * (partitions - 1)
+            p.send_many(topic, [VALUE] * n, partition=part)
+            times.append(time.perf_counter())
+        p.flush()
+        t3 = time.perf_counter()
+        p.commit_transaction()
+        t4 = time.perf_counter()
+        for k, v in (("first_send", times[0] - t0), ("sends", times[-1] - t0),
+                     ("acks", t3 - times[-1]), ("commit", t4 - t3), ("total", t4 - t0)):
+            rows[k].append(v * 1000)
+    nodes1 = _scrape(metrics_ports)
+    produce = p._io.produce_requests - produce0
+    sdk = {k: (v[0] - stats0.get(k, [0, 0.0])[0], v[1] - stats0.get(k, [0, 0.0])[1])
+           for k, v in p._txn.stats.items()}
+    p.close()
+    out = {"txns": txns,
+           "p50_ms": {k: round(sorted(v)[len(v) // 2], 2) for k, v in rows.items()},
+           "sdk_per_txn": {k: {"requests": round(n / txns, 2),
+                               "ms": round(secs * 1000 / txns, 2)}
+                           for k, (n, secs) in sorted(sdk.items()) if n},
+           "produce_requests_per_txn": round(produce / txns, 2),
+           "node_requests_per_txn": {}}
+    for api, (n1, s1) in sorted(nodes1.items()):
+        n0, s0 = nodes0.get(api, [0, 0.0])
+        if n1 - n0 and api not in ("METADATA", "FETCH", "API_VERSIONS"):
+            out["node_requests_per_txn"][api] = {
+                "requests": round((n1 - n0) / txns, 2),
+                "mean_ms": round((s1 - s0) * 1000 / (n1 - n0), 2)}
+    return out
 
 
 def _fill_plain(bootstrap: str, topic: str, n: int, partitions: int) -> None:
@@ -155,11 +240,12 @@ def _both(bootstrap: str, topic: str, partitions: int, committed: int, total: in
 
 
 def run(args) -> dict:
-    procs, bootstrap, d = start_cluster(args.nodes)
+    mports = [free_port() for _ in range(args.nodes)] if args.phases else None
+    procs, bootstrap, d = start_cluster(args.nodes, metrics_ports=mports)
     rf = min(3, args.nodes)
     try:
         with Admin(bootstrap) as a:
-            for t in ("txn-flood", "txn-paced", "plain", "mixed"):
+            for t in ("txn-flood", "txn-paced", "plain", "mixed", "floor"):
                 a.create_topic(t, partitions=args.partitions, replication_factor=rf)
                 _wait_full_isr(a, t, rf)
         out = {"nodes": args.nodes, "replication_factor": rf, "partitions": args.partitions,
@@ -168,6 +254,15 @@ def run(args) -> dict:
         out["flood"] = flood(bootstrap, "txn-flood", args.txns, args.size, args.partitions)
         out["paced"] = paced(bootstrap, "txn-paced", args.rate, args.secs, args.size,
                              args.partitions)
+        out["floor"] = floor(bootstrap, "floor")
+        out["commit_p50_over_floor"] = {
+            k: round(out[k]["commit"]["p50_ms"] / out["floor"]["p50_ms"], 2)
+            for k in ("flood", "paced")}
+        if args.phases:
+            out["phases"] = phases(bootstrap, "txn-flood", args.phases, args.size,
+                                   args.partitions, mports)
+        if args.skip_read:
+            return out
         _fill_plain(bootstrap, "plain", args.read_records, args.partitions)
         plain_n = (args.read_records // args.partitions) * args.partitions
         rc, ru = _both(bootstrap, "plain", args.partitions, plain_n, plain_n)
@@ -206,13 +301,18 @@ def main() -> None:
     ap.add_argument("--secs", type=float, default=10, help="length of the paced run")
     ap.add_argument("--read-records", type=int, default=300_000,
                     help="records of each topic the consumers read")
+    ap.add_argument("--phases", type=int, default=0, metavar="N",
+                    help="also time the steps of N transactions (medians) and count "
+                         "their round trips (scrapes each node's /metrics)")
+    ap.add_argument("--skip-read", action="store_true",
+                    help="leave out the read_committed vs read_uncommitted figures")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     out = run(args)
     if args.json:
         print(json.dumps(out))
         return
-    f, pc, r = out["flood"], out["paced"], out["read"]
+    f, pc, fl = out["flood"], out["paced"], out["floor"]
     print(f"{out['nodes']} nodes, RF{out['replication_factor']}, transactions of "
           f"{out['txn_size']} records over {out['partitions']} partitions, SDK defaults")
     print(f"flood: {f['txns']} transactions, {f['rec_s']} committed rec/s, {f['mb_s']} MB/s; "
@@ -220,6 +320,22 @@ def main() -> None:
     print(f"paced {pc['rate']}/s ({pc['achieved_rate']}/s reached): commit p50 "
           f"{pc['commit']['p50_ms']} ms, p99 {pc['commit']['p99_ms']} ms, max "
           f"{pc['commit']['max_ms']} ms")
+    print(f"floor (one acks=all record, sent and awaited): p50 {fl['p50_ms']} ms, p99 "
+          f"{fl['p99_ms']} ms; commit p50 / floor: flood "
+          f"{out['commit_p50_over_floor']['flood']}, paced {out['commit_p50_over_floor']['paced']}")
+    if "phases" in out:
+        ph = out["phases"]
+        print(f"phases of {ph['txns']} transactions, p50 ms: " + ", ".join(
+            f"{k} {v}" for k, v in ph["p50_ms"].items()))
+        print("  SDK coordinator requests per transaction: " + ", ".join(
+            f"{k} {v['requests']} ({v['ms']} ms)" for k, v in ph["sdk_per_txn"].items())
+            + f"; produce requests {ph['produce_requests_per_txn']}")
+        print("  node requests per transaction (all nodes): " + ", ".join(
+            f"{k} {v['requests']} (mean {v['mean_ms']} ms)"
+            for k, v in ph["node_requests_per_txn"].items()))
+    if "read" not in out:
+        return
+    r = out["read"]
     print(f"plain records: read_committed {r['plain_read_committed_rec_s']} rec/s, "
           f"read_uncommitted {r['plain_read_uncommitted_rec_s']} rec/s "
           f"(ratio {r['plain_ratio']})")

@@ -515,6 +515,9 @@ class _ProducerIO:
         self.clock = ResponseClock(cap_s=self.p.request_timeout_s / 2)
         self.recheck = Recheck(max(self.p.retry_backoff_s, 0.01))
         self._seen_version = self.cluster.version
+        #: Produce requests sent (each retry counts): what a transaction costs in round
+        #: trips (bench/transactions.py --phases)
+        self.produce_requests = 0
 
     def loop(self) -> None:
         lock = self.p._io_lock
@@ -642,6 +645,7 @@ class _ProducerIO:
             sent_at = time.monotonic()  # (before the write: a trace's ``send`` hop)
             try:
                 conn.send(Api.PRODUCE, fields, b"".join(datas), expect_response=self.p.acks != 0)
+                self.produce_requests += 1
                 if not q:  # (after the send: an epoll_ctl off the latency path; level-
                     self._register(conn)  # triggered, so an answer already there shows)
             except BrokerNotAvailableError as e:

@@ -49,6 +49,9 @@ class TransactionManager:
         self.producer_epoch = -1
         #: partitions added to the ongoing transaction
         self.partitions: set = set()
+        #: per API name: [requests sent (each retry counts), seconds in them] -- what a
+        #: transaction costs in coordinator round trips (bench/transactions.py --phases)
+        self.stats: dict[str, list] = {}
 
     # ------------------------------------------------------------------ calls
 
@@ -83,8 +86,14 @@ class TransactionManager:
             try:
                 if self._coordinator is None:
                     self._coordinator = self._find()
-                return self._coordinator.request(api, fields,
-                                                 timeout_s=self._request_timeout_s).header
+                t = time.perf_counter()
+                try:
+                    return self._coordinator.request(api, fields,
+                                                     timeout_s=self._request_timeout_s).header
+                finally:
+                    st = self.stats.setdefault(api.name, [0, 0.0])
+                    st[0] += 1
+                    st[1] += time.perf_counter() - t
             except (ApiError, BrokerNotAvailableError) as e:
                 code = getattr(e, "code", None)
                 if code in _FATAL:
@@ -107,6 +116,9 @@ class TransactionManager:
                     concurrent += 1
                 if not retry or time.monotonic() + pause > deadline:
                     raise
+                st = self.stats.setdefault("backoff", [0, 0.0])
+                st[0] += 1
+                st[1] += pause
                 time.sleep(pause)
 
     def _close_coordinator(self) -> None:
