@@ -87,7 +87,7 @@ def consume(bootstrap: str, topic: str, n: int) -> dict:
 
 def latency_producer(bootstrap: str, topic: str, rate: int, secs: float, acks) -> None:
     from confluent_kafka import Producer
-    from pacing import precise_timers
+    from pacing import paced, precise_timers
 
     precise_timers()
     acks = _acks(acks)
@@ -96,12 +96,7 @@ def latency_producer(bootstrap: str, topic: str, rate: int, secs: float, acks) -
     pad = b"x" * (VALUE_BYTES - 8)
     total = int(rate * secs)
     _ready(p, topic)
-    start_ns = time.monotonic_ns()
-    for i in range(total):
-        due_ns = start_ns + i * 1_000_000_000 // rate
-        ahead = (due_ns - time.monotonic_ns()) / 1e9
-        if ahead > 0:
-            time.sleep(ahead)
+    for _i, due_ns in paced(rate, total):
         p.produce(topic, due_ns.to_bytes(8, "little") + pad, partition=0)
         p.poll(0)
     p.flush(60)

@@ -932,14 +932,7 @@ class KafkaApis:
             whole = None
         except ApiError as e:
             whole = _E[e.code]
-        return {"throttle_time_ms": 0, "topics": [
-            {"name": t["name"], "partitions": [
-                {"partition_index": p["partition_index"],
-                 "error_code": (_E[ErrorCode.INVALID_REQUEST]
-                                if (t["name"], p["partition_index"]) in bad
-                                else whole if whole is not None
-                                else codes.get((t["name"], p["partition_index"]), 0))}
-                for p in t["partitions"]]} for t in body["topics"]]}
+        return commit_answer(body, bad, whole, codes)
 
     async def offset_fetch(self, v: int, body: dict, ctx: Context) -> dict:
         topics = body["topics"]
@@ -1099,3 +1092,17 @@ def commit_offsets(body: dict) -> tuple[list, set]:
                 offsets.append((t["name"], p["partition_index"], p["committed_offset"],
                                 p["committed_metadata"], p.get("committed_leader_epoch", -1)))
     return offsets, bad
+
+
+def commit_answer(body: dict, bad: set, whole: int | None, codes: dict) -> dict:
+    """A Kafka OffsetCommit / TxnOffsetCommit answer: per partition of the request,
+    INVALID_REQUEST for the ``bad`` ones, else the whole request's error ``whole``, else
+    its code in ``codes`` (0 when absent)."""
+    return {"throttle_time_ms": 0, "topics": [
+        {"name": t["name"], "partitions": [
+            {"partition_index": p["partition_index"],
+             "error_code": (_E[ErrorCode.INVALID_REQUEST]
+                            if (t["name"], p["partition_index"]) in bad
+                            else whole if whole is not None
+                            else codes.get((t["name"], p["partition_index"]), 0))}
+            for p in t["partitions"]]} for t in body["topics"]]}

@@ -23,7 +23,7 @@ from raftlog.kafka_errors import to_kafka
 from raftlog.protocol import Api
 
 from .authz import CLUSTER, CLUSTER_ACTION, TOPIC, WRITE
-from .kafka_handlers import Context, _authorize, commit_offsets
+from .kafka_handlers import Context, _authorize, commit_answer, commit_offsets
 
 _E = {c: to_kafka(c) for c in ErrorCode}
 #: Kafka's OPERATION_NOT_ATTEMPTED: the other partitions of an AddPartitionsToTxn of
@@ -160,14 +160,7 @@ class KafkaTxnApis:
                 codes = {(r.topic, r.partition): to_kafka(r.error) for r in got["parts"]}
         except ApiError as e:
             whole = kafka_code(e.code, v, 3)
-        return {"throttle_time_ms": 0, "topics": [
-            {"name": t["name"], "partitions": [
-                {"partition_index": p["partition_index"],
-                 "error_code": (_E[ErrorCode.INVALID_REQUEST]
-                                if (t["name"], p["partition_index"]) in bad
-                                else whole if whole is not None
-                                else codes.get((t["name"], p["partition_index"]), 0))}
-                for p in t["partitions"]]} for t in body["topics"]]}
+        return commit_answer(body, bad, whole, codes)
 
 
 def _exists(host, topic: str, partition: int) -> bool:
