@@ -37,6 +37,9 @@ PROBES_PER_TICK_MAX = 8
 #: Reassignments are checked for completion after every metadata change, and this
 #: often anyway (a completion whose proposal failed is retried).
 REASSIGN_RECHECK_MS = 2000
+#: A node that knows no metadata leader this long logs its quorum view (and again this
+#: often while it lasts): a voter cut off from the quorum is diagnosable from its log.
+LEADER_UNKNOWN_WARN_S = 5.0
 
 
 class Heartbeats:
@@ -173,6 +176,7 @@ class Heartbeats:
         while True:
             await trio.sleep(interval)
             controller = self.store.quorum.leader_id
+            self._watch_leader(controller)
             if controller is None:
                 continue
             if controller == self.config.node_id:
@@ -187,6 +191,21 @@ class Heartbeats:
                         broker.listeners, self.config.listener_config.inter_broker))
             except (OSError, trio.TooSlowError, RemoteProtocolError, ApiError, trio.BrokenResourceError):
                 await self._drop_stream()
+
+    def _watch_leader(self, leader) -> None:
+        """Log the metadata leader this node follows when it changes, and a warning with
+        this voter's view of the quorum while it knows none (see LEADER_UNKNOWN_WARN_S)."""
+        now = trio.current_time()
+        seen = getattr(self, "_leader_seen", (object(), now, now))
+        if leader != seen[0]:
+            self.events.info("metadata_leader", leader=-1 if leader is None else leader,
+                             term=self.store.quorum.term)
+            seen = (leader, now, now)
+        elif leader is None and now - seen[2] >= LEADER_UNKNOWN_WARN_S:
+            self.events.warning("metadata_leader_unknown", seconds=round(now - seen[1], 1),
+                                quorum=self.store.quorum.describe())
+            seen = (leader, seen[1], now)
+        self._leader_seen = seen
 
     async def _heartbeat(self, target: tuple) -> None:
         if self._stream is None or self._stream_target != target:

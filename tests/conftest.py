@@ -188,3 +188,26 @@ def pytest_collection_modifyitems(config, items):
         parts = item.nodeid.split("/")
         if item.get_closest_marker("slow") or (len(parts) > 1 and parts[1] in SERIAL_DIRS):
             item.add_marker(pytest.mark.xdist_group("serial"))
+
+
+#: Seconds of test time per xdist worker, and the serial group's share (the suite's
+#: wall time is about the busiest worker's): printed at the end so the CI log shows
+#: which side of the 25-minute budget is the critical path.
+_WORKER_SECONDS: dict = {}
+
+
+def pytest_runtest_logreport(report):
+    node = getattr(report, "node", None)  # (set on the controller's copy under xdist)
+    worker = getattr(getattr(node, "gateway", None), "id", "main")
+    serial = "@serial" in report.nodeid
+    key = (worker, serial)
+    _WORKER_SECONDS[key] = _WORKER_SECONDS.get(key, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _WORKER_SECONDS:
+        return
+    workers = sorted({w for w, _ in _WORKER_SECONDS})
+    parts = [f"{w} {_WORKER_SECONDS.get((w, False), 0) + _WORKER_SECONDS.get((w, True), 0):.0f}s"
+             f" (serial group {_WORKER_SECONDS.get((w, True), 0):.0f}s)" for w in workers]
+    terminalreporter.write_line("test seconds per worker: " + ", ".join(parts))

@@ -57,8 +57,23 @@ def _run(cmd, timeout=600):
                           env=env)
 
 
-def _out(p, n=6000) -> str:
-    return f"rc={p.returncode}\n--- stdout\n{p.stdout[-n:]}\n--- stderr\n{p.stderr[-3000:]}"
+def _out(p, n=6000, logs=None) -> str:
+    """A failed playbook's output; with ``logs`` (the inventory's log dir) each node's
+    warnings and errors too, so a failure in CI can be explained afterwards."""
+    text = f"rc={p.returncode}\n--- stdout\n{p.stdout[-n:]}\n--- stderr\n{p.stderr[-3000:]}"
+    return text + (_node_warnings(logs) if logs is not None else "")
+
+
+def _node_warnings(log_dir, limit: int = 25) -> str:
+    out = []
+    for path in sorted(log_dir.glob("node-*.log")):
+        lines = [ln for ln in path.read_text(errors="replace").splitlines()
+                 if "level=warn" in ln or "level=error" in ln or "WARNING" in ln
+                 or "ERROR" in ln or "event=registered" in ln
+                 or "event=metadata_leader" in ln]
+        out.append(f"--- {path.name}: {len(lines)} warnings/errors, the last {limit}")
+        out.extend(ln[:400] for ln in lines[-limit:])
+    return "\n" + "\n".join(out)
 
 
 # --------------------------------------------------------------------------- fast
@@ -204,7 +219,7 @@ def test_deploy_roundtrip_and_rolling_restart_lose_nothing(tmp_path):
     inv, bootstrap = _inventory(tmp_path, wheel)
     try:
         p = _run([playbook, "-i", inv, "site.yml"])
-        assert p.returncode == 0, _out(p)
+        assert p.returncode == 0, _out(p, logs=tmp_path / "log")
         print(f"site.yml done at {time.monotonic() - t0:.0f}s")
         with Admin(bootstrap) as admin:
             brokers = admin.describe_cluster().brokers
@@ -225,15 +240,15 @@ def test_deploy_roundtrip_and_rolling_restart_lose_nothing(tmp_path):
         # a second run changes nothing and leaves the same processes running
         before = _pids(tmp_path)
         p = _run([playbook, "-i", inv, "site.yml"])
-        assert p.returncode == 0, _out(p)
+        assert p.returncode == 0, _out(p, logs=tmp_path / "log")
         _assert_unchanged(p.stdout)
         assert _pids(tmp_path) == before
         print(f"second site.yml done at {time.monotonic() - t0:.0f}s")
 
         # rolling restart, one node at a time; then every acknowledged record is still there
         p = _run([playbook, "-i", inv, "rolling_restart.yml"])
-        assert p.returncode == 0, _out(p)
-        assert p.stdout.count("TASK [Restart this node]") == 3, _out(p)
+        assert p.returncode == 0, _out(p, logs=tmp_path / "log")
+        assert p.stdout.count("TASK [Restart this node]") == 3, _out(p, logs=tmp_path / "log")
         after = _pids(tmp_path)
         assert sorted(after) == [1, 2, 3]
         assert all(after[i] != before[i] and _alive(after[i]) for i in after), (before, after)
@@ -246,7 +261,7 @@ def test_deploy_roundtrip_and_rolling_restart_lose_nothing(tmp_path):
             assert all(set(p.isr) == {1, 2, 3} for p in admin.describe_topic(TOPIC).partitions)
 
         p = _run([playbook, "-i", inv, "stop.yml"])
-        assert p.returncode == 0, _out(p)
+        assert p.returncode == 0, _out(p, logs=tmp_path / "log")
         assert not any(_alive(pid) for pid in after.values())
         print(f"stop.yml done at {time.monotonic() - t0:.0f}s")
     finally:
