@@ -68,6 +68,21 @@ thread only -- every function here runs inside pysyncobj's message or tick handl
    voter's current term; the next pre-vote asks for one past the highest seen, and
    when it wins, the node takes that term before its election (taking a higher term is
    always safe in Raft) so the election's term is past every voter's.
+9. **A term above the leader's reaches the leader.** Stickiness (rule 3) keeps voters
+   that hear a live leader from taking a higher term from a RequestVote, and pysyncobj
+   ignores an AppendEntries from a lower term without answering -- so a voter whose
+   pre-vote was granted in the instant before another voter won the election (a
+   just-elected leader had not heard from a majority yet, a follower had not heard
+   from its new leader yet) ran its election at a term past the leader's, was refused
+   by the now-sticky others, and stayed a candidate for good, ignoring the leader's
+   AppendEntries (seen in a CI run: 4 minutes, until the test gave up; the controller
+   fenced the node and its partitions went under-replicated). Such a voter now answers
+   a lower-term AppendEntries with its term (``rl_term``, as etcd answers with its
+   term when check-quorum and pre-vote are on); a leader that gets a higher term steps
+   down to follower at that term (taking a higher term is always safe), and the next
+   election -- after one election timeout -- includes every voter. A leader also never
+   grants a pre-vote: while it leads, no election is needed, and its check-quorum
+   (``leaderFallbackTimeout``) ends its leadership if it lost its majority.
 """
 
 from __future__ import annotations
@@ -83,6 +98,8 @@ from pysyncobj.transport import TransportNotReadyError
 
 PRE_VOTE = "rl_pre_vote"
 PRE_VOTE_RESPONSE = "rl_pre_vote_response"
+#: A voter's answer to an AppendEntries from a lower term: its own term (rule 9).
+TERM_NOTICE = "rl_term"
 #: What a voter takes from a read-only peer (rule 6).
 FROM_LEARNER = frozenset({"apply_command", "next_node_idx"})
 #: What a learner takes (from the voters it dials: nobody else can reach it).
@@ -121,6 +138,8 @@ def on_message(self, node, message) -> None:
         _dropped(node, kind)
         return
     if kind == "append_entries":
+        if _from_lower_term(self, node, message):
+            return
         message = _held_entries_skipped(self, message)
     elif kind == "request_vote":
         if message.get("term", 0) > _get(self, "raftCurrentTerm") and _sticky(self):
@@ -130,6 +149,9 @@ def on_message(self, node, message) -> None:
         return
     elif kind == PRE_VOTE_RESPONSE:
         _count_pre_vote(self, node, message)
+        return
+    elif kind == TERM_NOTICE:
+        _take_higher_term(self, message)
         return
     try:
         ORIGINALS["on_message"](self, node, message)
@@ -197,6 +219,35 @@ def _held_entries_skipped(self, message: dict) -> dict:
                 commit_index=min(message.get("commit_index", 0), verified))
 
 
+def _from_lower_term(self, node, message: dict) -> bool:
+    """An AppendEntries from a leader at a term below ours (rule 9): tell it our term
+    (a voter's answer; a learner's term is the leader's) and drop the message, as
+    pysyncobj would have."""
+    term = message.get("term")
+    current = _get(self, "raftCurrentTerm")
+    if not isinstance(term, int) or term >= current:
+        return False
+    if _get(self, "selfNode") is not None and node in _get(self, "otherNodes"):
+        _get(self, "transport").send(node, {"type": TERM_NOTICE, "term": current})
+    return True
+
+
+def _take_higher_term(self, message: dict) -> None:
+    """A voter told us of a term past ours (rule 9): take it as a follower; a leader
+    steps down (Raft's rule for any message with a higher term)."""
+    term = message.get("term")
+    if not isinstance(term, int) or term <= _get(self, "raftCurrentTerm"):
+        return
+    was_leader = _get(self, "raftState") == _LEADER
+    _get(self, "setCurrentTerm")(term, None)
+    _get(self, "setState")(_FOLLOWER)
+    _put(self, "raftLeader", None)
+    _put(self, "raftElectionDeadline", monotonic() + _get(self, "generateRaftTimeout")())
+    if was_leader:
+        _get(self, "onLeaderChanged")()
+        logger.warning("raftlog: stepped down as leader: a voter is at term %d", term)
+
+
 def _conflict_start(self, idx: int) -> int | None:
     """Where the leader should resume after our entry ``idx`` conflicted with its
     term there (rule 7): the first entry of our run of that term -- none of that run
@@ -262,6 +313,7 @@ def _log_up_to_date(self, message: dict) -> bool:
 def _answer_pre_vote(self, node, message: dict) -> None:
     current = _get(self, "raftCurrentTerm")
     granted = (message.get("term", 0) > current
+               and _get(self, "raftState") != _LEADER  # (rule 9)
                and not _sticky(self) and _log_up_to_date(self, message))
     _get(self, "transport").send(node, {"type": PRE_VOTE_RESPONSE, "term": message.get("term"),
                                         "granted": granted, "current_term": current})

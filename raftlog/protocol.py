@@ -172,16 +172,18 @@ class FrameDecoder(FrameBuffer):
         if length > self.max_frame_bytes:
             raise RemoteProtocolError(
                 f"frame of {length} bytes exceeds the maximum of {self.max_frame_bytes} "
-                f"({self.limit_name})"
+                f"({self.limit_name}){self._hint()}"
             )
         if length < 4:
-            raise RemoteProtocolError(f"frame length {length} is shorter than its header length field")
+            raise RemoteProtocolError(f"frame length {length} is shorter than its header "
+                                      f"length field{self._hint()}")
         end = pos + 4 + length
         if len(buf) < end:
             return None
         (hlen,) = struct.unpack_from("<I", buf, pos + 4)
         if hlen > length - 4 or hlen > MAX_HEADER_BYTES or hlen == 0:
-            raise RemoteProtocolError(f"header length {hlen} does not fit frame of {length} bytes")
+            raise RemoteProtocolError(f"header length {hlen} does not fit frame of {length} "
+                                      f"bytes{self._hint()}")
         hstart = pos + PREFIX_SIZE
         if self.entries_max is not None and hlen > SCAN_HEADER_BYTES_MIN:
             try:
@@ -199,7 +201,18 @@ class FrameDecoder(FrameBuffer):
         with memoryview(buf) as view:
             body = bytes(view[hstart + hlen : end])
         self._consumed(end)
+        self._framed = True
         return Frame(header, body)
+
+    def _hint(self) -> str:
+        """For an error in the connection's first frame: what the peer speaks instead,
+        when its first bytes say (a client pointed at the Raft port, a TLS listener ...)."""
+        if getattr(self, "_framed", False):
+            return ""
+        from .wire_sniff import foreign_hint
+
+        hint = foreign_hint(self.head(16))
+        return f": {hint}" if hint else ""
 
 
 # --------------------------------------------------------------------------- field tables

@@ -28,6 +28,8 @@ _KAFKA_FIRST_SIZE_MAX = 1 << 24
 _CBOR_MAP_FIRST, _CBOR_MAP_LAST = 0xA0, 0xBF
 
 NATIVE, KAFKA = "native", "kafka"
+#: The first bytes the Raft port sends (metadata/raft_hello.py's challenge).
+RAFT_HELLO_MAGIC = b"RLRAFT"
 
 
 def looks_native(head: bytes) -> bool:
@@ -52,4 +54,20 @@ def sniff(head: bytes) -> str | None:
     native, kafka = looks_native(head), looks_kafka(head)
     if native != kafka:
         return NATIVE if native else KAFKA
+    return None
+
+
+def foreign_hint(head: bytes) -> str | None:
+    """What a peer whose first bytes are no raftlog frame speaks, as advice for the
+    person who pointed a client (or a node) at it; None when it is not recognised."""
+    if head.startswith(RAFT_HELLO_MAGIC):
+        return ("it is a raftlog Raft port (the metadata quorum's raft.port), not a client "
+                "listener: use the node's port (raftlog up: 9092 and up)")
+    if len(head) >= 3 and head[0] in (0x15, 0x16) and head[1] == 0x03:
+        return ("it speaks TLS: connect with security.protocol=SSL (or SASL_SSL) and its CA "
+                "(ssl.cafile)")
+    if head.startswith(b"HTTP/") or head[:4] in (b"GET ", b"POST", b"PUT "):
+        return "it speaks HTTP (a metrics or web port?), not raftlog's protocol"
+    if len(head) >= SNIFF_BYTES and looks_kafka(head):
+        return "it speaks Kafka's protocol: use the node's native port, or a Kafka client"
     return None

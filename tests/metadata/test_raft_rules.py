@@ -274,3 +274,53 @@ def test_the_reset_never_goes_back_to_committed_entries(node):
     node.sent.clear()
     node.append(4, 12, 2, [], commit=9)
     assert node.acks() == [(10, False)]
+
+
+# --------------------------------------------------------------------------- rule 9: terms
+
+
+def test_a_voter_past_the_leaders_term_answers_its_append_entries_with_its_term(node):
+    """A candidate whose term passed the leader's (its pre-vote was granted just before
+    the others saw the new leader) was refused by the sticky voters and ignored the
+    leader's lower-term AppendEntries for good; it now tells the leader its term."""
+    _five(node)
+    obj = node.obj
+    obj._SyncObj__setCurrentTerm(3, obj._SyncObj__selfNode.id)
+    obj._SyncObj__raftState = raft_rules._CANDIDATE
+    obj._SyncObj__raftLeader = None
+    node.append(2, 6, 1, [(7, 2)], commit=6)
+    assert node.log()[-1] == (6, 1)  # nothing from a lower term is taken
+    assert obj._SyncObj__raftCurrentTerm == 3 and obj._SyncObj__raftLeader is None
+    assert [(to, m) for to, m in node.sent] == [(LEADER, {"type": raft_rules.TERM_NOTICE,
+                                                           "term": 3})]
+    node.sent.clear()
+    node.append(3, 6, 1, [(7, 3)], commit=6)  # a leader at our term is followed
+    assert node.log()[-1] == (7, 3)
+    assert not [m for _, m in node.sent if m["type"] == raft_rules.TERM_NOTICE]
+
+
+def test_a_leader_told_of_a_higher_term_steps_down_and_takes_it(node):
+    _five(node)
+    obj = node.obj
+    obj._SyncObj__setCurrentTerm(2, None)
+    obj._SyncObj__onBecomeLeader()
+    assert obj._SyncObj__raftState == raft_rules._LEADER
+    node.deliver(OTHER, {"type": raft_rules.TERM_NOTICE, "term": 2})  # not higher: nothing
+    assert obj._SyncObj__raftState == raft_rules._LEADER
+    node.deliver(OTHER, {"type": raft_rules.TERM_NOTICE, "term": 3})
+    assert obj._SyncObj__raftState == raft_rules._FOLLOWER
+    assert obj._SyncObj__raftCurrentTerm == 3 and obj._SyncObj__raftLeader is None
+    assert obj._SyncObj__votedForNodeId is None  # free to vote in term 3's elections
+
+
+def test_a_leader_grants_no_pre_vote_even_before_it_heard_from_a_majority(node):
+    _five(node)
+    obj = node.obj
+    obj._SyncObj__setCurrentTerm(2, None)
+    obj._SyncObj__onBecomeLeader()
+    obj._SyncObj__lastResponseTime.clear()  # just elected: nobody answered yet
+    node.sent.clear()
+    node.deliver(OTHER, {"type": raft_rules.PRE_VOTE, "term": 3, "last_log_index": 99,
+                         "last_log_term": 9})
+    assert [m["granted"] for _, m in node.sent if m["type"] == raft_rules.PRE_VOTE_RESPONSE] \
+        == [False]

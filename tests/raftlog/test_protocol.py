@@ -244,3 +244,29 @@ def test_responses_come_back_typed_and_shape_checked():
     rid, _ = c.send_request(Api.PRODUCE, {"parts": [["t", 0, 0]]})
     c.receive_data(encode_frame({"id": rid, "error": 42, "message": "no"}))
     assert c.next_response().header == {"id": rid, "error": 42, "message": "no"}
+
+
+# A client pointed at another port gets told what answers there, not only a frame size.
+def test_first_frame_error_names_a_raft_port():
+    from raftlog.metadata import raft_hello
+
+    d = FrameDecoder()
+    d.receive_data(raft_hello.challenge(b"n" * raft_hello.NONCE_BYTES))
+    with pytest.raises(RemoteProtocolError, match="raftlog Raft port .* use the node's port"):
+        d.next_frame()
+
+
+def test_first_frame_error_names_an_http_server():
+    d = FrameDecoder()
+    d.receive_data(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+    with pytest.raises(RemoteProtocolError, match="speaks HTTP"):
+        d.next_frame()
+
+
+def test_later_frame_errors_carry_no_guess():
+    d = FrameDecoder()
+    d.receive_data(encode_request(Api.METADATA, 1, {}) + b"RLRAFT\x00\x01" + b"x" * 32)
+    assert d.next_frame() is not None
+    with pytest.raises(RemoteProtocolError) as e:
+        d.next_frame()
+    assert "Raft port" not in str(e.value)
