@@ -1,6 +1,7 @@
 """Metadata quorum benchmark on a local 3-node cluster (real node processes).
 
     python bench/metadata.py [--json] [--topics 200] [--failovers 20] [--starts 0] [--rejoins 5]
+                             [--leader-pauses 0]
 
 * ``topic_creations_s``: CreateTopics requests per second, one at a time, through one node
   (each is a Raft commit: journal msync on a majority, then applied);
@@ -11,6 +12,14 @@
 * ``rejoin_elections``: controller elections caused by ``--rejoins`` follower voters
   cut off from the others' Raft traffic for 1.5 s and healed (``rejoin_epoch_growth``:
   the controller epoch's growth per rejoin);
+* ``leader_pauses`` (``--leader-pauses N``): N times the controller's process is paused
+  (SIGSTOP) for 0.15-0.5 s -- about one election timeout, so a follower's pre-vote is
+  granted and the leader is back before its election -- and resumed, 1 s apart;
+  ``leader_unknown_warnings``: the nodes' ``metadata_leader_unknown`` warnings (a voter
+  that knew no leader for 5 s: before Raft rule 9 a voter whose election ran past the
+  leader's term stayed a candidate for good), ``leader_step_downs``: leaders that took a
+  voter's higher term (rule 9), ``stuck_voters``: nodes that name no controller (or
+  another one) 10 s after the last pause;
 * ``critical_lines``: CRITICAL lines (pysyncobj's "state machine may have diverged"
   and any other) in every node log of the run; ``--starts N`` adds N fresh 3-node
   clusters, each started, used for one RF3 topic and stopped.
@@ -169,6 +178,36 @@ def rejoin_elections(rejoins: int, cut_s: float = 1.5) -> list[int]:
     return out
 
 
+def leader_pauses(pauses: int, seed: int = 1) -> dict:
+    """Pause the controller about one election timeout, again and again (see above)."""
+    import random
+
+    rng = random.Random(seed)
+    c = Cluster()
+    try:
+        c.wait_registered()
+        for _ in range(pauses):
+            controller = _retry(lambda: (cid := Admin(c.bootstrap(1)).describe_cluster().controller_id) > 0 and cid or 1 / 0)
+            c.procs[controller].send_signal(signal.SIGSTOP)
+            time.sleep(rng.uniform(0.15, 0.5))
+            c.procs[controller].send_signal(signal.SIGCONT)
+            time.sleep(1.0)
+        time.sleep(10.0)
+        logs, views = "", {}
+        for i in c.ports:  # the leader each node last logged it follows (metadata_leader)
+            with open(os.path.join(c.dir, f"node-{i}.log"), errors="replace") as f:
+                text = f.read()
+            logs += text
+            follows = [ln for ln in text.splitlines() if "event=metadata_leader " in ln]
+            views[i] = follows[-1].split("leader=")[1].split()[0] if follows else "-1"
+        agreed = max(set(views.values()), key=list(views.values()).count)
+        stuck = [i for i, v in views.items() if v != agreed or v == "-1"]
+    finally:
+        c.stop()
+    return {"leader_pauses": pauses, "leader_unknown_warnings": logs.count("metadata_leader_unknown"),
+            "leader_step_downs": logs.count("stepped down as leader"), "stuck_voters": stuck}
+
+
 def bench(topics: int, failovers: int, starts: int = 0, clients: int = 8) -> dict:
     c = Cluster()
     lines: list[str] = []
@@ -215,8 +254,12 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=8, help="clients creating topics at once")
     ap.add_argument("--rejoins", type=int, default=5,
                     help="Raft partitions of a follower voter, healed: elections they cause")
+    ap.add_argument("--leader-pauses", type=int, default=0,
+                    help="pause the controller ~one election timeout N times (Raft rule 9)")
     args = ap.parse_args()
     res = bench(args.topics, args.failovers, args.starts, args.clients)
+    if args.leader_pauses:
+        res.update(leader_pauses(args.leader_pauses))
     if args.rejoins:
         grew = rejoin_elections(args.rejoins)
         res.update(rejoins=len(grew), rejoin_elections=sum(grew), rejoin_epoch_growth=grew)
