@@ -180,34 +180,48 @@ def node_factory(tmp_path):
 #: own blocks (which use the README's fixed ports), so that at most one of them loads the
 #: machine at a time while the other worker takes the many short tests.
 SERIAL_DIRS = ("jepsen", "deploy", "docs")
+#: Slow tests that run beside the serial group, each file (or test) as a group of its own
+#: (one Spark session, one node): the serial group alone took 1439 s of a 1471-s CI run
+#: while the other worker was done after 673 s. xdist's loadgroup hands a worker another
+#: group only when it is nearly out of work, so these go to the worker without the serial
+#: group. They use free ports (the README blocks, with their fixed ports, stay serial).
+APART = {
+    "tests/client/test_spark.py": "spark",
+    "tests/deploy/test_ansible.py::test_deploy_roundtrip_and_rolling_restart_lose_nothing":
+        "ansible",
+}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
         parts = item.nodeid.split("/")
-        if item.get_closest_marker("slow") or (len(parts) > 1 and parts[1] in SERIAL_DIRS):
+        apart = APART.get(item.nodeid.split("[")[0]) or APART.get(item.nodeid.split("::")[0])
+        if apart is not None:
+            item.add_marker(pytest.mark.xdist_group(apart))
+        elif item.get_closest_marker("slow") or (len(parts) > 1 and parts[1] in SERIAL_DIRS):
             item.add_marker(pytest.mark.xdist_group("serial"))
 
 
-#: Seconds of test time per xdist worker, and the serial group's share (the suite's
-#: wall time is about the busiest worker's): printed at the end so the CI log shows
-#: which side of the 25-minute budget is the critical path.
+#: Seconds of test time per xdist worker and group (the suite's wall time is about the
+#: busiest worker's): printed at the end so the CI log shows the critical path.
 _WORKER_SECONDS: dict = {}
 
 
 def pytest_runtest_logreport(report):
     node = getattr(report, "node", None)  # (set on the controller's copy under xdist)
     worker = getattr(getattr(node, "gateway", None), "id", "main")
-    serial = "@serial" in report.nodeid
-    key = (worker, serial)
+    group = report.nodeid.rsplit("@", 1)[1] if "@" in report.nodeid.rsplit("::", 1)[-1] else ""
+    key = (worker, group)
     _WORKER_SECONDS[key] = _WORKER_SECONDS.get(key, 0.0) + report.duration
 
 
 def pytest_terminal_summary(terminalreporter):
     if not _WORKER_SECONDS:
         return
-    workers = sorted({w for w, _ in _WORKER_SECONDS})
-    parts = [f"{w} {_WORKER_SECONDS.get((w, False), 0) + _WORKER_SECONDS.get((w, True), 0):.0f}s"
-             f" (serial group {_WORKER_SECONDS.get((w, True), 0):.0f}s)" for w in workers]
-    terminalreporter.write_line("test seconds per worker: " + ", ".join(parts))
+    parts = []
+    for w in sorted({w for w, _ in _WORKER_SECONDS}):
+        mine = {g: t for (w2, g), t in _WORKER_SECONDS.items() if w2 == w}
+        groups = ", ".join(f"{g} {t:.0f}s" for g, t in sorted(mine.items()) if g)
+        parts.append(f"{w} {sum(mine.values()):.0f}s" + (f" (groups: {groups})" if groups else ""))
+    terminalreporter.write_line("test seconds per worker: " + "; ".join(parts))

@@ -340,6 +340,17 @@ def test_the_metadata_quorum_is_described_on_both_listeners_and_the_cli(kc, caps
     assert p["error"] is None and sorted(n["node_id"] for n in got["nodes"]) == [1, 2, 3]
     voters = {v["replica_id"]: v for v in p["current_voters"]}
     assert sorted(voters) == [1, 2, 3] and all(v["log_end_offset"] > 0 for v in voters.values())
+    # a user's mistakes: another topic, another partition of the metadata log
+    admin = KafkaAdminClient(bootstrap_servers=addrs[other])
+    try:
+        for topic, partition in (("payments", 0), ("__cluster_metadata", 1)):
+            wrong = admin._manager.run(admin._async_describe_quorum, topic, partition)
+            [row] = wrong["topics"][0]["partitions"]
+            assert "UnknownTopicOrPartition" in row["error"], row
+            assert "__cluster_metadata-0" in row["error"] and row["leader_id"] == -1, row
+            assert row["current_voters"] == [], row
+    finally:
+        admin.close()
     assert cli(["cluster", "quorum", "--bootstrap-server", cluster.bootstrap]) == 0
     out = capsys.readouterr().out
     assert f"controller {controller}, term" in out and "(controller)" in out
