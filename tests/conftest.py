@@ -211,7 +211,9 @@ _WORKER_SECONDS: dict = {}
 def pytest_runtest_logreport(report):
     node = getattr(report, "node", None)  # (set on the controller's copy under xdist)
     worker = getattr(getattr(node, "gateway", None), "id", "main")
-    group = report.nodeid.rsplit("@", 1)[1] if "@" in report.nodeid.rsplit("::", 1)[-1] else ""
+    # (xdist appends "@group"; a parameter id may hold an "@" too)
+    tail = report.nodeid.rsplit("@", 1)[-1] if "@" in report.nodeid else ""
+    group = tail if tail.replace("-", "").replace("_", "").isalnum() else ""
     key = (worker, group)
     _WORKER_SECONDS[key] = _WORKER_SECONDS.get(key, 0.0) + report.duration
 
