@@ -146,10 +146,18 @@ def test_list_describe_lso_and_lag_of_an_open_transaction(cluster):
         rc, text, _ = cli(cluster, "groups", "describe", "ops-g")
         assert "against the last stable offset (read_committed)" in text
 
-        p.commit_transaction()
+        p.commit_transaction()  # (answered once PrepareCommit is durable)
         until(lambda: _ends(cluster, topic) == {0: (5, 5), 1: (2, 2)}, timeout_s=15)
-        rc, out, _ = cli(cluster, "transactions", "describe", "ops-1", "--json")
-        d = json.loads(out)
+
+        def described() -> dict:
+            rc, out, err = cli(cluster, "transactions", "describe", "ops-1", "--json")
+            assert rc == 0, err
+            return json.loads(out)
+
+        # the coordinator records CompleteCommit once every marker is written: the LSOs
+        # above move a moment before it (a CI run under load described PrepareCommit)
+        until(lambda: described()["state"] != "PrepareCommit", timeout_s=15)
+        d = described()
         assert d["state"] == "CompleteCommit" and d["partitions"] == []
         assert d["duration_ms"] is None
     finally:
