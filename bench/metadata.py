@@ -82,6 +82,13 @@ class Cluster:
     def bootstrap(self, i: int) -> str:
         return f"127.0.0.1:{self.ports[i]}"
 
+    def controller(self) -> int:
+        """The active controller's node id (retried while none is elected)."""
+        def ask():
+            with Admin(self.bootstrap(1)) as a:
+                return (cid := a.describe_cluster().controller_id) > 0 and cid or 1 / 0
+        return _retry(ask)
+
     def stop(self) -> list[str]:
         """Stop every node; the CRITICAL lines of their logs."""
         for p in self.procs.values():
@@ -187,7 +194,7 @@ def leader_pauses(pauses: int, seed: int = 1) -> dict:
     try:
         c.wait_registered()
         for _ in range(pauses):
-            controller = _retry(lambda: (cid := Admin(c.bootstrap(1)).describe_cluster().controller_id) > 0 and cid or 1 / 0)
+            controller = c.controller()
             c.procs[controller].send_signal(signal.SIGSTOP)
             time.sleep(rng.uniform(0.15, 0.5))
             c.procs[controller].send_signal(signal.SIGCONT)
@@ -221,7 +228,7 @@ def bench(topics: int, failovers: int, starts: int = 0, clients: int = 8) -> dic
         concurrent_s = _concurrent_creations(c, topics, clients)
         times = []
         for k in range(failovers):
-            controller = _retry(lambda: (cid := Admin(c.bootstrap(1)).describe_cluster().controller_id) > 0 and cid or 1 / 0)
+            controller = c.controller()
             survivor = next(i for i in c.ports if i != controller)
             c.procs[controller].send_signal(signal.SIGKILL)
             c.procs[controller].wait()

@@ -57,6 +57,8 @@ class Heartbeats:
         self._reassign_checked = (None, 0)  # (state, node ms) last looked at for completions
         #: set when a heartbeat connection closes: the duty looks at once, not at its tick
         self._wake = trio.Event()
+        #: (metadata leader last seen, since when, last warned) for _watch_leader
+        self._leader_seen: tuple = (object(), 0.0, 0.0)
 
     # ------------------------------------------------------------------ controller side
 
@@ -196,7 +198,7 @@ class Heartbeats:
         """Log the metadata leader this node follows when it changes, and a warning with
         this voter's view of the quorum while it knows none (see LEADER_UNKNOWN_WARN_S)."""
         now = trio.current_time()
-        seen = getattr(self, "_leader_seen", (object(), now, now))
+        seen = self._leader_seen
         if leader != seen[0]:
             self.events.info("metadata_leader", leader=-1 if leader is None else leader,
                              term=self.store.quorum.term)

@@ -162,6 +162,7 @@ class FrameDecoder(FrameBuffer):
         assert max_frame_bytes > PREFIX_SIZE
         super().__init__(max_frame_bytes)
         self.entries_max = entries_max
+        self._framed = False  # a frame was decoded (errors after it carry no guess)
 
     def next_frame(self) -> Frame | None:
         """The next complete frame, or None when more data is needed."""
@@ -206,8 +207,8 @@ class FrameDecoder(FrameBuffer):
 
     def _hint(self) -> str:
         """For an error in the connection's first frame: what the peer speaks instead,
-        when its first bytes say (a client pointed at the Raft port, a TLS listener ...)."""
-        if getattr(self, "_framed", False):
+        when its first bytes say (a client pointed at the Raft port or an HTTP server)."""
+        if self._framed:
             return ""
         from .wire_sniff import foreign_hint
 

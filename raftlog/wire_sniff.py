@@ -58,16 +58,12 @@ def sniff(head: bytes) -> str | None:
 
 
 def foreign_hint(head: bytes) -> str | None:
-    """What a peer whose first bytes are no raftlog frame speaks, as advice for the
-    person who pointed a client (or a node) at it; None when it is not recognised."""
+    """What a server whose first bytes are no raftlog frame is, as advice for the person
+    who pointed a client at it: servers that speak first (the Raft port's challenge, an
+    HTTP server's answer to our request); None when it is not recognised."""
     if head.startswith(RAFT_HELLO_MAGIC):
         return ("it is a raftlog Raft port (the metadata quorum's raft.port), not a client "
                 "listener: use the node's port (raftlog up: 9092 and up)")
-    if len(head) >= 3 and head[0] in (0x15, 0x16) and head[1] == 0x03:
-        return ("it speaks TLS: connect with security.protocol=SSL (or SASL_SSL) and its CA "
-                "(ssl.cafile)")
-    if head.startswith(b"HTTP/") or head[:4] in (b"GET ", b"POST", b"PUT "):
+    if head.startswith(b"HTTP/"):
         return "it speaks HTTP (a metrics or web port?), not raftlog's protocol"
-    if len(head) >= SNIFF_BYTES and looks_kafka(head):
-        return "it speaks Kafka's protocol: use the node's native port, or a Kafka client"
-    return None
+    return None  # (a Kafka client on the native port is told by node/server.py's sniff)
