@@ -68,6 +68,14 @@ PEER_TIMEOUT_S = 10.0
 #: passed whose abort is still being written is looked at again after this).
 TICK_MAX_S = 1.0
 TICK_MIN_S = 0.02
+#: How long a request that finds its transactional id's last transaction still
+#: completing (markers being written: CONCURRENT_TRANSACTIONS) waits here for it before
+#: that answer goes out (the client then retries). A commit returns once the decision is
+#: durable, so the next transaction's first AddPartitionsToTxn nearly always meets its
+#: predecessor's markers: waiting for them here answers it the moment they are written,
+#: not at the client's next backoff step. (Below every Kafka client's request timeout:
+#: 30 s and more.)
+CONCURRENT_WAIT_S = 5.0
 
 
 class TxnHost:
@@ -102,6 +110,9 @@ class TxnHost:
         #: about the transaction the marker just closed)
         self._verifying: dict[int, list] = {}
         self._poked = trio.Event()
+        #: transactional id -> set when its markers' delivery (and the Complete* write)
+        #: ends, however it ends: what a CONCURRENT_TRANSACTIONS request waits for
+        self._completing: dict[str, trio.Event] = {}
         #: the group coordinator's host (node/coordinator.py): told of the markers
         #: appended to ``__consumer_offsets`` (transactional offset commits)
         self.groups = None
@@ -278,6 +289,7 @@ class TxnHost:
             outcome = self.coordinator.persisted(w)
         for e in outcome.effects:
             if isinstance(e, SendMarkers):
+                self._completing.setdefault(e.transactional_id, trio.Event())
                 self.nursery.start_soon(self._deliver, e)
         if outcome.error is not ErrorCode.NONE:
             raise ApiError(outcome.error, _ERROR_TEXT.get(outcome.error, ""))
@@ -286,8 +298,17 @@ class TxnHost:
     # ------------------------------------------------------------------ markers
 
     async def _deliver(self, m: SendMarkers) -> None:
-        """Write the markers to every partition's leader, retrying (backoff) while this
-        node coordinates the transaction at ``m.coordinator_epoch``; then complete."""
+        """Write the markers to every partition's leader (the leaders in parallel),
+        retrying (backoff) while this node coordinates the transaction at
+        ``m.coordinator_epoch``; then complete. Wakes the requests waiting for it."""
+        try:
+            await self._deliver_markers(m)
+        finally:
+            ev = self._completing.pop(m.transactional_id, None)
+            if ev is not None:
+                ev.set()
+
+    async def _deliver_markers(self, m: SendMarkers) -> None:
         left = set(m.partitions)
         backoff = MARKER_BACKOFF_S[0]
         p = self.coordinator.partition_for(m.transactional_id)
@@ -300,13 +321,17 @@ class TxnHost:
                     by_leader.setdefault(self._leader_of(*tp), []).append(tp)
                 except ApiError:  # (the topic is gone: nothing to mark)
                     left.discard(tp)
-            for leader, tps in by_leader.items():
-                done, fenced = await self._send_markers(leader, m, tps)
-                if fenced:
-                    self.events.warning("txn_markers_fenced",
-                                        transactional_id=m.transactional_id,
-                                        coordinator_epoch=m.coordinator_epoch)
-                    return
+            results: list = []
+
+            async with trio.open_nursery() as each:
+                for leader, tps in by_leader.items():
+                    each.start_soon(self._send_markers_into, results, leader, m, tps)
+            if any(fenced for _done, fenced in results):
+                self.events.warning("txn_markers_fenced",
+                                    transactional_id=m.transactional_id,
+                                    coordinator_epoch=m.coordinator_epoch)
+                return
+            for done, _fenced in results:
                 left -= done
             if left:
                 await trio.sleep(backoff)
@@ -335,6 +360,10 @@ class TxnHost:
                 pass
         for leader, tps in by_leader.items():
             await self._send_markers(leader, m, tps)
+
+    async def _send_markers_into(self, results: list, leader: int, m: SendMarkers,
+                                 tps: list) -> None:
+        results.append(await self._send_markers(leader, m, tps))
 
     async def _send_markers(self, leader: int, m: SendMarkers, tps: list) -> tuple[set, bool]:
         """(partitions marked, whether a leader refused the coordinator epoch)."""
@@ -464,13 +493,28 @@ class TxnHost:
 
     # ------------------------------------------------------------------ requests
 
+    async def _waiting(self, tid: str, step) -> dict:
+        """``await step()`` (a coordinator call and its outcome); while it answers
+        CONCURRENT_TRANSACTIONS and ``tid``'s last transaction is completing here, wait
+        (CONCURRENT_WAIT_S in all at most) for that to end and ask again."""
+        deadline = trio.current_time() + CONCURRENT_WAIT_S
+        while True:
+            try:
+                return await step()
+            except ApiError as e:
+                ev = self._completing.get(tid)
+                if (e.code is not ErrorCode.CONCURRENT_TRANSACTIONS or ev is None
+                        or trio.current_time() >= deadline):
+                    raise
+                with trio.move_on_at(deadline):
+                    await ev.wait()
+
     async def init_producer_id(self, fields: dict) -> dict:
         tid = fields["transactional_id"]
         self.locate(tid)  # (creates the topic on first use)
-        out = self.coordinator.init_producer_id(
+        return await self._waiting(tid, lambda: self._finish(self.coordinator.init_producer_id(
             tid, fields["transaction_timeout_ms"], self.now_ms(),
-            producer_id=fields["producer_id"], producer_epoch=fields["producer_epoch"])
-        return await self._finish(out)
+            producer_id=fields["producer_id"], producer_epoch=fields["producer_epoch"])))
 
     async def add_partitions(self, fields: dict) -> dict:
         tid, pid, epoch = fields["transactional_id"], fields["producer_id"], fields["producer_epoch"]
@@ -484,9 +528,9 @@ class TxnHost:
             if t not in self.store.topics or p >= len(self.store.topics[t].partitions):
                 raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                f"unknown partition {t}-{p}: nothing was added")
-        await self._finish(self.coordinator.add_partitions(
+        await self._waiting(tid, lambda: self._finish(self.coordinator.add_partitions(
             tid, pid, epoch, tps, self.now_ms(),
-            transaction_version=fields.get("transaction_version", 2)))
+            transaction_version=fields.get("transaction_version", 2))))
         return {"parts": [PartitionResult(t, p, 0, "") for t, p in tps]}
 
     async def add_offsets(self, fields: dict) -> dict:
@@ -494,10 +538,11 @@ class TxnHost:
             n = self.groups.coordinator.config.offsets_partitions
             if self.coordinator.config.offsets_partitions != n:
                 self.coordinator.config = replace(self.coordinator.config, offsets_partitions=n)
-        await self._finish(self.coordinator.add_offsets(
-            fields["transactional_id"], fields["producer_id"], fields["producer_epoch"],
+        tid = fields["transactional_id"]
+        await self._waiting(tid, lambda: self._finish(self.coordinator.add_offsets(
+            tid, fields["producer_id"], fields["producer_epoch"],
             fields["group"], self.now_ms(),
-            transaction_version=fields.get("transaction_version", 2)))
+            transaction_version=fields.get("transaction_version", 2))))
         return {}
 
     async def end_txn(self, fields: dict) -> dict:

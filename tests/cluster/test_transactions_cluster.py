@@ -96,6 +96,33 @@ def test_commit_is_seen_abort_is_not(cluster):
     assert all(v.startswith((b"commit-", b"abort-")) for v in everything)
 
 
+def test_the_next_transaction_is_not_answered_concurrent_transactions(cluster):
+    """A commit returns once the decision is durable, so the next transaction's first
+    AddPartitionsToTxn meets the last one's markers still being written: the coordinator
+    answers it once they are (and CompleteCommit is), not with CONCURRENT_TRANSACTIONS
+    that the client would sleep on and ask again."""
+    topic = _topic(cluster, "txn-back-to-back", partitions=3)
+    p = Producer(cluster.bootstrap, transactional_id="back-to-back")
+    want = []
+    try:
+        p.init_transactions()  # (may back off while __transaction_state is created)
+        p._txn.stats.clear()
+        for i in range(6):
+            p.begin_transaction()
+            for part in range(3):
+                values = [b"%d-%d-%d" % (i, part, j) for j in range(50)]
+                p.send_many(topic, values, partition=part)
+                want += values
+            p.commit_transaction()
+        stats = dict(p._txn.stats)
+    finally:
+        p.close()
+    assert stats["ADD_PARTITIONS_TO_TXN"][0] == 18, stats
+    assert "backoff" not in stats, stats  # (no CONCURRENT_TRANSACTIONS reached the client)
+    got = _read(cluster.bootstrap, topic, 3, "read_committed", len(want))
+    assert sorted(got) == sorted(want)
+
+
 @pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
 def test_position_moves_past_markers_and_aborted_batches_at_the_end(cluster, isolation):
     """A partition ending in a commit marker, or in an aborted transaction and its
