@@ -43,9 +43,11 @@ def refusal(principal: str, op: Operation, rtype: ResourceType, name: str,
     """The *_AUTHORIZATION_FAILED error of a refused need, its message naming the
     ``raftlog acls add`` command that would allow it."""
     what = "the cluster" if rtype is CLUSTER else f"{rtype.value} {name!r}"
-    hint = f"`{grant_command(principal, op, rtype, name)}`"
-    if rtype is TRANSACTIONAL_ID and op is DESCRIBE:
-        hint += " (a transactional producer needs --operation write, which implies describe)"
+    if rtype is TRANSACTIONAL_ID and op is DESCRIBE:  # (most often a producer's first call)
+        hint = (f"`{grant_command(principal, WRITE, rtype, name)}` (a transactional "
+                "producer's; --operation describe lets it describe the id only)")
+    else:
+        hint = f"`{grant_command(principal, op, rtype, name)}`"
     return ApiError(_CODES[rtype], f"{principal} may not {op.value} {what}"
                     f"{f' ({api.name})' if api is not None else ''}: allow it with {hint}")
 

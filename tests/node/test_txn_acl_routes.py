@@ -97,8 +97,10 @@ def test_the_refusal_says_which_acl_to_add():
         AclCheck(ALICE, Authorizer(ACLS)).check_route(
             Api.FIND_COORDINATOR, ROUTES[Api.FIND_COORDINATOR].acl,
             {"key": "payments", "key_type": 1})
-    assert "--operation describe --transactional-id payments" in e.value.message
-    assert "needs --operation write" in e.value.message
+    assert e.value.message.startswith("User:alice may not describe transactional_id "
+                                      "'payments' (FIND_COORDINATOR)")
+    assert ("`raftlog acls add --principal User:alice --operation write --transactional-id "
+            "payments` (a transactional producer's; --operation describe") in e.value.message
 
 
 def test_describe_and_list_transactions_are_filtered():
@@ -116,7 +118,7 @@ def test_describe_and_list_transactions_are_filtered():
         ("audit", ErrorCode.TRANSACTIONAL_ID_NOT_FOUND)]  # one per id, in request order
     assert rows[0].partitions == [["orders", 0]]  # a topic it may not describe: left out
     assert rows[1].producer_id == -1 and rows[1].partitions == []  # nothing leaks
-    assert "--operation describe --transactional-id hidden" in rows[1].message
+    assert "may not describe transactional_id 'hidden'" in rows[1].message
     listed = [TxnListingRow("pay-1", 7, "Ongoing"), TxnListingRow("hidden", 8, "Ongoing"),
               TxnListingRow("audit", 9, "Empty")]
     rows = acl.filter_response(Api.LIST_TRANSACTIONS, {"transactions": listed})["transactions"]
