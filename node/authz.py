@@ -126,6 +126,15 @@ def coordinator_key(fields) -> list:
     return [(DESCRIBE, rtype, fields["key"])]
 
 
+def add_partitions_to_txn(fields) -> list:
+    """A client's ADD_PARTITIONS_TO_TXN: WRITE on the transactional id, then on each
+    topic; a broker's ``verify_only`` one (KIP-890): CLUSTER_ACTION, as Kafka's v4."""
+    if fields.get("verify_only"):
+        return [(CLUSTER_ACTION, CLUSTER, CLUSTER_NAME)]
+    return ([(WRITE, TRANSACTIONAL_ID, fields["transactional_id"])]
+            + topics_of_parts(WRITE)(fields))
+
+
 def both(*fns):
     return lambda fields: [need for fn in fns for need in fn(fields)]
 

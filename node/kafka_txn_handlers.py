@@ -83,17 +83,19 @@ class KafkaTxnApis:
 
     async def _add_one(self, v: int, tid: str, pid: int, epoch: int, topics: list,
                        verify_only: bool, ctx: Context) -> list:
-        """One transaction's partitions added (or verified): its per-topic rows.
-        Without WRITE on the transactional id every partition is refused (53); a
-        partition the principal may not write, or that does not exist, is refused and
-        the others are not attempted (Kafka's rule): nothing is added then."""
+        """One transaction's partitions added (or verified): its per-topic rows. A
+        client's (v0-v3) without WRITE on the transactional id: every partition is
+        refused (53); a partition the principal may not write, or that does not exist,
+        is refused and the others are not attempted (Kafka's rule): nothing is added
+        then. v4 is the brokers' (CLUSTER_ACTION, checked by the caller), as Kafka."""
         tps = list(dict.fromkeys((t["name"], p) for t in topics for p in t["partitions"]))
         codes: dict = {}
         try:
             denied: set = set()
             try:
-                _authorize(Api.ADD_PARTITIONS_TO_TXN, ctx,
-                           {"transactional_id": tid, "parts": tps})
+                if v < 4:
+                    _authorize(Api.ADD_PARTITIONS_TO_TXN, ctx,
+                               {"transactional_id": tid, "parts": tps, "verify_only": False})
             except ApiError as e:
                 if e.code is not ErrorCode.TOPIC_AUTHORIZATION_FAILED:
                     raise

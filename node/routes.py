@@ -85,9 +85,7 @@ ROUTES: dict[Api, Route] = {
     # Transactions (node/txn_host.py): WRITE on the transactional id first (its
     # refusal is TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then Kafka's topic and group
     # needs. INIT_PRODUCER_ID with a transactional id: WRITE on it (check_init_producer_id).
-    Api.ADD_PARTITIONS_TO_TXN: Route(Mode.AWAITS, "txn_api",
-                                     Z.both(Z.transactional_id(Z.WRITE),
-                                            Z.topics_of_parts(Z.WRITE))),
+    Api.ADD_PARTITIONS_TO_TXN: Route(Mode.AWAITS, "txn_api", Z.add_partitions_to_txn),
     Api.ADD_OFFSETS_TO_TXN: Route(Mode.AWAITS, "txn_api",
                                   Z.both(Z.transactional_id(Z.WRITE), Z.group_field(Z.READ))),
     Api.END_TXN: Route(Mode.AWAITS, "txn_api", Z.transactional_id(Z.WRITE)),

@@ -126,3 +126,14 @@ def test_describe_and_list_transactions_are_filtered():
     everything = AclCheck("User:root", Authorizer(ACLS, super_users=frozenset({"User:root"})))
     assert everything.filter_response(Api.LIST_TRANSACTIONS, {"transactions": listed})[
         "transactions"] == listed
+
+
+def test_a_brokers_verify_only_add_partitions_needs_cluster_action_only():
+    verify = {**ids("other"), "parts": [["in", 0]], "verify_only": True}
+    assert check(Api.ADD_PARTITIONS_TO_TXN, verify) is ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    broker = ACLS + [binding("User:broker", "cluster", "kafka-cluster",
+                             operation="cluster_action")]
+    assert check(Api.ADD_PARTITIONS_TO_TXN, verify, broker, "User:broker") is ErrorCode.NONE
+    # (the broker may not add partitions of a client's transaction)
+    assert check(Api.ADD_PARTITIONS_TO_TXN, {**verify, "verify_only": False}, broker,
+                 "User:broker") is TXN_DENIED
