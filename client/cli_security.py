@@ -53,12 +53,31 @@ def cmd_users(args) -> int:
     return 0
 
 
+RESOURCE_OPTIONS = "--topic, --group, --cluster, --transactional-id"
+
+
 def _resource(args) -> tuple:
-    """(resource type, name) from --topic / --group / --cluster (at most one)."""
+    """(resource type, name) from --topic / --group / --cluster / --transactional-id (at
+    most one), or (list, remove) --resource-type alone: every name of that type."""
     given = [(t, n) for t, n in (("topic", args.topic), ("group", args.group),
-                                 ("cluster", "kafka-cluster" if args.cluster else None)) if n]
+                                 ("cluster", "kafka-cluster" if args.cluster else None),
+                                 ("transactional_id", args.transactional_id)) if n]
     if len(given) > 1:
-        raise ValueError("give one of --topic, --group, --cluster")
+        raise ValueError(f"give one of {RESOURCE_OPTIONS}")
+    if args.resource_type is not None:
+        from raftlog.acl import CLI_OPTIONS, AclError, ResourceType, resource_type
+
+        try:
+            rtype = resource_type(args.resource_type).value
+        except AclError as e:
+            raise ValueError(f"--resource-type: {e}") from None
+        if args.action == "add":
+            raise ValueError(f"acls add names its resource with one of {RESOURCE_OPTIONS} "
+                             "(--resource-type filters list and remove)")
+        if given and given[0][0] != rtype:
+            raise ValueError(f"--resource-type {rtype} contradicts "
+                             f"{CLI_OPTIONS[ResourceType(given[0][0])]}")
+        return (rtype, given[0][1]) if given else (rtype, None)
     return given[0] if given else (None, None)
 
 
@@ -67,8 +86,7 @@ def cmd_acls(args) -> int:
     with _admin(args) as admin:
         if args.action == "add":
             if not args.principal or not rtype:
-                raise ValueError("acls add needs --principal and one of --topic, --group, "
-                                 "--cluster")
+                raise ValueError(f"acls add needs --principal and one of {RESOURCE_OPTIONS}")
             ops = args.operation or ["all"]
             rows = [(args.principal, rtype, name, args.pattern or "literal", op,
                      "deny" if args.deny else "allow") for op in ops]
@@ -116,6 +134,11 @@ def add_parsers(sub, with_bootstrap) -> None:
     acls.add_argument("--topic")
     acls.add_argument("--group")
     acls.add_argument("--cluster", action="store_true")
+    acls.add_argument("--transactional-id", metavar="ID",
+                      help="a transactional producer's id (operations write, describe, all)")
+    acls.add_argument("--resource-type", metavar="TYPE",
+                      help="list, remove: only bindings of this type (topic, group, cluster, "
+                           "transactional_id)")
     acls.add_argument("--pattern", choices=["literal", "prefixed"],
                       help="resource pattern type (add: default literal)")
     acls.add_argument("--deny", action="store_true", help="a deny binding (default allow)")

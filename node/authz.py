@@ -2,27 +2,54 @@
 
 A requirement is a function ``(fields) -> [(Operation, ResourceType, name), ...]``:
 every triple must be allowed, else the request is answered with the resource type's
-*_AUTHORIZATION_FAILED code and nothing is done. Requests that only *read* a set of
-resources (METADATA, LIST_GROUPS, OFFSET_FETCH) are filtered instead (see
-:func:`filter_response`): what the principal may not describe looks unknown.
+*_AUTHORIZATION_FAILED code and nothing is done; its message names the
+``raftlog acls add`` command that would allow it. Requests that only *read* a set of
+resources (METADATA, LIST_GROUPS, OFFSET_FETCH, DESCRIBE_TRANSACTIONS,
+LIST_TRANSACTIONS) are filtered instead (see :meth:`AclCheck.filter_response`): what
+the principal may not describe looks unknown (or, for a transactional id it named,
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED in its row).
+
+Transactional ids (Kafka's KIP-98 rules): WRITE on the id for InitProducerId with it,
+AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit and a Produce carrying a
+transactional id (besides what those need on topics and groups); DESCRIBE (which WRITE
+implies) for FindCoordinator of key type 1, DescribeTransactions and ListTransactions.
 """
 
 from __future__ import annotations
 
-from raftlog.acl import CLUSTER_NAME, Authorizer, Operation, ResourceType
+from raftlog.acl import CLUSTER_NAME, Authorizer, Operation, ResourceType, grant_command
 from raftlog.errors import ApiError, ErrorCode
-from raftlog.protocol import Api, TopicMetadata
+from raftlog.protocol import Api, TopicMetadata, TxnDescriptionRow
 
 READ, WRITE, CREATE = Operation.READ, Operation.WRITE, Operation.CREATE
 DELETE, ALTER, DESCRIBE = Operation.DELETE, Operation.ALTER, Operation.DESCRIBE
 CLUSTER_ACTION = Operation.CLUSTER_ACTION
 TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
+TRANSACTIONAL_ID = ResourceType.TRANSACTIONAL_ID
 
 _CODES = {
     TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED,
     GROUP: ErrorCode.GROUP_AUTHORIZATION_FAILED,
     CLUSTER: ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+    TRANSACTIONAL_ID: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
 }
+#: The APIs whose answers :meth:`AclCheck.filter_response` filters.
+FILTERED_APIS = frozenset({Api.METADATA, Api.LIST_GROUPS, Api.OFFSET_FETCH,
+                           Api.DESCRIBE_TRANSACTIONS, Api.LIST_TRANSACTIONS})
+
+
+def refusal(principal: str, op: Operation, rtype: ResourceType, name: str,
+            api: Api | None = None) -> ApiError:
+    """The *_AUTHORIZATION_FAILED error of a refused need, its message naming the
+    ``raftlog acls add`` command that would allow it."""
+    what = "the cluster" if rtype is CLUSTER else f"{rtype.value} {name!r}"
+    if rtype is TRANSACTIONAL_ID and op is DESCRIBE:  # (most often a producer's first call)
+        hint = (f"`{grant_command(principal, WRITE, rtype, name)}` (a transactional "
+                "producer's; --operation describe lets it describe the id only)")
+    else:
+        hint = f"`{grant_command(principal, op, rtype, name)}`"
+    return ApiError(_CODES[rtype], f"{principal} may not {op.value} {what}"
+                    f"{f' ({api.name})' if api is not None else ''}: allow it with {hint}")
 
 
 #: Kafka's AclOperation codes (KIP-430 authorized-operations bit fields: bit n set =
@@ -34,6 +61,7 @@ SUPPORTED_OPERATIONS = {
     TOPIC: (READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE),
     GROUP: (READ, DELETE, DESCRIBE),
     CLUSTER: (CREATE, ALTER, DESCRIBE, CLUSTER_ACTION),
+    TRANSACTIONAL_ID: (WRITE, DESCRIBE),
 }
 #: The authorized-operations field of a response whose request did not ask for it.
 NOT_ASKED = -(2**31)
@@ -85,6 +113,28 @@ def group_names(op: Operation, key: str = "groups"):
     return lambda fields: [(op, GROUP, g) for g in set(fields[key])]
 
 
+def transactional_id(op: Operation, key: str = "transactional_id"):
+    """The transactional id ``fields[key]``; none when it is None (a Produce without
+    one, an idempotent producer's InitProducerId)."""
+    return lambda fields: ([] if fields.get(key) is None
+                           else [(op, TRANSACTIONAL_ID, fields[key])])
+
+
+def coordinator_key(fields) -> list:
+    """FIND_COORDINATOR: DESCRIBE on the group, or (key type 1) the transactional id."""
+    rtype = TRANSACTIONAL_ID if fields.get("key_type", 0) == 1 else GROUP
+    return [(DESCRIBE, rtype, fields["key"])]
+
+
+def add_partitions_to_txn(fields) -> list:
+    """A client's ADD_PARTITIONS_TO_TXN: WRITE on the transactional id, then on each
+    topic; a broker's ``verify_only`` one (KIP-890): CLUSTER_ACTION, as Kafka's v4."""
+    if fields.get("verify_only"):
+        return [(CLUSTER_ACTION, CLUSTER, CLUSTER_NAME)]
+    return ([(WRITE, TRANSACTIONAL_ID, fields["transactional_id"])]
+            + topics_of_parts(WRITE)(fields))
+
+
 def both(*fns):
     return lambda fields: [need for fn in fns for need in fn(fields)]
 
@@ -112,8 +162,7 @@ class AclCheck:
         """Raise the *_AUTHORIZATION_FAILED ApiError of the first need not allowed."""
         for op, rtype, name in needs:
             if not self.allowed(op, rtype, name):
-                raise ApiError(_CODES[rtype], f"{self.principal} may not {op.value} "
-                               f"{rtype.value} {name!r} ({api.name})")
+                raise refusal(self.principal, op, rtype, name, api)
 
     def check_route(self, api: Api, acl, fields) -> None:
         """Raise the *_AUTHORIZATION_FAILED ApiError unless the requirement ``acl`` of
@@ -134,10 +183,16 @@ class AclCheck:
         self.require(Api.CREATE_TOPICS, [(CREATE, TOPIC, t["name"]) for t in fields["topics"]])
 
     def check_init_producer_id(self, fields) -> None:
-        """An idempotent producer needs WRITE on some topic (Kafka 3's rule)."""
-        if not self.authorizer.allowed_on_some(self.principal, WRITE, TOPIC):
+        """A transactional producer needs WRITE on its transactional id; an idempotent
+        one (no id) WRITE on some topic (Kafka 3's rules)."""
+        if fields.get("transactional_id") is not None:
+            self.require(Api.INIT_PRODUCER_ID,
+                         [(WRITE, TRANSACTIONAL_ID, fields["transactional_id"])])
+        elif not self.authorizer.allowed_on_some(self.principal, WRITE, TOPIC):
             raise ApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-                           f"{self.principal} may write no topic: no producer id")
+                           f"{self.principal} may write no topic: no producer id (allow "
+                           f"it to write one with `raftlog acls add --principal "
+                           f"{self.principal} --operation write --topic NAME`)")
 
     def metadata_request(self, fields) -> tuple[dict, list]:
         """(fields without the topics the principal may not describe, those topics):
@@ -165,7 +220,28 @@ class AclCheck:
         elif api is Api.OFFSET_FETCH:
             header["parts"] = [p for p in header.get("parts", ())
                                if self.allowed(DESCRIBE, TOPIC, p[0])]
+        elif api is Api.DESCRIBE_TRANSACTIONS:  # (rows in request order, one per id)
+            header["transactions"] = [self._described(r) for r in header.get(
+                "transactions", ())]
+        elif api is Api.LIST_TRANSACTIONS:
+            header["transactions"] = [r for r in header.get("transactions", ())
+                                      if self.allowed(DESCRIBE, TRANSACTIONAL_ID, r[0])]
         return header
+
+    def _described(self, row):
+        """A DESCRIBE_TRANSACTIONS row as the principal may see it: refused without
+        DESCRIBE on the id (whatever the coordinator answered), else without the
+        partitions of topics it may not describe (Kafka's rules)."""
+        row = TxnDescriptionRow(*row)
+        tid = row.transactional_id
+        if not self.allowed(DESCRIBE, TRANSACTIONAL_ID, tid):
+            e = refusal(self.principal, DESCRIBE, TRANSACTIONAL_ID, tid,
+                        Api.DESCRIBE_TRANSACTIONS)
+            return TxnDescriptionRow(tid, int(e.code), message=e.message)
+        if row.partitions:
+            row = row._replace(partitions=[tp for tp in row.partitions
+                                           if self.allowed(DESCRIBE, TOPIC, tp[0])])
+        return row
 
 
 def _topic_name(row) -> str:

@@ -329,6 +329,7 @@ class KafkaApis:
             try:
                 req = _req(Api.PRODUCE, ctx, {"acks": acks,
                                               "timeout_ms": max(body["timeout_ms"], 0),
+                                              "transactional_id": body["transactional_id"],
                                               "parts": parts}, data)
             except ApiError as e:  # denied: nothing appended
                 errors.update({(t, p): (e.code, e.message) for t, p, _ in parts})
@@ -357,7 +358,8 @@ class KafkaApis:
             return None
         topics = {t["name"] for t in body["topic_data"]}
         try:
-            _authorize(Api.PRODUCE, ctx, {"parts": [(t, 0, 0) for t in topics]})
+            _authorize(Api.PRODUCE, ctx, {"transactional_id": body["transactional_id"],
+                                          "parts": [(t, 0, 0) for t in topics]})
         except ApiError as e:
             return e.code, e.message
         return None
@@ -787,8 +789,9 @@ class KafkaApis:
     async def init_producer_id(self, v: int, body: dict, ctx: Context) -> dict:
         """An idempotent producer's id, or (a transactional id) the transaction
         coordinator's: a producer id and an epoch that fences every earlier instance
-        (v3+ name the caller's current ones, KIP-360). No TransactionalId ACL
-        resource: a principal that may write some topic may (node/kafka_txn_handlers)."""
+        (v3+ name the caller's current ones, KIP-360). ACLs: WRITE on the
+        transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), or for an idempotent
+        producer WRITE on some topic (CLUSTER_AUTHORIZATION_FAILED), as Kafka."""
         from .kafka_txn_handlers import kafka_code, txn_host
 
         tid = body["transactional_id"]
@@ -825,8 +828,8 @@ class KafkaApis:
                 if body["key_type"] == 1:  # a transactional id's coordinator
                     from .kafka_txn_handlers import txn_host
 
-                    # (no TransactionalId ACL resource: what InitProducerId needs)
-                    _authorize(Api.INIT_PRODUCER_ID, ctx, {})
+                    # (DESCRIBE on the transactional id)
+                    _authorize(Api.FIND_COORDINATOR, ctx, {"key": key, "key_type": 1})
                     got = txn_host(self.broker).locate(key)
                 elif body["key_type"] != 0:
                     raise ApiError(ErrorCode.INVALID_REQUEST,

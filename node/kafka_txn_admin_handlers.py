@@ -3,12 +3,11 @@ DescribeProducers (61), DescribeTransactions (65), ListTransactions (66), each b
 native handler of the same API (node/broker.py, node/txn_host.py) through its native
 route's ACL check (``kafka_handlers._req``), as node/kafka_admin_handlers.py does.
 
-ACLs: raftlog has no TransactionalId resource, so DescribeTransactions and
-ListTransactions need DESCRIBE on the cluster (Kafka: DESCRIBE on each transactional
-id); a refusal is answered as Kafka answers a transactional id it may not describe
-(TRANSACTIONAL_ID_AUTHORIZATION_FAILED per id) or, for the list, as the top-level
-error. A described transaction's partitions of topics the principal may not describe
-are left out, as Kafka does. DescribeProducers needs READ on each topic, as Kafka.
+ACLs (the native filters, ``AclCheck.filter_response``): DescribeTransactions answers
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED for each id the principal may not DESCRIBE and
+leaves out a described transaction's partitions of topics it may not describe;
+ListTransactions lists only the ids it may DESCRIBE, as Kafka. DescribeProducers needs
+READ on each topic, as Kafka.
 """
 
 from __future__ import annotations
@@ -17,12 +16,10 @@ from raftlog.errors import ApiError, ErrorCode
 from raftlog.kafka_errors import to_kafka
 from raftlog.protocol import Api
 
-from .authz import DESCRIBE, READ, TOPIC
+from .authz import READ, TOPIC
 from .kafka_handlers import Context, _req
 
 _E = {c: to_kafka(c) for c in ErrorCode}
-#: Kafka's TRANSACTIONAL_ID_AUTHORIZATION_FAILED (raftlog's ACLs have no such resource)
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 
 
 class KafkaTxnAdminApis:
@@ -90,20 +87,20 @@ class KafkaTxnAdminApis:
         tids = list(body["transactional_ids"] or ())
         try:
             fields = _req(Api.DESCRIBE_TRANSACTIONS, ctx, {"transactional_ids": tids}).fields
-            rows = self._txn().describe_transactions(fields)["transactions"]
+            head = self._txn().describe_transactions(fields)
         except ApiError as e:
-            code = (TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-                    if e.code is ErrorCode.CLUSTER_AUTHORIZATION_FAILED else _E[e.code])
-            return {"throttle_time_ms": 0, "transaction_states": [_failed(t, code) for t in tids]}
+            return {"throttle_time_ms": 0,
+                    "transaction_states": [_failed(t, _E[e.code]) for t in tids]}
+        if ctx.acl is not None:
+            head = ctx.acl.filter_response(Api.DESCRIBE_TRANSACTIONS, head)
         states = []
-        for r in rows:
+        for r in head["transactions"]:
             if r.error:
                 states.append(_failed(r.transactional_id, to_kafka(r.error)))
                 continue
             by_topic: dict = {}
             for topic, p in r.partitions:
-                if ctx.acl is None or ctx.acl.allowed(DESCRIBE, TOPIC, topic):
-                    by_topic.setdefault(topic, []).append(p)
+                by_topic.setdefault(topic, []).append(p)
             states.append({"error_code": 0, "transactional_id": r.transactional_id,
                            "transaction_state": r.state, "transaction_timeout_ms": r.timeout_ms,
                            "transaction_start_time_ms": r.start_ms,
@@ -121,6 +118,8 @@ class KafkaTxnAdminApis:
                   "duration_ms": body.get("duration_filter", -1) if v >= 1 else -1}
         try:
             head = self._txn().list_transactions(_req(Api.LIST_TRANSACTIONS, ctx, fields).fields)
+            if ctx.acl is not None:
+                head = ctx.acl.filter_response(Api.LIST_TRANSACTIONS, head)
         except ApiError as e:
             return {"throttle_time_ms": 0, "error_code": _E[e.code],
                     "unknown_state_filters": [], "transaction_states": []}

@@ -8,11 +8,10 @@ librdkafka, aiokafka keep their producer epoch across transactions): every reque
 handed to the coordinator with ``transaction_version`` 1, and its EndTxn bumps no
 epoch (node/transactions.py).
 
-ACLs: raftlog's ACL model has no TransactionalId resource, so Kafka's WRITE /
-DESCRIBE on the transactional id are not checked; the topic and group checks are
-Kafka's (WRITE on each topic added, READ on the group of AddOffsetsToTxn and
-TxnOffsetCommit, READ on the committed topics), and EndTxn needs what an idempotent
-producer needs (WRITE on some topic), as on the native listener (node/routes.py).
+ACLs: each request is checked by its native route (node/routes.py), as on the native
+listener: WRITE on the transactional id first (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+53), then Kafka's topic and group checks (WRITE on each topic added, READ on the group
+of AddOffsetsToTxn and TxnOffsetCommit, READ on the committed topics).
 """
 
 from __future__ import annotations
@@ -85,14 +84,23 @@ class KafkaTxnApis:
     async def _add_one(self, v: int, tid: str, pid: int, epoch: int, topics: list,
                        verify_only: bool, ctx: Context) -> list:
         """One transaction's partitions added (or verified): its per-topic rows. A
-        partition the principal may not write, or that does not exist, is refused and
-        the others are not attempted (Kafka's rule): nothing is added then."""
+        client's (v0-v3) without WRITE on the transactional id: every partition is
+        refused (53); a partition the principal may not write, or that does not exist,
+        is refused and the others are not attempted (Kafka's rule): nothing is added
+        then. v4 is the brokers' (CLUSTER_ACTION, checked by the caller), as Kafka."""
         tps = list(dict.fromkeys((t["name"], p) for t in topics for p in t["partitions"]))
         codes: dict = {}
         try:
+            denied: set = set()
+            try:
+                if v < 4:
+                    _authorize(Api.ADD_PARTITIONS_TO_TXN, ctx,
+                               {"transactional_id": tid, "parts": tps, "verify_only": False})
+            except ApiError as e:
+                if e.code is not ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+                    raise
+                denied = {tp for tp in tps if not ctx.acl.allowed(WRITE, TOPIC, tp[0])}
             host = txn_host(self.broker)
-            denied = {tp for tp in tps
-                      if ctx.acl is not None and not ctx.acl.allowed(WRITE, TOPIC, tp[0])}
             unknown = {tp for tp in tps if tp not in denied and not _exists(host, *tp)}
             if denied or unknown:
                 for tp in tps:

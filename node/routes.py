@@ -36,13 +36,13 @@ class Route(NamedTuple):
     handler: str  # a method name; "security.x" is a method of Broker.security
     #: What the API needs allowed when ACLs are on (node/authz.py): a function of the
     #: request fields giving (operation, resource type, name) triples, or the name of
-    #: an AclCheck method for the special cases. METADATA, LIST_GROUPS and OFFSET_FETCH
+    #: an AclCheck method for the special cases. The answers of authz.FILTERED_APIS
     #: are also filtered (what may not be described looks unknown).
     acl: object = Z.nothing
 
 
 _GROUP_ACL = {
-    Api.FIND_COORDINATOR: Z.group_field(Z.DESCRIBE, "key"),
+    Api.FIND_COORDINATOR: Z.coordinator_key,  # (key type 1: a transactional id)
     Api.JOIN_GROUP: Z.group_field(Z.READ),
     Api.SYNC_GROUP: Z.group_field(Z.READ),
     Api.HEARTBEAT: Z.group_field(Z.READ),
@@ -57,7 +57,9 @@ _GROUP_ACL = {
 
 ROUTES: dict[Api, Route] = {
     Api.API_VERSIONS: Route(Mode.INLINE, "api_versions"),
-    Api.PRODUCE: Route(Mode.PARKS, "produce", Z.topics_of_parts(Z.WRITE)),
+    # (a transactional produce: WRITE on its transactional id first, as Kafka)
+    Api.PRODUCE: Route(Mode.PARKS, "produce", Z.both(Z.transactional_id(Z.WRITE),
+                                                     Z.topics_of_parts(Z.WRITE))),
     Api.FETCH: Route(Mode.PARKS, "fetch", Z.replica_or(Z.topics_of_parts(Z.READ))),
     Api.LIST_OFFSETS: Route(Mode.INLINE, "list_offsets", Z.topics_of_parts(Z.DESCRIBE)),
     Api.DELETE_RECORDS: Route(Mode.INLINE, "delete_records", Z.topics_of_parts(Z.DELETE)),
@@ -80,21 +82,22 @@ ROUTES: dict[Api, Route] = {
     Api.UNREGISTER_BROKER: Route(Mode.QUORUM, "unregister_broker", Z.cluster(Z.ALTER)),
     Api.INIT_PRODUCER_ID: Route(Mode.AWAITS, "init_producer_id", "check_init_producer_id"),
     **{api: Route(Mode.AWAITS, "group_api", _GROUP_ACL[api]) for api in sorted(GROUP_APIS)},
-    # Transactions (node/txn_host.py). (No TransactionalId ACL resource yet: a
-    # principal that may write some topic may use them, as InitProducerId.)
-    Api.ADD_PARTITIONS_TO_TXN: Route(Mode.AWAITS, "txn_api",
-                                     Z.topics_of_parts(Z.WRITE)),
-    Api.ADD_OFFSETS_TO_TXN: Route(Mode.AWAITS, "txn_api", Z.group_field(Z.READ)),
-    Api.END_TXN: Route(Mode.AWAITS, "txn_api", "check_init_producer_id"),
+    # Transactions (node/txn_host.py): WRITE on the transactional id first (its
+    # refusal is TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then Kafka's topic and group
+    # needs. INIT_PRODUCER_ID with a transactional id: WRITE on it (check_init_producer_id).
+    Api.ADD_PARTITIONS_TO_TXN: Route(Mode.AWAITS, "txn_api", Z.add_partitions_to_txn),
+    Api.ADD_OFFSETS_TO_TXN: Route(Mode.AWAITS, "txn_api",
+                                  Z.both(Z.transactional_id(Z.WRITE), Z.group_field(Z.READ))),
+    Api.END_TXN: Route(Mode.AWAITS, "txn_api", Z.transactional_id(Z.WRITE)),
     Api.TXN_OFFSET_COMMIT: Route(Mode.AWAITS, "txn_offset_commit",
-                                 Z.both(Z.group_field(Z.READ),
+                                 Z.both(Z.transactional_id(Z.WRITE), Z.group_field(Z.READ),
                                         Z.topics_of_parts(Z.READ, "offsets"))),
     Api.WRITE_TXN_MARKERS: Route(Mode.AWAITS, "txn_api", Z.cluster(Z.CLUSTER_ACTION)),
-    # Operating transactions (KIP-664). Kafka asks DESCRIBE on each TransactionalId;
-    # raftlog's ACLs have no such resource, so DESCRIBE on the cluster instead.
-    # DescribeProducers: READ on the topic, as Kafka.
-    Api.DESCRIBE_TRANSACTIONS: Route(Mode.AWAITS, "txn_api", Z.cluster(Z.DESCRIBE)),
-    Api.LIST_TRANSACTIONS: Route(Mode.AWAITS, "txn_api", Z.cluster(Z.DESCRIBE)),
+    # Operating transactions (KIP-664): filtered (authz.FILTERED_APIS) -- an id the
+    # principal may not DESCRIBE is refused in its row (DESCRIBE_TRANSACTIONS) or left
+    # out (LIST_TRANSACTIONS), as Kafka. DescribeProducers: READ on the topic, as Kafka.
+    Api.DESCRIBE_TRANSACTIONS: Route(Mode.AWAITS, "txn_api"),
+    Api.LIST_TRANSACTIONS: Route(Mode.AWAITS, "txn_api"),
     Api.DESCRIBE_PRODUCERS: Route(Mode.INLINE, "describe_producers", Z.topics_of_parts(Z.READ)),
     Api.DESCRIBE_LOG_DIRS: Route(Mode.INLINE, "describe_log_dirs", Z.cluster(Z.DESCRIBE)),
     Api.DESCRIBE_QUORUM: Route(Mode.INLINE, "describe_quorum", Z.cluster(Z.DESCRIBE)),

@@ -59,7 +59,7 @@ from .admission import (
     limit_frames_before_auth,
 )
 from .authn import ANONYMOUS, FailureLimiter, SaslSession
-from .authz import AclCheck
+from .authz import FILTERED_APIS, AclCheck
 from .broker import Broker
 from .clock import node_ms
 from .config import NodeConfig
@@ -784,8 +784,8 @@ class Server:
         if req.api in (Api.METADATA, Api.DESCRIBE_CLUSTER) and len(self.bound) > 1:
             header["brokers"] = self.broker.brokers_for_listener(
                 header.get("brokers", ()), guard.listener.name, self.bound)
-        if self.config.authorizer_enable and guard.principal is not None and req.api in (
-                Api.METADATA, Api.LIST_GROUPS, Api.OFFSET_FETCH):
+        if (self.config.authorizer_enable and guard.principal is not None
+                and req.api in FILTERED_APIS):
             check = AclCheck(guard.principal, self.broker.security.authorizer())
             header = check.filter_response(req.api, header, hidden or ())
         return header

@@ -2,8 +2,8 @@
 
 An :class:`AclBinding` says that a principal (``User:alice``, or ``User:*`` for every
 user) may (ALLOW) or may not (DENY) perform an operation on resources of one type
-(topic, group, cluster) whose names match a pattern: LITERAL (the name itself, or
-``*`` for every name) or PREFIXED (every name starting with it).
+(topic, group, cluster, transactional_id) whose names match a pattern: LITERAL (the
+name itself, or ``*`` for every name) or PREFIXED (every name starting with it).
 
 :func:`authorize` decides as Kafka's StandardAuthorizer does:
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import enum
+import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -43,6 +44,11 @@ class ResourceType(enum.Enum):
     TOPIC = "topic"
     GROUP = "group"
     CLUSTER = "cluster"
+    #: A transactional producer's id (Kafka's TRANSACTIONAL_ID, KIP-98): WRITE to use
+    #: it (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+    #: TxnOffsetCommit, a transactional Produce), DESCRIBE to find its coordinator,
+    #: describe and list it.
+    TRANSACTIONAL_ID = "transactional_id"
 
 
 class PatternType(enum.Enum):
@@ -90,17 +96,41 @@ VALID_OPERATIONS = {
                                    Operation.DESCRIBE}),
     ResourceType.CLUSTER: frozenset({Operation.ALL, Operation.CREATE, Operation.ALTER,
                                      Operation.DESCRIBE, Operation.CLUSTER_ACTION}),
+    ResourceType.TRANSACTIONAL_ID: frozenset({Operation.ALL, Operation.WRITE,
+                                              Operation.DESCRIBE}),
 }
 
 
 def _enum(cls, what: str, value):
     if isinstance(value, cls):
         return value
-    try:
-        return cls(str(value).strip().lower())
+    try:  # ("transactional-id", "Transactional_Id", "CLUSTER-ACTION" are accepted)
+        return cls(str(value).strip().lower().replace("-", "_"))
     except ValueError:
         known = ", ".join(m.value for m in cls)
         raise AclError(f"{what}: {value!r} is not one of {known}") from None
+
+
+def resource_type(value) -> ResourceType:
+    """A resource type from its name (any case, '-' for '_'). Raises AclError naming
+    the valid ones."""
+    return _enum(ResourceType, "resource type", value)
+
+
+#: The ``raftlog acls`` option naming a resource of each type.
+CLI_OPTIONS = {ResourceType.TOPIC: "--topic", ResourceType.GROUP: "--group",
+               ResourceType.CLUSTER: "--cluster",
+               ResourceType.TRANSACTIONAL_ID: "--transactional-id"}
+
+
+def grant_command(principal: str, operation: Operation, rtype: ResourceType,
+                  name: str) -> str:
+    """The ``raftlog acls add`` command that allows ``principal`` to ``operation`` the
+    resource (what a refusal tells the user to run)."""
+    resource = CLI_OPTIONS[rtype] if rtype is ResourceType.CLUSTER else (
+        f"{CLI_OPTIONS[rtype]} {shlex.quote(name)}")
+    return (f"raftlog acls add --principal {shlex.quote(principal)} "
+            f"--operation {operation.value} {resource}")
 
 
 def check_principal(principal: str) -> str:

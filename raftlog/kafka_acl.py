@@ -4,9 +4,9 @@ CreateAcls / DescribeAcls / DeleteAcls. Pure: no node state.
 
 raftlog bindings have no host: only Kafka's wildcard host ``*`` is accepted, and
 every binding is described with it. A code raftlog has no twin for (a
-TRANSACTIONAL_ID resource, the DESCRIBE_CONFIGS operation, ...) is refused in a new
-binding (:class:`KafkaAclError`, answered INVALID_REQUEST) and matches nothing in a
-filter.
+DELEGATION_TOKEN or USER resource, the DESCRIBE_CONFIGS operation, ...) is refused in
+a new binding (:class:`KafkaAclError`, answered INVALID_REQUEST) and matches nothing
+in a filter.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from raftlog.acl import AclBinding, PatternType, ResourceType
 
 ANY, MATCH = 1, 2
 #: Kafka code -> raftlog name
-RESOURCE_TYPES = {2: "topic", 3: "group", 4: "cluster"}
+RESOURCE_TYPES = {2: "topic", 3: "group", 4: "cluster", 5: "transactional_id"}
 PATTERN_TYPES = {3: "literal", 4: "prefixed"}
 OPERATIONS = {2: "all", 3: "read", 4: "write", 5: "create", 6: "delete", 7: "alter",
               8: "describe", 9: "cluster_action"}

@@ -322,7 +322,9 @@ def test_acls_on_the_kafka_listener(tmp_path, certs):
                            ("User:alice", "topic", "maybe", "literal", "describe", "allow"),
                            ("User:alice", "cluster", "kafka-cluster", "literal", "describe",
                             "allow"),
-                           ("User:alice", "group", "unused", "literal", "read", "allow")])
+                           ("User:alice", "group", "unused", "literal", "read", "allow"),
+                           ("User:alice", "transactional_id", "alice-", "prefixed", "write",
+                            "allow")])
         admin = sasl_conf(node, certs, "SASL_PLAINTEXT", "SCRAM-SHA-512", "admin", ADMIN_PW)
         alice = sasl_conf(node, certs, "SASL_PLAINTEXT", "SCRAM-SHA-256", "alice", "alice-pw")
         # the super user may do everything
@@ -360,9 +362,9 @@ def test_acls_on_the_kafka_listener(tmp_path, certs):
             topics = a.list_topics()
             assert "new-one" not in topics and "maybe" not in topics and "by-admin" in topics
         # KIP-664 (transactions admin): DescribeProducers needs READ on the topic (per
-        # partition 29); with no TransactionalId ACL resource, ListTransactions and
-        # DescribeTransactions need DESCRIBE on the cluster: 31 for the list, 53
-        # (TRANSACTIONAL_ID_AUTHORIZATION_FAILED) per id
+        # partition 29); DescribeTransactions DESCRIBE on each transactional id (53,
+        # TRANSACTIONAL_ID_AUTHORIZATION_FAILED, per id); ListTransactions lists only
+        # the ids the principal may describe
         with admin_of(node, certs) as a:
             a.create_user("bob", "bob-pw", "SCRAM-SHA-256")
         with _authed(node, "alice", "alice-pw") as s:
@@ -373,12 +375,11 @@ def test_acls_on_the_kafka_listener(tmp_path, certs):
             _, body = _call(s, 66, 1, 6, {"state_filters": [], "producer_id_filters": [],
                                           "duration_filter": -1})
             assert body["error_code"] == 0
-            _, body = _call(s, 65, 0, 7, {"transactional_ids": ["t1"]})
-            assert body["transaction_states"][0]["error_code"] != 53
+            _, body = _call(s, 65, 0, 7, {"transactional_ids": ["alice-t1", "t1"]})
+            codes = [r["error_code"] for r in body["transaction_states"]]
+            assert codes[0] != 53 and codes[1] == 53  # (alice-t1: not coordinated yet)
         with _authed(node, "bob", "bob-pw") as s:
-            _, body = _call(s, 66, 0, 5, {"state_filters": [], "producer_id_filters": []})
-            assert (body["error_code"], body["transaction_states"]) == (31, [])
-            _, body = _call(s, 65, 0, 6, {"transactional_ids": ["t1", "t2"]})
+            _, body = _call(s, 65, 0, 6, {"transactional_ids": ["alice-t1", "t2"]})
             assert [r["error_code"] for r in body["transaction_states"]] == [53, 53]
         # KIP-430: the cluster operations each principal may perform
         from confluent_kafka.admin import AclOperation as Op
@@ -397,8 +398,9 @@ def test_acls_on_the_kafka_listener(tmp_path, certs):
 
 
 def _transactions_under_acls(node) -> None:
-    """alice may write aw, read ar and the group "unused": raftlog's ACLs have no
-    TransactionalId resource, so Kafka's topic and group checks are what apply."""
+    """alice may write aw, read ar and the group "unused", and use the transactional
+    ids starting "alice-": each transaction API needs WRITE on the id (53 without),
+    then Kafka's topic and group checks apply."""
     with _authed(node, "alice", "alice-pw") as s:
         cids = iter(range(100, 10_000))
 
@@ -441,6 +443,18 @@ def _transactions_under_acls(node) -> None:
             "partition_error_code"] == 0
         assert call(25, 1, {"transactional_id": "alice-t", "producer_id": pid,
                             "producer_epoch": epoch, "group_id": "unused"})["error_code"] == 0
+        # another id: every transaction API refuses it (53) before anything is done
+        assert call(10, 1, {"key": "bob-t", "key_type": 1})["error_code"] == 53
+        assert call(22, 1, {"transactional_id": "bob-t",
+                            "transaction_timeout_ms": 60_000})["error_code"] == 53
+        got = call(24, 1, {"v3_and_below_transactional_id": "bob-t",
+                           "v3_and_below_producer_id": pid, "v3_and_below_producer_epoch": epoch,
+                           "v3_and_below_topics": [{"name": "aw", "partitions": [0]}]})
+        assert got["results_by_topic_v3_and_below"][0]["results_by_partition"][0][
+            "partition_error_code"] == 53
+        for key, extra in ((25, {"group_id": "unused"}), (26, {"committed": True})):
+            assert call(key, 1, {"transactional_id": "bob-t", "producer_id": pid,
+                                 "producer_epoch": epoch, **extra})["error_code"] == 53
         assert call(26, 1, {"transactional_id": "alice-t", "producer_id": pid,
                             "producer_epoch": epoch, "committed": False})["error_code"] == 0
 

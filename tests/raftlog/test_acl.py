@@ -144,3 +144,63 @@ def test_properties(acls, op, name):
     cached = Authorizer(acls)
     assert cached.authorize("User:a", op, T, name) == decided
     assert cached.authorize("User:a", op, T, name) == decided
+
+
+# ---------------------------------------------------------------- transactional ids
+
+X = ResourceType.TRANSACTIONAL_ID
+
+
+def test_transactional_id_write_implies_describe_not_the_reverse():
+    acls = [binding("User:a", "transactional_id", "payments", operation="write"),
+            binding("User:b", "transactional_id", "payments", operation="describe")]
+    assert ok(acls, "User:a", W, X, "payments") and ok(acls, "User:a", D, X, "payments")
+    assert ok(acls, "User:b", D, X, "payments") and not ok(acls, "User:b", W, X, "payments")
+    assert not ok(acls, "User:a", W, X, "payments-2")  # literal: that name only
+    # a topic of the same name is another resource
+    assert not ok(acls, "User:a", W, T, "payments")
+    assert not ok([binding("User:a", "topic", "payments", operation="all")],
+                  "User:a", W, X, "payments")
+
+
+def test_transactional_id_patterns_wildcard_and_deny():
+    acls = [binding("User:a", "transactional_id", "pay-", "prefixed", "write"),
+            binding("User:a", "transactional_id", "pay-secret", "literal", "write", "deny"),
+            binding("User:*", "transactional_id", "*", "literal", "describe")]
+    assert ok(acls, "User:a", W, X, "pay-1") and ok(acls, "User:a", W, X, "pay-")
+    assert not ok(acls, "User:a", W, X, "pay-secret")  # the deny wins
+    assert ok(acls, "User:a", D, X, "pay-secret")  # (a WRITE deny leaves DESCRIBE)
+    assert not ok(acls, "User:a", W, X, "other")
+    assert ok(acls, "User:c", D, X, "anything") and not ok(acls, "User:c", W, X, "anything")
+    assert ok([binding("User:a", "Transactional-Id", "t", operation="ALL")],
+              "User:a", W, X, "t")  # ALL grants everything; names in any spelling
+
+
+def test_transactional_id_validation():
+    for op in ("read", "create", "delete", "alter", "cluster_action"):
+        with pytest.raises(AclError, match=f"operation {op} does not apply to a "
+                                           r"transactional_id \(valid: all, describe, write\)"):
+            binding("User:a", "transactional_id", "t", operation=op)
+    with pytest.raises(AclError, match="prefixed pattern of '\\*'"):
+        binding("User:a", "transactional_id", "*", "prefixed", "write")
+    b = binding("User:a", "transactional_id", "t", "prefixed", "write")
+    assert from_tuple(b.as_tuple()) == b
+    assert b.as_tuple()[1] == "transactional_id"
+    assert matches_filter(b, resource_type="transactional_id")
+    assert not matches_filter(b, resource_type="topic")
+    with pytest.raises(AclError, match="resource type: 'txn' is not one of topic, group, "
+                                       "cluster, transactional_id"):
+        binding("User:a", "txn", "t", operation="write")
+
+
+def test_grant_command_names_the_cli_option_of_each_type():
+    from raftlog.acl import grant_command
+
+    assert grant_command("User:alice", W, X, "payments") == (
+        "raftlog acls add --principal User:alice --operation write "
+        "--transactional-id payments")
+    assert grant_command("User:alice", R, T, "a b") == (
+        "raftlog acls add --principal User:alice --operation read --topic 'a b'")
+    assert grant_command("User:a", Operation.ALTER, C, "kafka-cluster").endswith(
+        "--operation alter --cluster")
+    assert grant_command("User:a", R, G, "g").endswith("--group g")
