@@ -24,9 +24,9 @@ from pathlib import Path
 #: stopping before versions that switch topic names to topic ids (Fetch 13+) or
 #: batch several groups in one request (OffsetFetch 8+).
 ADVERTISED = {
-    "Produce": (0, 3, 9),
-    "Fetch": (1, 4, 12),
-    "ListOffsets": (2, 1, 7),
+    "Produce": (0, 3, 13),
+    "Fetch": (1, 4, 17),
+    "ListOffsets": (2, 1, 11),
     "Metadata": (3, 0, 12),
     "OffsetCommit": (8, 0, 8),
     "OffsetFetch": (9, 0, 7),
