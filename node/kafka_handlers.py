@@ -85,7 +85,7 @@ _AS_EARLIEST = (EARLIEST_LOCAL_TIMESTAMP, LATEST_TIERED_TIMESTAMP,
 #: api key -> (first version with leader hints, topic name key, rows key, partition key,
 #: Kafka error codes hinted): KIP-951's NOT_LEADER_OR_FOLLOWER (6), FENCED_LEADER_EPOCH (74)
 _HINTED = {0: (10, "name", "partition_responses", "index", (6,)),
-           1: (12, "topic", "partitions", "partition_index", (6, 74))}
+           1: (16, "topic", "partitions", "partition_index", (6, 74))}
 
 
 def _partition_info(info, partition: int):
@@ -206,7 +206,7 @@ class KafkaApis:
         """Each row refused because this node does not lead (or leads another epoch)
         says who does (``current_leader``) and the answer where to reach them
         (``node_endpoints``), so the client goes there without a Metadata round trip
-        (KIP-951: Produce v10+, Fetch v12+ for the leader, v16+ for the endpoints)."""
+        (KIP-951: Produce v10+, Fetch v16+, as Kafka's KafkaApis)."""
         since, name_key, parts_key, index_key, codes = _HINTED[api_key]
         if version < since:
             return body

@@ -67,6 +67,15 @@ def test_refused_produce_and_fetch_name_the_leader_and_its_endpoint(tmp_path):
         row = t["partitions"][0]
         assert row["error_code"] == NOT_LEADER_OR_FOLLOWER and row["current_leader"] == leader
         assert got["node_endpoints"] == endpoint
+        got = other.call(1, 15, {
+            "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+            "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic_id": topic_id, "partitions": [
+                {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}],
+            "forgotten_topics_data": [], "rack_id": ""})
+        row = got["responses"][0]["partitions"][0]  # v15: no hints, as Kafka
+        assert row["error_code"] == NOT_LEADER_OR_FOLLOWER
+        assert row["current_leader"] == {"leader_id": -1, "leader_epoch": -1}
         # and the leader itself takes the produce
         at_leader = _Conn(_At(f"127.0.0.1:{kports[0]}"))
         got = at_leader.call(0, 13, {"transactional_id": None, "acks": 1, "timeout_ms": 5000,
