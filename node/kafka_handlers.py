@@ -31,7 +31,7 @@ from raftlog.acl import CLUSTER_NAME
 from raftlog.errors import ApiError, CorruptRecordError, ErrorCode
 from raftlog.kafka_errors import to_kafka
 from raftlog.kafka_wire import SUPPORTED, RawPieces
-from raftlog.protocol import Api, Request
+from raftlog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, Api, Request
 
 from . import kafka_configs
 from .authz import CLUSTER, DESCRIBE, NOT_ASKED, TOPIC, AclCheck, authorized_operations
@@ -44,6 +44,7 @@ from .consumer_fetch_session import (
     SessionCache,
     next_epoch,
 )
+from .kafka_topic_ids import Note, TopicIds
 from .routes import ROUTES
 
 #: Kafka's INVALID_REQUEST etc. by raftlog name, for errors made here.
@@ -68,6 +69,31 @@ kb_ATTRIBUTES = kafka_batch.ATTRIBUTES_OFFSET
 #: Kafka's TOPIC and BROKER config resource types.
 RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
 CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_TOPIC = 5, 1
+
+
+#: ListOffsets' special timestamps (Kafka's ListOffsetsRequest) -> the first version that
+#: may ask for them (Kafka's ReplicaManager.timestampMinSupportedVersion)
+EARLIEST_LOCAL_TIMESTAMP, LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP = -4, -5, -6
+LIST_OFFSETS_SINCE = {LATEST_TIMESTAMP: 1, EARLIEST_TIMESTAMP: 1, MAX_TIMESTAMP: 7,
+                      EARLIEST_LOCAL_TIMESTAMP: 8, LATEST_TIERED_TIMESTAMP: 9,
+                      EARLIEST_PENDING_UPLOAD_TIMESTAMP: 11}
+#: asked of the log as EARLIEST_TIMESTAMP: no tiered storage, so the local log starts
+#: where the log does; the tiered ones only check the partition's leadership
+_AS_EARLIEST = (EARLIEST_LOCAL_TIMESTAMP, LATEST_TIERED_TIMESTAMP,
+                EARLIEST_PENDING_UPLOAD_TIMESTAMP)
+
+#: api key -> (first version with leader hints, topic name key, rows key, partition key,
+#: Kafka error codes hinted): KIP-951's NOT_LEADER_OR_FOLLOWER (6), FENCED_LEADER_EPOCH (74)
+_HINTED = {0: (10, "name", "partition_responses", "index", (6,)),
+           1: (16, "topic", "partitions", "partition_index", (6, 74))}
+
+
+def _partition_info(info, partition: int):
+    """The PartitionInfo of ``partition`` of a TopicInfo (None: no such partition)."""
+    if info is None or not 0 <= partition < len(info.partitions):
+        return None
+    p = info.partitions[partition]
+    return p if p.partition == partition else None
 
 
 def _config_entry(name: str, value, source: int, read_only: bool) -> dict:
@@ -116,12 +142,14 @@ def _topic_id_bytes(topic_id: str) -> bytes:
 
 class Wait:
     """A Produce (acks=all) or Fetch that waits for its partitions: what ``*_check``
-    needs, the partitions to watch (their high watermark), and its deadline."""
+    needs, the partitions to watch (their high watermark), and its deadline; ``note``:
+    the request's topic ids (:meth:`KafkaApis.finish`)."""
 
-    __slots__ = ("kind", "req", "parts", "deadline", "state")
+    __slots__ = ("kind", "req", "parts", "deadline", "state", "note")
 
     def __init__(self, kind: str, req: Request, parts: list, deadline: float, state: tuple):
         self.kind, self.req, self.parts, self.deadline, self.state = kind, req, parts, deadline, state
+        self.note = None
 
 
 class KafkaApis:
@@ -155,6 +183,49 @@ class KafkaApis:
         self.handlers.update(KafkaTxnApis(self).handlers())
         self.handlers.update(KafkaTxnAdminApis(self).handlers())
         assert set(self.handlers) == set(SUPPORTED)
+        #: topic ids <-> names for Fetch v13+ and Produce v13+ (KIP-516)
+        self.topic_ids = TopicIds(lambda: replicas.store.topics)
+
+    # ------------------------------------------------------------------ the edge
+
+    def start(self, api_key: int, version: int, body: dict) -> tuple[dict, Note | None]:
+        """A request body as the handlers read it: a Produce or Fetch naming topics by
+        id (v13+) names them by name; the note is for :meth:`finish`."""
+        return self.topic_ids.to_names(api_key, version, body)
+
+    def finish(self, api_key: int, version: int, body: dict | None,
+               note: Note | None) -> dict | None:
+        """A Produce or Fetch answer as the client reads it: the leader hints of
+        KIP-951 on its NOT_LEADER_OR_FOLLOWER (and, Fetch, FENCED_LEADER_EPOCH) rows,
+        and topics by id again when the request named them so."""
+        if body is None or api_key not in _HINTED:
+            return body
+        return self.topic_ids.to_ids(api_key, self._leader_hints(api_key, version, body), note)
+
+    def _leader_hints(self, api_key: int, version: int, body: dict) -> dict:
+        """Each row refused because this node does not lead (or leads another epoch)
+        says who does (``current_leader``) and the answer where to reach them
+        (``node_endpoints``), so the client goes there without a Metadata round trip
+        (KIP-951: Produce v10+, Fetch v16+, as Kafka's KafkaApis)."""
+        since, name_key, parts_key, index_key, codes = _HINTED[api_key]
+        if version < since:
+            return body
+        topics, leaders, out = self.replicas.store.topics, set(), []
+        for t in body["responses"]:
+            info, rows = topics.get(t[name_key]), []
+            for row in t[parts_key]:
+                part = _partition_info(info, row[index_key]) if row["error_code"] in codes else None
+                if part is not None and part.leader >= 0:
+                    row = {**row, "current_leader": {"leader_id": part.leader,
+                                                     "leader_epoch": part.leader_epoch}}
+                    leaders.add(part.leader)
+                rows.append(row)
+            out.append({**t, parts_key: rows})
+        if not leaders:
+            return body
+        return {**body, "responses": out, "node_endpoints": [
+            {"node_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
+            for b in self._brokers(self.broker.brokers()) if b["node_id"] in leaders]}
 
     async def _quorum(self, method, req: Request):
         """A metadata write, in a worker thread (a Raft commit may take seconds), then
@@ -642,12 +713,26 @@ class KafkaApis:
                 "responses": [{"topic": n, "partitions": rows} for n, rows in by_topic.items()]}
 
     async def list_offsets(self, v: int, body: dict, ctx: Context) -> dict:
-        parts, order = [], []
+        """ListOffsets v1-v11. A special (negative) timestamp needs the version that
+        brought it (else UNSUPPORTED_VERSION for its partition, as Kafka). raftlog keeps
+        no tiered storage, so it answers the tiered ones as a Kafka broker without
+        remote storage does: the earliest local offset (-4) is the log start offset,
+        and the latest tiered offset (-5) and the earliest one pending upload (-6)
+        are none (-1), once the partition's leadership is checked. ``timeout_ms`` (v10,
+        for remote reads) has nothing to wait for."""
+        parts, order, none_of, refused = [], [], set(), {}
         for t in body["topics"]:
             for p in t["partitions"]:
-                order.append((t["name"], p["partition_index"]))
-                if p["partition_index"] >= 0:
-                    parts.append((t["name"], p["partition_index"], p["timestamp"]))
+                key, ts = (t["name"], p["partition_index"]), p["timestamp"]
+                order.append(key)
+                if ts < 0 and v < LIST_OFFSETS_SINCE.get(ts, 0x8000):
+                    refused[key] = _E[ErrorCode.UNSUPPORTED_VERSION]
+                elif p["partition_index"] >= 0:
+                    if ts in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP):
+                        none_of.add(key)
+                    if ts in _AS_EARLIEST:
+                        ts = EARLIEST_TIMESTAMP
+                    parts.append((t["name"], p["partition_index"], ts))
         rows, missing = {}, _E[ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
         if parts:
             try:
@@ -662,11 +747,15 @@ class KafkaApis:
         by_topic: dict = {}
         for key in order:
             r = rows.get(key)
-            row = ({"partition_index": key[1], "error_code": to_kafka(r.error),
-                    "timestamp": r.timestamp, "offset": r.offset, "leader_epoch": self._epoch(key)}
-                   if r is not None else
-                   {"partition_index": key[1], "error_code": missing,
-                    "timestamp": -1, "offset": -1, "leader_epoch": -1})
+            if r is not None and key not in refused:
+                row = {"partition_index": key[1], "error_code": to_kafka(r.error),
+                       "timestamp": r.timestamp, "offset": r.offset,
+                       "leader_epoch": self._epoch(key)}
+                if key in none_of and r.error == 0:
+                    row.update(timestamp=-1, offset=-1, leader_epoch=-1)
+            else:
+                row = {"partition_index": key[1], "error_code": refused.get(key, missing),
+                       "timestamp": -1, "offset": -1, "leader_epoch": -1}
             by_topic.setdefault(key[0], []).append(row)
         return {"throttle_time_ms": 0,
                 "topics": [{"name": n, "partitions": rows} for n, rows in by_topic.items()]}

@@ -138,6 +138,7 @@ class _KafkaParked(Delayed):
                 return False
             body = check(self.wait, True)  # no room to wait on a partition: answer now
         h = self.header
+        body = apis.finish(h.api_key, h.api_version, body, self.wait.note)
         self._send(encode_response_pieces(h.api_key, h.api_version, h.correlation_id, body))
         return True
 
@@ -377,6 +378,10 @@ class KafkaServer:
         if guard is not None and guard.sasl is not None and (
                 not guard.sasl.authenticated and await self._sasl_step(req, conn)):
             return
+        # (Produce and Fetch v13+ name topics by id: the handlers read names)
+        body_in, note = self.apis.start(h.api_key, h.api_version, req.body)
+        req = req._replace(body=body_in)
+        finish = self.apis.finish
         acl = None
         if guard is not None and self.config.authorizer_enable and guard.principal is not None:
             acl = AclCheck(guard.principal, self.broker.security.authorizer())
@@ -400,12 +405,14 @@ class KafkaServer:
                 if sum(len(t["partitions"]) for t in body["responses"]) > FETCH_ROWS_INLINE:
                     out.add_pieces(await trio.to_thread.run_sync(
                         encode_response_pieces, h.api_key, h.api_version, h.correlation_id,
-                        body, limiter=self._worker_limiter))
+                        finish(h.api_key, h.api_version, body, note),
+                        limiter=self._worker_limiter))
                     return
             elif h.api_key == FETCH_KEY and self.apis.fetch_is_large(req.body):
                 if out.pieces:  # read in slices, encoded in a worker thread
                     await out.flush(conn.sock)
-                body = await self.apis.fetch_large(h.api_version, req.body, ctx)
+                body = finish(h.api_key, h.api_version,
+                              await self.apis.fetch_large(h.api_version, req.body, ctx), note)
                 out.add_pieces(await trio.to_thread.run_sync(
                     encode_response_pieces, h.api_key, h.api_version, h.correlation_id, body,
                     limiter=self._worker_limiter))
@@ -417,10 +424,11 @@ class KafkaServer:
                     await out.flush(conn.sock)
                 body = await self.apis.handlers[h.api_key](h.api_version, req.body, ctx)
             if wait is not None:
+                wait.note = note
                 self._park(conn, h, wait)
             elif body is not None:
-                out.add_pieces(encode_response_pieces(h.api_key, h.api_version,
-                                                      h.correlation_id, body))
+                out.add_pieces(encode_response_pieces(h.api_key, h.api_version, h.correlation_id,
+                                                      finish(h.api_key, h.api_version, body, note)))
         except (OSError, trio.Cancelled):
             raise
         except Exception as e:  # our bug: log it, drop this connection, keep serving others

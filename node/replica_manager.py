@@ -36,6 +36,7 @@ from raftlog.errors import (
 from raftlog.protocol import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
     FetchPartHeader,
     LogDirPartition,
     ProducePartResult,
@@ -345,7 +346,8 @@ class ReplicaManager:
     def offset_for_timestamp(self, topic: str, partition: int, ts: int,
                              committed: bool = False) -> tuple[int, int]:
         """ListOffsets, as leader: (offset, timestamp) for ``ts`` (or EARLIEST /
-        LATEST_TIMESTAMP); (-1, -1) when no record below the HW is that recent.
+        LATEST / MAX_TIMESTAMP); (-1, -1) when no record below the HW is that recent
+        (MAX_TIMESTAMP: when the record of the largest timestamp is not below it).
         ``committed`` (read_committed): LATEST is the last stable offset."""
         part = self.leader_partition(topic, partition)
         log = part.log
@@ -353,7 +355,11 @@ class ReplicaManager:
             return log.log_start_offset, -1
         if ts == LATEST_TIMESTAMP:
             return (log.last_stable_offset() if committed else part.high_watermark), -1
-        if ts < 0:
+        if ts == MAX_TIMESTAMP:  # the first record of the largest timestamp, if readable
+            ts = log.max_timestamp()
+            if ts < 0:
+                return -1, -1
+        elif ts < 0:
             raise ApiError(ErrorCode.INVALID_REQUEST, f"timestamp {ts} is not valid")
         found = log.lookup_timestamp(ts)
         if found is not None and found[0] < part.high_watermark:

@@ -579,6 +579,11 @@ class PartitionLog:
         found = self.lookup_timestamp(ts_ms)
         return found[0] if found else None
 
+    def max_timestamp(self) -> int:
+        """The largest record timestamp in the log (-1: no record has one)."""
+        with self._lock:
+            return max((seg.max_timestamp for seg in self.segments if seg.size), default=-1)
+
     def lookup_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record whose timestamp is >= ``ts_ms``."""
         with self._lock:

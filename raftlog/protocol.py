@@ -96,6 +96,8 @@ class Api(enum.IntEnum):
 # Special timestamps of ListOffsets, as Kafka.
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
+#: the record with the largest timestamp (KIP-734)
+MAX_TIMESTAMP = -3
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,12 +21,16 @@ from pathlib import Path
 
 #: api name -> (api key, min version, max version) this listener serves. Chosen to
 #: cover what confluent-kafka 2.x, kafka-python 2.x/3.x and aiokafka 0.1x negotiate,
-#: stopping before versions that switch topic names to topic ids (Fetch 13+) or
-#: batch several groups in one request (OffsetFetch 8+).
+#: stopping before versions that batch several groups in one request (OffsetFetch 8+).
+#: Produce, Fetch and ListOffsets go to Kafka 4.2's newest (kafka-python infers the
+#: broker's version from them); their topic ids are translated at the listener's edge
+#: (node/kafka_topic_ids.py). Kafka 4.2's JSON definitions are the ones kafka-python
+#: 3.0.12 vendors (kafka/protocol/schemas/resources): a directory laid out as Kafka's
+#: (clients/src/main/resources/common/message -> that one) is a valid argument.
 ADVERTISED = {
-    "Produce": (0, 3, 9),
-    "Fetch": (1, 4, 12),
-    "ListOffsets": (2, 1, 7),
+    "Produce": (0, 3, 13),
+    "Fetch": (1, 4, 17),
+    "ListOffsets": (2, 1, 11),
     "Metadata": (3, 0, 12),
     "OffsetCommit": (8, 0, 8),
     "OffsetFetch": (9, 0, 7),

@@ -19,12 +19,7 @@ OUTSIDE_RAFTLOG: dict[str, str] = {
 
 #: Failures raftlog causes and has not fixed yet (issue #37): each is a gap to close, not
 #: an accepted difference. Remove a line when its test passes (the run says so).
-RAFTLOG_GAPS: dict[str, str] = {
-    "test_consumer_integration::test_kafka_version_infer":
-        "kafka-python infers 4.2 from ListOffsets v11 (4.1: Produce v13, 4.0: ListOffsets "
-        "v10, 3.9: Fetch v17); raftlog serves ListOffsets 1-7, Produce 3-9 and Fetch 4-12 "
-        "(before topic ids), which read as Kafka 3.3",
-}
+RAFTLOG_GAPS: dict[str, str] = {}
 
 #: Tests whose outcome varies from run to run for a reason outside raftlog: neither
 #: outcome fails the run.

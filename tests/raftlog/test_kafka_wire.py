@@ -338,3 +338,77 @@ def test_nullable_struct_round_trips_with_its_marker():
                                             "response_partition_limit": 5, "cursor": cursor})
         assert frame[-2 if cursor is None else -9:][:1] == marker
         assert W.decode_request(frame[4:]).body["cursor"] == cursor
+
+
+# --------------------------------------------------------------------------- Kafka 4.2's
+# Produce v10-13, Fetch v13-17, ListOffsets v8-11: each version's new fields, by value,
+# read back by us and by kafka-python
+
+
+def _both_read(key: int, kind: str, v: int, value: dict):
+    """(our decoding, kafka-python's) of ``value`` as we encode it."""
+    data = kw.encode_body(key, v, kind, value)
+    return kw.decode_body(key, v, kind, data), _kp_class(key, kind).decode(data, version=v)
+
+
+TID = uuid.UUID("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0")
+
+
+@pytest.mark.skipif(not HAVE_KAFKA_PYTHON, reason="kafka-python is not installed")
+def test_produce_v13_names_topics_by_id_and_v10_hints_the_leader():
+    req = {"transactional_id": None, "acks": -1, "timeout_ms": 5,
+           "topic_data": [{"topic_id": TID.bytes, "partition_data": [{"index": 2, "records": b"r"}]}]}
+    ours, theirs = _both_read(0, "request", 13, req)
+    assert ours["topic_data"][0]["topic_id"] == TID.bytes and ours["topic_data"][0]["name"] == ""
+    assert theirs.topic_data[0].topic_id == TID
+    hinted = {"responses": [{"name": "t", "topic_id": TID.bytes, "partition_responses": [
+        {"index": 0, "error_code": 6, "current_leader": {"leader_id": 3, "leader_epoch": 9}}]}],
+        "node_endpoints": [{"node_id": 3, "host": "h", "port": 9092, "rack": None}]}
+    for v in (10, 11, 12, 13):
+        ours, theirs = _both_read(0, "response", v, hinted)
+        assert ours["responses"][0]["partition_responses"][0]["current_leader"] == {
+            "leader_id": 3, "leader_epoch": 9}
+        assert ours["node_endpoints"] == hinted["node_endpoints"]
+        assert theirs.node_endpoints[0].port == 9092
+        assert (ours["responses"][0]["topic_id"], ours["responses"][0]["name"]) == (
+            (TID.bytes, "") if v >= 13 else (bytes(16), "t"))
+    ours = kw.decode_body(0, 9, "response", kw.encode_body(0, 9, "response", hinted))
+    assert ours["node_endpoints"] == [] and ours["responses"][0]["partition_responses"][0][
+        "current_leader"] is None  # (not in v9: nothing sent)
+
+
+@pytest.mark.skipif(not HAVE_KAFKA_PYTHON, reason="kafka-python is not installed")
+def test_fetch_v13_to_v17_new_fields():
+    req = {"max_wait_ms": 1, "min_bytes": 1, "replica_state": {"replica_id": 4, "replica_epoch": 8},
+           "topics": [{"topic_id": TID.bytes, "partitions": [
+               {"partition": 1, "fetch_offset": 5, "partition_max_bytes": 10,
+                "replica_directory_id": uuid.UUID(int=7).bytes}]}],
+           "forgotten_topics_data": [{"topic_id": TID.bytes, "partitions": [3]}]}
+    for v in (13, 14, 15, 16, 17):
+        ours, theirs = _both_read(1, "request", v, req)
+        assert ours["topics"][0]["topic_id"] == TID.bytes and theirs.topics[0].topic_id == TID
+        assert ours["forgotten_topics_data"][0]["topic_id"] == TID.bytes
+        assert ours["replica_state"] == (req["replica_state"] if v >= 15 else None)
+        assert ours["replica_id"] == -1  # (v15+: only in replica_state)
+        assert ours["topics"][0]["partitions"][0]["replica_directory_id"] == (
+            uuid.UUID(int=7).bytes if v >= 17 else bytes(16))
+    resp = {"responses": [{"topic_id": TID.bytes, "partitions": [
+        {"partition_index": 1, "error_code": 6, "records": None,
+         "current_leader": {"leader_id": 2, "leader_epoch": 4}}]}],
+        "node_endpoints": [{"node_id": 2, "host": "h", "port": 1, "rack": "r"}]}
+    for v in (13, 16, 17):
+        ours, theirs = _both_read(1, "response", v, resp)
+        assert ours["responses"][0]["topic_id"] == TID.bytes
+        assert ours["responses"][0]["partitions"][0]["current_leader"]["leader_id"] == 2
+        assert ours["node_endpoints"] == (resp["node_endpoints"] if v >= 16 else [])
+        assert len(theirs.node_endpoints or []) == (1 if v >= 16 else 0)
+
+
+@pytest.mark.skipif(not HAVE_KAFKA_PYTHON, reason="kafka-python is not installed")
+def test_list_offsets_v10_carries_its_timeout():
+    req = {"replica_id": -1, "isolation_level": 1, "timeout_ms": 1234, "topics": [
+        {"name": "t", "partitions": [{"partition_index": 0, "timestamp": -6}]}]}
+    for v in (8, 9, 10, 11):
+        ours, theirs = _both_read(2, "request", v, req)
+        assert ours["timeout_ms"] == (1234 if v >= 10 else 0)
+        assert theirs.topics[0].partitions[0].timestamp == -6

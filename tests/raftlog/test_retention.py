@@ -158,3 +158,15 @@ def test_flush_ms_is_not_held_off_by_a_backward_clock_jump(tmp_path):
     assert not log.maybe_flush()  # counted again from the flush, on the new clock
     now[0] += 500
     assert log.maybe_flush()
+
+
+def test_max_timestamp_spans_segments_and_finds_its_first_record(tmp_path):
+    """ListOffsets' MAX_TIMESTAMP (-3): the largest timestamp of any segment, and
+    lookup_timestamp of it is the first record that has it."""
+    log = _log(tmp_path, [0])
+    assert log.max_timestamp() == -1  # empty
+    for ts in (500, 900, 300, 900, 100):
+        _fill(log, 3, ts=ts)
+    assert log.segment_count > 2
+    assert log.max_timestamp() == 900
+    assert log.lookup_timestamp(900)[0] == 6  # (3 batches of 2 records at 500 before)
