@@ -44,11 +44,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import crc32c  # noqa: E402
 import lz4.frame  # noqa: E402
 
-from raftlog import kafka_batch as kb  # noqa: E402
 from raftlog import scram  # noqa: E402
 from raftlog.client import Admin  # noqa: E402
 from raftlog.client.security import load_command_config  # noqa: E402
-from raftlog.kafka_wire import FrameDecoder, decode_response, encode_request  # noqa: E402
+from raftlog.kafka import batch as kb  # noqa: E402
+from raftlog.kafka.wire import FrameDecoder, decode_response, encode_request  # noqa: E402
 from raftlog.localnode import free_port  # noqa: E402
 
 TOPIC = "t"

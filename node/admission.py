@@ -1,6 +1,6 @@
 """Who may hold a connection, and what it may send before it has logged in. No I/O.
 
-Both listeners (node/server.py, node/kafka_server.py) share one :class:`ConnectionQuota`
+Both listeners (node/server.py, node/kafka/server.py) share one :class:`ConnectionQuota`
 per node: connections per client address (``max.connections.per.ip`` and its
 ``max.connections.per.ip.overrides``, as Kafka), counted when a connection is accepted,
 before its TLS handshake, so that connections which never send a TLS hello from one

@@ -221,7 +221,7 @@ class NodeConfig:
     metrics_basic_auth_username: str | None = None
     metrics_basic_auth_password: str | None = None
     metrics_basic_auth_password_file: str | None = None
-    #: Kafka wire-protocol listener (node/kafka_server.py): None = off. Other brokers'
+    #: Kafka wire-protocol listener (node/kafka/server.py): None = off. Other brokers'
     #: Kafka addresses: ``kafka_brokers`` where given, else their client address with
     #: this node's Kafka port offset (what ``raftlog up --kafka-port`` sets up).
     kafka_host: str | None = None

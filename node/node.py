@@ -128,7 +128,7 @@ class Node:
                         .connection_failed_authentication_delay_ms / 1000)
                     self.metrics_address = await nursery.start(metrics.serve)
                 if self.config.kafka_port is not None:  # kafka.listener
-                    from .kafka_server import KafkaServer
+                    from .kafka.server import KafkaServer
 
                     self.kafka = KafkaServer(self.config, self.broker, self.replicas,
                                              self.events, self.server.purgatory,

@@ -13,7 +13,7 @@ what role, and the produce and fetch paths over them.
 
 Everything here runs on the trio thread, synchronously, except :meth:`await_replicated`.
 The logs' storage duties (flush, compaction, retention) are node/log_manager.py's.
-Request handlers (node/broker.py, node/server.py, node/kafka_handlers.py) call in.
+Request handlers (node/broker.py, node/server.py, node/kafka/handlers.py) call in.
 """
 
 from __future__ import annotations

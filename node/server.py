@@ -369,7 +369,7 @@ class Server:
         """Listen on every configured listener; started() with the first one's address."""
         c = self.config
         listeners = c.listener_config.listeners
-        kafka_tls = c.kafka_port is not None and c.kafka_protocol.tls  # (kafka_server.py)
+        kafka_tls = c.kafka_port is not None and c.kafka_protocol.tls  # (kafka/server.py)
         if kafka_tls or any(x.protocol.tls for x in listeners):
             self._ssl_context = server_context(
                 c.ssl_keystore_location, c.ssl_key_location, password=c.ssl_key_password,

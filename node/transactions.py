@@ -1,6 +1,6 @@
 """Transaction coordinator: Kafka's transaction state machine (KIP-98, KIP-890) as a pure
 state machine. node/txn_host.py hosts it on every node (issue #33); the native protocol
-and the Kafka listener (node/kafka_txn_handlers.py) call it.
+and the Kafka listener (node/kafka/txn_handlers.py) call it.
 
 No I/O and no clock, like :mod:`~raftlog.node.groups`: every operation takes
 ``now_ms`` and answers an :class:`Outcome`:

@@ -1,5 +1,5 @@
 """The receive buffer under both wire codecs' frame splitters (raftlog.protocol for
-the native protocol, raftlog.kafka_wire for Kafka's): bytes go in as they arrive,
+the native protocol, raftlog.kafka.wire for Kafka's): bytes go in as they arrive,
 whole frames come out, and the consumed prefix is dropped once it is half the buffer
 (amortized O(1) per byte, no copy per frame of what follows it)."""
 

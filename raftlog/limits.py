@@ -1,7 +1,7 @@
 """The request limits both wire codecs check while decoding, before any work is done.
 
 One table for the native codec (raftlog/protocol.py) and the Kafka one
-(raftlog/kafka_wire.py, raftlog/kafka_batch.py), so a request costs the same at most
+(raftlog/kafka/wire.py, raftlog/kafka/batch.py), so a request costs the same at most
 whichever listener it comes through. Each limit is far above what a well-behaved client
 sends and low enough that decoding and answering a request at the limit holds the
 node's event loop for tens of milliseconds, not seconds.

@@ -15,9 +15,9 @@ import struct
 
 import crc32c as _crc32c
 
-from raftlog import kafka_batch as kb
 from raftlog import records as rl
 from raftlog.decompress import decompress as bounded_decompress
+from raftlog.kafka import batch as kb
 
 #: compression.type -> (raftlog codec, Kafka codec)
 _CODECS = {"uncompressed": (rl.NO_COMPRESSION, kb.NONE), "gzip": (rl.GZIP, kb.GZIP),

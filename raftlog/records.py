@@ -92,7 +92,7 @@ ATTR_UNIFORM_TS = 0x100
 ATTR_WIDE_TS = 0x200
 ATTR_NULL_KEYS = 0x400
 #: the records region is a Kafka record batch v2 records section, stored as the Kafka
-#: listener received it (raftlog.kafka_batch); bits 0-2 are then Kafka's codec numbers
+#: listener received it (raftlog.kafka.batch); bits 0-2 are then Kafka's codec numbers
 ATTR_KAFKA_RECORDS = 0x800
 ATTR_KNOWN = 0xFFF
 
@@ -536,7 +536,7 @@ def decode_records(
     end = pos + header.size
     region = buf[pos + RECORDS_OFFSET : end]
     if attrs & ATTR_KAFKA_RECORDS:
-        from raftlog import kafka_batch  # (it imports this module)
+        from raftlog.kafka import batch as kafka_batch  # (it imports this module)
 
         return kafka_batch.section_records(region, header, topic, partition)
     if attrs & COMPRESSION_MASK:

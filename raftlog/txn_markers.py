@@ -16,7 +16,7 @@ are refused.
 
 The same key and value bytes are stored in raftlog's native batch layout
 (:func:`raftlog.records.encode_control_batch`) and in Kafka's
-(:func:`raftlog.kafka_batch.encode_control_batch`); both carry the same marker.
+(:func:`raftlog.kafka.batch.encode_control_batch`); both carry the same marker.
 
 Untrusted bytes raise :class:`~raftlog.errors.CorruptRecordError` and nothing else.
 """

@@ -3,7 +3,7 @@ Kafka's. Pure; the listeners call it once per connection, on its first bytes, so
 client pointed at the wrong port gets one clear hint instead of frame-size errors.
 
 Native frame (raftlog/protocol.py): ``u32le length | u32le header length | CBOR map``.
-Kafka request (raftlog/kafka_wire.py): ``i32be size | i16be api_key | i16be version |
+Kafka request (raftlog/kafka/wire.py): ``i32be size | i16be api_key | i16be version |
 i32be correlation id | ...``.
 
 The two are told apart by byte 8: a native frame's header starts with a CBOR map
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import struct
 
-from .kafka_wire import API_NAMES
+from .kafka.wire import API_NAMES
 
 #: Bytes needed to tell the protocols apart.
 SNIFF_BYTES = 9

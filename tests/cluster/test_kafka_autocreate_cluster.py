@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from raftlog.kafka_wire import FrameDecoder, decode_response, encode_request
+from raftlog.kafka.wire import FrameDecoder, decode_response, encode_request
 
 from ..conftest import free_ports, wait_for_port
 from .cluster import LocalCluster, until

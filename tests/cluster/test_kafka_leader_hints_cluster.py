@@ -5,7 +5,7 @@ goes there without asking Metadata first."""
 
 from __future__ import annotations
 
-from raftlog import kafka_batch as kb
+from raftlog.kafka import batch as kb
 
 from ..conftest import free_ports
 from ..node.test_kafka_new_versions import _Conn

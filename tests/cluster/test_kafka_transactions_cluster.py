@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from raftlog import kafka_batch
 from raftlog.client import Consumer
-from raftlog.kafka_wire import decode_response, encode_request
+from raftlog.kafka import batch as kafka_batch
+from raftlog.kafka.wire import decode_response, encode_request
 
 from ..conftest import free_ports, kafka_python_read
 from .cluster import LocalCluster, until

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from raftlog.kafka_wire import API_NAMES, SUPPORTED
+from raftlog.kafka.wire import API_NAMES, SUPPORTED
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 ROW = re.compile(r"^\| (\w+) \((\d+)\) \| (\d+)(?:-(\d+))? \|", re.M)

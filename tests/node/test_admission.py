@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from raftlog.errors import ConfigError
-from raftlog.kafka_wire import encode_request
+from raftlog.kafka.wire import encode_request
 from raftlog.node.admission import (
     ConnectionQuota,
     LogLimiter,
@@ -113,7 +113,7 @@ def test_config_keys_and_their_errors():
 
 
 class _Conn:
-    """What the idle watchdog looks at (node/server.py Conn, kafka_server.py _Conn)."""
+    """What the idle watchdog looks at (node/server.py Conn, kafka/server.py _Conn)."""
 
     def __init__(self, sock):
         self.sock, self.parked, self.in_request = sock, set(), False

@@ -18,8 +18,8 @@ import time
 import pytest
 
 from raftlog import scram
-from raftlog.kafka_wire import FrameDecoder as KafkaFrames
-from raftlog.kafka_wire import decode_response, encode_request
+from raftlog.kafka.wire import FrameDecoder as KafkaFrames
+from raftlog.kafka.wire import decode_response, encode_request
 from raftlog.protocol import Api, ClientConnection, encode_frame
 from tests.conftest import NodeProcess, free_ports
 

@@ -16,7 +16,7 @@ import lz4.frame
 import pytest
 import zstandard
 
-from raftlog import kafka_batch as kb
+from raftlog.kafka import batch as kb
 from tests.conftest import free_ports
 from tests.node.test_kafka_security import (  # noqa: F401  (certs: a fixture)
     ADMIN_PW,
@@ -134,7 +134,7 @@ def _attack(node, user: str, password: str, frame: bytes, expect_answer_key=None
 
 
 def _recv_answer(s, key: int, version: int):
-    from raftlog.kafka_wire import FrameDecoder, decode_response
+    from raftlog.kafka.wire import FrameDecoder, decode_response
     dec = FrameDecoder()
     while (frame := dec.next_frame()) is None:
         data = s.recv(1 << 16)
@@ -225,7 +225,7 @@ def _batch(codec: int, section: bytes) -> bytes:
 
 
 def _produce(batch: bytes, topic: str = TOPIC, cid: int = 21) -> bytes:
-    from raftlog.kafka_wire import encode_request
+    from raftlog.kafka.wire import encode_request
     return encode_request(0, 3, cid, {
         "transactional_id": None, "acks": 1, "timeout_ms": 10_000,
         "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}]})

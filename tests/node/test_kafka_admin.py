@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from raftlog import kafka_batch as kb
 from raftlog.client import Admin, TopicPartition
+from raftlog.kafka import batch as kb
 from tests.conftest import kafka_node
 
 ck = pytest.importorskip("confluent_kafka")

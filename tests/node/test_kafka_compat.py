@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from raftlog import kafka_batch
 from raftlog.client import Admin, Producer
-from raftlog.kafka_wire import FrameDecoder, decode_response, encode_request
+from raftlog.kafka import batch as kafka_batch
+from raftlog.kafka.wire import FrameDecoder, decode_response, encode_request
 from tests.conftest import NodeProcess, free_ports, wait_for_port
 
 kafka = pytest.importorskip("kafka")

@@ -10,7 +10,7 @@ import time
 import trio
 import trio.testing
 
-from raftlog import kafka_batch as kb
+from raftlog.kafka import batch as kb
 from raftlog.node.consumer_fetch_session import (
     FETCH_SESSION_ID_NOT_FOUND,
     INVALID_FETCH_SESSION_EPOCH,
@@ -18,7 +18,7 @@ from raftlog.node.consumer_fetch_session import (
     SessionCache,
     next_epoch,
 )
-from raftlog.node.kafka_handlers import Context, KafkaApis
+from raftlog.node.kafka.handlers import Context, KafkaApis
 from raftlog.protocol import Api, Request
 
 from .single_node import close_broker, open_broker

@@ -1,5 +1,5 @@
 """A Kafka fetch of many partitions is read in slices with a checkpoint between them
-(node/kafka_handlers.py ``fetch_large``), in process over a real single-node broker:
+(node/kafka/handlers.py ``fetch_large``), in process over a real single-node broker:
 other tasks run while it is read, and its answer is the one a small fetch gives."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from raftlog import kafka_batch as kb
-from raftlog.node.kafka_handlers import FETCH_PARTITIONS_PER_STEP, Context, KafkaApis
+from raftlog.kafka import batch as kb
+from raftlog.node.kafka.handlers import FETCH_PARTITIONS_PER_STEP, Context, KafkaApis
 from raftlog.protocol import Api, Request
 
 from .single_node import close_broker, open_broker

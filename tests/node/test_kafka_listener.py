@@ -10,7 +10,7 @@ import time
 import pytest
 
 from raftlog.client import Admin, Consumer, Producer, TopicPartition
-from raftlog.kafka_wire import FrameDecoder, decode_response, encode_request
+from raftlog.kafka.wire import FrameDecoder, decode_response, encode_request
 from tests.conftest import kafka_node, kafka_python_read
 
 kafka = pytest.importorskip("kafka")
@@ -272,7 +272,7 @@ def test_fuzzed_requests_never_take_the_node_down(knode):
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    from raftlog.node.kafka_handlers import FETCH_MAX_WAIT_MS
+    from raftlog.node.kafka.handlers import FETCH_MAX_WAIT_MS
 
     Admin(knode.bootstrap).create_topic("fz", partitions=1)
     with Producer(knode.bootstrap) as p:  # a fetch from offset 0 has data: answered at once
@@ -445,7 +445,7 @@ def test_long_poll_fetch_is_answered_when_a_record_arrives(knode):
         cid, body = decode_response(1, 11, _recv_frame(s))
     part = body["responses"][0]["partitions"][0]
     assert cid == 21 and part["error_code"] == 0 and part["high_watermark"] == 1
-    from raftlog import kafka_batch
+    from raftlog.kafka import batch as kafka_batch
 
     [(pos, h)] = list(kafka_batch.iter_batches(part["records"]))
     assert kafka_batch.decode_records(part["records"], pos, h).values == [b"wake"]

@@ -11,8 +11,8 @@ import uuid
 
 import pytest
 
-from raftlog import kafka_batch as kb
-from raftlog.kafka_wire import FrameDecoder, decode_response, encode_request
+from raftlog.kafka import batch as kb
+from raftlog.kafka.wire import FrameDecoder, decode_response, encode_request
 from tests.conftest import kafka_node, wait_for_port
 
 UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION, UNSUPPORTED_VERSION = 100, 3, 35

@@ -13,7 +13,7 @@ import pytest
 
 from raftlog import scram
 from raftlog.client import Admin
-from raftlog.kafka_wire import FrameDecoder, decode_response, encode_request
+from raftlog.kafka.wire import FrameDecoder, decode_response, encode_request
 from tests.certs import make_certs
 from tests.conftest import NodeProcess, free_ports
 

@@ -8,7 +8,7 @@ import pytest
 from raftlog.errors import ConfigError
 from raftlog.listeners import SecurityProtocol
 from raftlog.node.config import NodeConfig
-from raftlog.node.kafka_server import KafkaServer
+from raftlog.node.kafka.server import KafkaServer
 
 
 def _server(**props) -> KafkaServer:

@@ -1,11 +1,11 @@
-"""node/kafka_topic_ids.py, pure: a Produce or Fetch naming topics by id read by name,
+"""node/kafka/topic_ids.py, pure: a Produce or Fetch naming topics by id read by name,
 and its answer by id again; ids no topic has set aside and answered UNKNOWN_TOPIC_ID."""
 
 from __future__ import annotations
 
 import uuid
 
-from raftlog.node.kafka_topic_ids import (
+from raftlog.node.kafka.topic_ids import (
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
     TopicIds,

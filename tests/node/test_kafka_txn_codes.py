@@ -1,11 +1,11 @@
-"""The Kafka listener's transaction APIs (node/kafka_txn_handlers.py): error codes as
+"""The Kafka listener's transaction APIs (node/kafka/txn_handlers.py): error codes as
 Kafka's broker answers each request version, and only transaction version 1 offered."""
 
 from __future__ import annotations
 
 from raftlog.errors import ErrorCode
-from raftlog.kafka_wire import SUPPORTED
-from raftlog.node.kafka_txn_handlers import KafkaTxnApis, kafka_code
+from raftlog.kafka.wire import SUPPORTED
+from raftlog.node.kafka.txn_handlers import KafkaTxnApis, kafka_code
 
 
 def test_producer_fenced_reaches_old_clients_as_invalid_producer_epoch():

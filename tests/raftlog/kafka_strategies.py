@@ -1,10 +1,10 @@
-"""Hypothesis strategies for Kafka message bodies, built from raftlog.kafka_messages."""
+"""Hypothesis strategies for Kafka message bodies, built from raftlog.kafka.messages."""
 
 from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from raftlog.kafka_messages import SCHEMAS
+from raftlog.kafka.messages import SCHEMAS
 
 _INTS = {"int8": 7, "int16": 15, "int32": 31, "int64": 63}
 

@@ -1,11 +1,11 @@
-"""Kafka's ACL codes as raftlog's ACL names (raftlog/kafka_acl.py): pure."""
+"""Kafka's ACL codes as raftlog's ACL names (raftlog/kafka/acl.py): pure."""
 
 from __future__ import annotations
 
 import pytest
 
 from raftlog import acl as A
-from raftlog import kafka_acl as KA
+from raftlog.kafka import acl as KA
 
 
 def _filter(**kw) -> dict:

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raftlog import kafka_batch as kb
 from raftlog import records as rl
 from raftlog.errors import CorruptRecordError
+from raftlog.kafka import batch as kb
 
 default_records = pytest.importorskip("kafka.record.default_records")
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raftlog import kafka_consumer_protocol as cp
+from raftlog.kafka import consumer_protocol as cp
 
 meta = pytest.importorskip("kafka.protocol.consumer.metadata")
 S, A = meta.ConsumerProtocolSubscription, meta.ConsumerProtocolAssignment

@@ -1,5 +1,5 @@
 from raftlog.errors import ErrorCode
-from raftlog.kafka_errors import FROM_KAFKA, KAFKA, TO_KAFKA, from_kafka, to_kafka
+from raftlog.kafka.errors import FROM_KAFKA, KAFKA, TO_KAFKA, from_kafka, to_kafka
 
 
 def test_every_raftlog_code_has_a_kafka_code_of_the_same_name():

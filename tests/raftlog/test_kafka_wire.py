@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raftlog import kafka_wire as kw
 from raftlog.errors import ProtocolError
-from raftlog.kafka_messages import ADVERTISED, SCHEMAS
-from raftlog.kafka_wire import _fill_defaults
+from raftlog.kafka import wire as kw
+from raftlog.kafka.messages import ADVERTISED, SCHEMAS
+from raftlog.kafka.wire import _fill_defaults
 
 from .kafka_strategies import body_of
 
@@ -331,7 +331,7 @@ def test_a_file_slice_in_raw_pieces_cannot_be_joined_into_bytes():
 def test_nullable_struct_round_trips_with_its_marker():
     """DescribeTopicPartitions' cursor: a nullable struct is an int8 (-1 null, 1 set)
     before its fields (kafka-python's suite sent one)."""
-    from raftlog import kafka_wire as W
+    from raftlog.kafka import wire as W
 
     for cursor, marker in ((None, b"\xff"), ({"topic_name": "t", "partition_index": 3}, b"\x01")):
         frame = W.encode_request(75, 0, 7, {"topics": [{"name": "t"}],

@@ -13,12 +13,12 @@ import lz4.frame
 import pytest
 import zstandard
 
-from raftlog import kafka_batch as kb
 from raftlog import limits as L
 from raftlog import records as rl
 from raftlog.decompress import CHUNK_BYTES, DecompressedTooLarge, decompress
 from raftlog.errors import CorruptRecordError
-from raftlog.kafka_wire import RequestTooLarge, decode_request, encode_request
+from raftlog.kafka import batch as kb
+from raftlog.kafka.wire import RequestTooLarge, decode_request, encode_request
 from raftlog.protocol import Api, BadRequest, Frame, parse_request
 
 FETCH, METADATA, PRODUCE = 1, 3, 0
@@ -71,7 +71,7 @@ def test_a_million_entry_fetch_is_refused_from_its_length_prefix():
 
 
 def test_responses_are_not_budgeted():
-    from raftlog.kafka_wire import decode_response, encode_response
+    from raftlog.kafka.wire import decode_response, encode_response
     body = {"throttle_time_ms": 0, "brokers": [], "cluster_id": None, "controller_id": 1,
             "topics": [{"error_code": 0, "name": "t", "is_internal": False, "partitions": [
                 {"error_code": 0, "partition_index": i, "leader_id": 1, "replica_nodes": [1],

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from raftlog import kafka_batch as kb
 from raftlog import records as rl
 from raftlog.config import LogConfig
 from raftlog.errors import ConfigError, CorruptRecordError
+from raftlog.kafka import batch as kb
 from raftlog.recompress import recompress
 
 VALUES = [b"value-%d" % i * 20 for i in range(50)]

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raftlog import kafka_batch as kb
 from raftlog import records as rl
 from raftlog.errors import CorruptRecordError
+from raftlog.kafka import batch as kb
 from raftlog.log import PartitionLog
 from raftlog.txn_markers import ControlType, EndTxnMarker, decode_marker, encode_marker
 

@@ -6,7 +6,7 @@ SaslSession, failure limiter and auth watchdog, and with ACLs on, each request c
 the connection's principal (Context.acl) to the handlers' authorization choke point.
 
 A second codec in front of the same node: frames are split and decoded by
-raftlog.kafka_wire (sans-IO), each request is answered by node/kafka_handlers.py,
+raftlog.kafka.wire (sans-IO), each request is answered by node/kafka/handlers.py,
 which calls the broker and group coordinator the native server calls.
 
 Per connection, requests are handled in order and answered in order, on a plain
@@ -42,8 +42,8 @@ import struct
 import trio
 
 from raftlog.errors import ApiError, ErrorCode
-from raftlog.kafka_errors import KAFKA, to_kafka
-from raftlog.kafka_wire import (
+from raftlog.kafka.errors import KAFKA, to_kafka
+from raftlog.kafka.wire import (
     API_VERSIONS_KEY,
     SUPPORTED,
     FrameDecoder,
@@ -56,7 +56,7 @@ from raftlog.kafka_wire import (
 from raftlog.listeners import Listener, SecurityProtocol
 from raftlog.wire_sniff import NATIVE, SNIFF_BYTES, sniff
 
-from .admission import (
+from ..admission import (
     ConnectionQuota,
     LogLimiter,
     WrongProtocol,
@@ -65,14 +65,14 @@ from .admission import (
     limit_frames_before_auth,
     native_on_kafka_hint,
 )
-from .authn import FailureLimiter
-from .authz import AclCheck
-from .connection import run_connection
-from .kafka_handlers import Context, KafkaApis, Wait
-from .outbox import Deferred, Outbox
-from .purgatory import Delayed
-from .server import AUTH_TIMEOUT_S, AuthenticationFailed, Guard, next_request_frame
-from .sockio import accept_loop, listen, recv_into, tls_recv_into
+from ..authn import FailureLimiter
+from ..authz import AclCheck
+from ..connection import run_connection
+from ..outbox import Deferred, Outbox
+from ..purgatory import Delayed
+from ..server import AUTH_TIMEOUT_S, AuthenticationFailed, Guard, next_request_frame
+from ..sockio import accept_loop, listen, recv_into, tls_recv_into
+from .handlers import Context, KafkaApis, Wait
 
 RECV_BYTES = 256 * 1024
 #: Connections served at once; further ones are accepted and closed at once (and so

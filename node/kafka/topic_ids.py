@@ -1,5 +1,5 @@
 """Topic ids on the Kafka listener (KIP-516): Fetch v13+ and Produce v13+ name topics by
-id, not by name. The handlers (node/kafka_handlers.py) and fetch sessions work on names,
+id, not by name. The handlers (node/kafka/handlers.py) and fetch sessions work on names,
 so the listener translates at its edge: :meth:`TopicIds.to_names` turns a request's
 ids into the names they stand for (setting aside the ids no topic has), and
 :meth:`TopicIds.to_ids` turns the answer's names back into ids and answers the ids set

@@ -4,8 +4,8 @@ node's own handlers (broker.py, replica_manager.py, group_handlers.py) with nati
 Nothing here decides anything the native path decides: a Kafka request is translated
 into the native request of the same API (``raftlog.protocol.Request`` with its
 ``fields``), handed to the same method the native server calls, and its raftlog-shaped
-answer is translated back -- error codes through raftlog.kafka_errors, record batches
-through raftlog.kafka_batch (once per batch). So a group may mix raftlog and Kafka
+answer is translated back -- error codes through raftlog.kafka.errors, record batches
+through raftlog.kafka.batch (once per batch). So a group may mix raftlog and Kafka
 clients, and idempotent-producer sequence checks, min.insync.replicas, acks=all and
 long-poll fetches behave the same on both listeners.
 
@@ -25,18 +25,17 @@ import uuid
 
 import trio
 
-from raftlog import kafka_batch
-from raftlog import kafka_consumer_protocol as cp
 from raftlog.acl import CLUSTER_NAME
 from raftlog.errors import ApiError, CorruptRecordError, ErrorCode
-from raftlog.kafka_errors import to_kafka
-from raftlog.kafka_wire import SUPPORTED, RawPieces
+from raftlog.kafka import batch as kafka_batch
+from raftlog.kafka import consumer_protocol as cp
+from raftlog.kafka.errors import to_kafka
+from raftlog.kafka.wire import SUPPORTED, RawPieces
 from raftlog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, Api, Request
 
-from . import kafka_configs
-from .authz import CLUSTER, DESCRIBE, NOT_ASKED, TOPIC, AclCheck, authorized_operations
-from .clock import node_ms
-from .consumer_fetch_session import (
+from ..authz import CLUSTER, DESCRIBE, NOT_ASKED, TOPIC, AclCheck, authorized_operations
+from ..clock import node_ms
+from ..consumer_fetch_session import (
     FETCH_SESSION_ID_NOT_FOUND,
     FINAL_EPOCH,
     INITIAL_EPOCH,
@@ -44,8 +43,9 @@ from .consumer_fetch_session import (
     SessionCache,
     next_epoch,
 )
-from .kafka_topic_ids import Note, TopicIds
-from .routes import ROUTES
+from ..routes import ROUTES
+from . import configs as kafka_configs
+from .topic_ids import Note, TopicIds
 
 #: Kafka's INVALID_REQUEST etc. by raftlog name, for errors made here.
 _E = {c: to_kafka(c) for c in ErrorCode}
@@ -175,9 +175,9 @@ class KafkaApis:
             32: self.describe_configs, 60: self.describe_cluster,
             17: self.sasl_handshake, 36: self.sasl_authenticate,
         }
-        from .kafka_admin_handlers import KafkaAdminApis  # (they import this module)
-        from .kafka_txn_admin_handlers import KafkaTxnAdminApis
-        from .kafka_txn_handlers import KafkaTxnApis
+        from .admin_handlers import KafkaAdminApis  # (they import this module)
+        from .txn_admin_handlers import KafkaTxnAdminApis
+        from .txn_handlers import KafkaTxnApis
 
         self.handlers.update(KafkaAdminApis(self).handlers())
         self.handlers.update(KafkaTxnApis(self).handlers())
@@ -767,7 +767,7 @@ class KafkaApis:
     # ------------------------------------------------------------------ topics admin
 
     async def create_topics(self, v: int, body: dict, ctx: Context) -> dict:
-        from .kafka_admin_handlers import manual_assignments
+        from .admin_handlers import manual_assignments
 
         wanted, early = [], {}
         for t in body["topics"]:
@@ -829,7 +829,7 @@ class KafkaApis:
             for r in head["results"]]}
 
     async def describe_configs(self, v: int, body: dict, ctx: Context) -> dict:
-        from .topics import validate_topic_config
+        from ..topics import validate_topic_config
 
         out = []
         for res in body["resources"]:
@@ -881,7 +881,7 @@ class KafkaApis:
         (v3+ name the caller's current ones, KIP-360). ACLs: WRITE on the
         transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), or for an idempotent
         producer WRITE on some topic (CLUSTER_AUTHORIZATION_FAILED), as Kafka."""
-        from .kafka_txn_handlers import kafka_code, txn_host
+        from .txn_handlers import kafka_code, txn_host
 
         tid = body["transactional_id"]
         try:
@@ -915,7 +915,7 @@ class KafkaApis:
         for key in keys:
             try:
                 if body["key_type"] == 1:  # a transactional id's coordinator
-                    from .kafka_txn_handlers import txn_host
+                    from .txn_handlers import txn_host
 
                     # (DESCRIBE on the transactional id)
                     _authorize(Api.FIND_COORDINATOR, ctx, {"key": key, "key_type": 1})

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from raftlog.acl import CLUSTER_NAME
 from raftlog.errors import ApiError, ErrorCode
-from raftlog.kafka_errors import to_kafka
+from raftlog.kafka.errors import to_kafka
 from raftlog.protocol import Api
 
-from .authz import CLUSTER, CLUSTER_ACTION, TOPIC, WRITE
-from .kafka_handlers import Context, _authorize, commit_answer, commit_offsets
+from ..authz import CLUSTER, CLUSTER_ACTION, TOPIC, WRITE
+from .handlers import Context, _authorize, commit_answer, commit_offsets
 
 _E = {c: to_kafka(c) for c in ErrorCode}
 #: Kafka's OPERATION_NOT_ATTEMPTED: the other partitions of an AddPartitionsToTxn of

@@ -1,10 +1,10 @@
 """Kafka admin API handlers (issue 37): Kafka request bodies in, Kafka response bodies
 out, each by the native handler of the same API (node/broker.py, node/security.py,
 node/group_handlers.py) through its native route's ACL check (node/routes.py,
-``kafka_handlers._req``), as node/kafka_handlers.py does for the rest.
+``handlers._req``), as node/kafka/handlers.py does for the rest.
 
 Per-resource refusals are answered per resource with Kafka's error code
-(raftlog.kafka_errors); nothing here decides what the native path does not.
+(raftlog.kafka.errors); nothing here decides what the native path does not.
 """
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ import os
 import time
 
 from raftlog import acl as A
-from raftlog import kafka_acl as KA
 from raftlog import scram as S
 from raftlog.errors import ApiError, ErrorCode
-from raftlog.kafka_errors import to_kafka
+from raftlog.kafka import acl as KA
+from raftlog.kafka.errors import to_kafka
 from raftlog.protocol import Api
 
-from .authz import ALTER, CLUSTER, CLUSTER_NAME, DESCRIBE, GROUP, READ, TOPIC
-from .authz import DELETE as DELETE_OP
-from .kafka_handlers import Context, _authorize, _req
+from ..authz import ALTER, CLUSTER, CLUSTER_NAME, DESCRIBE, GROUP, READ, TOPIC
+from ..authz import DELETE as DELETE_OP
+from .handlers import Context, _authorize, _req
 
 _E = {c: to_kafka(c) for c in ErrorCode}
 #: Kafka's name of the metadata log (DescribeQuorum's only topic-partition: -0)

@@ -18,7 +18,7 @@ a group of Kafka clients only never depends on this module understanding them.
 
 from __future__ import annotations
 
-from raftlog.kafka_wire import KafkaDecodeError, decode_data, encode_data
+from raftlog.kafka.wire import KafkaDecodeError, decode_data, encode_data
 
 SUBSCRIPTION = "ConsumerProtocolSubscription"
 ASSIGNMENT = "ConsumerProtocolAssignment"

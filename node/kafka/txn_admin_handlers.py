@@ -1,7 +1,7 @@
 """Kafka's transaction admin APIs (KIP-664; issue #33) on the Kafka listener:
 DescribeProducers (61), DescribeTransactions (65), ListTransactions (66), each by the
 native handler of the same API (node/broker.py, node/txn_host.py) through its native
-route's ACL check (``kafka_handlers._req``), as node/kafka_admin_handlers.py does.
+route's ACL check (``handlers._req``), as node/kafka/admin_handlers.py does.
 
 ACLs (the native filters, ``AclCheck.filter_response``): DescribeTransactions answers
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED for each id the principal may not DESCRIBE and
@@ -13,11 +13,11 @@ READ on each topic, as Kafka.
 from __future__ import annotations
 
 from raftlog.errors import ApiError, ErrorCode
-from raftlog.kafka_errors import to_kafka
+from raftlog.kafka.errors import to_kafka
 from raftlog.protocol import Api
 
-from .authz import READ, TOPIC
-from .kafka_handlers import Context, _req
+from ..authz import READ, TOPIC
+from .handlers import Context, _req
 
 _E = {c: to_kafka(c) for c in ErrorCode}
 

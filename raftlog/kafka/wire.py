@@ -1,7 +1,7 @@
 """Kafka's binary protocol, sans-IO: primitive types, headers, framing, a schema engine.
 
 Everything here is pure: bytes in, dicts out, and back. The trio listener
-(node/kafka_server.py), the tests and the fuzzer drive the same code.
+(node/kafka/server.py), the tests and the fuzzer drive the same code.
 
 Frames are ``int32 size | payload`` (big-endian, as every Kafka integer). A request
 payload is a request header then the request body; a response payload is a response
@@ -18,7 +18,7 @@ bytes and arrays (unsigned varint length + 1, 0 meaning null) and a tagged-field
 section after every struct. ApiVersions responses always use response header v0 so
 that a client that asked with a version we do not know can still read the answer.
 
-Bodies are described by the data in raftlog/kafka_messages.py (transcribed from
+Bodies are described by the data in raftlog/kafka/messages.py (transcribed from
 Kafka's JSON message definitions). A message value is a dict of snake_case field
 names; a struct array is a list of dicts. :func:`decode_body` fills fields absent in
 the version with their default, so handlers read every version the same way.
@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 
 from raftlog.errors import LocalProtocolError, RemoteProtocolError
 from raftlog.framing import FrameBuffer
-from raftlog.kafka_messages import ADVERTISED, DATA_VERSIONS, SCHEMAS
+from raftlog.kafka.messages import ADVERTISED, DATA_VERSIONS, SCHEMAS
 from raftlog.limits import ENTRIES_PER_REQUEST_MAX
 
 #: Largest frame the codec accepts by default (Kafka's socket.request.max.bytes).
@@ -300,7 +300,7 @@ PIECE_KEEP_BYTES = 32 * 1024
 
 
 # --------------------------------------------------------------------------- schema engine
-# A field tuple (see kafka_messages): name, type, vmin, vmax, nullable (lo, hi) | None,
+# A field tuple (see messages.py): name, type, vmin, vmax, nullable (lo, hi) | None,
 # tag | None, tagged (lo, hi) | None, default, sub-fields | None.
 
 _FIXED = {"int8": _I8, "int16": _I16, "uint16": _U16, "int32": _I32, "int64": _I64,
