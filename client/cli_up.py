@@ -362,8 +362,9 @@ def _banner(args, data_dir: str, client_props: str | None = None) -> str:
         f"  raftlog topics create demo --bootstrap-server {args.host}:{args.port}"
         + (f" --command-config {client_props}\n  client properties (SASL_SSL, user "
            f"admin): {client_props}\n" if client_props else "\n")
-        +
-        f'  Producer(bootstrap_servers="{servers}")\n'
+        + (f'  Producer("{servers}", **load_command_config("{client_props}"))  '
+           "# from raftlog.client.security\n" if client_props else
+           f'  Producer(bootstrap_servers="{servers}")\n')
         + (f"  metrics: http://{args.host}:{args.metrics_port}/metrics"
            f"{f' .. port {args.metrics_port + args.nodes - 1}' if args.nodes > 1 else ''}\n"
            if args.metrics_port is not None else "")

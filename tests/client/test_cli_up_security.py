@@ -42,10 +42,12 @@ def test_up_security_serves_sasl_ssl_only_to_the_admin_it_prints(tmp_path):
     props = os.path.join(data, "client.properties")
     proc = _up(data, port, "--kafka-port", str(kport))
     try:
-        banner = [proc.stdout.readline() for _ in range(3)]
+        banner = [proc.stdout.readline() for _ in range(4)]
         assert banner[0].startswith("raftlog is up"), (banner, proc.poll())
         assert f"--command-config {props}" in banner[1]
         assert f"client properties (SASL_SSL, user admin): {props}" in banner[2]
+        # the Python line logs in too (a bare Producer(...) would fail the handshake)
+        assert f'**load_command_config("{props}")' in banner[3]
         login = load_command_config(props)
         assert login["security_protocol"] == "SASL_SSL"
         # the CLI with the printed file
@@ -65,6 +67,9 @@ def test_up_security_serves_sasl_ssl_only_to_the_admin_it_prints(tmp_path):
             assert [r.value for r in c.poll(timeout_ms=10_000)] == [b"paid"]
         finally:
             c.close()
+        printed = banner[3].split("#")[0].strip()  # (as a user pastes it)
+        with eval(printed, {"Producer": Producer, "load_command_config": load_command_config}) as p:
+            assert p.send("payments", b"from the banner").result(timeout=30).offset == 1
         # a Kafka client on the Kafka listener: SASL_SSL too, same user
         confluent_kafka = pytest.importorskip("confluent_kafka")
         kp = confluent_kafka.Producer({
@@ -89,6 +94,6 @@ def test_up_security_serves_sasl_ssl_only_to_the_admin_it_prints(tmp_path):
         assert proc.stdout.readline().startswith("raftlog is up")
         assert open(os.path.join(data, "tls", "ca.pem")).read() == ca
         with Producer(boot, **load_command_config(props)) as p:
-            assert p.send("payments", b"again").result(timeout=10).offset == 2
+            assert p.send("payments", b"again").result(timeout=10).offset == 3  # (after paid, the banner's, librdkafka's)
     finally:
         _stop(proc)
