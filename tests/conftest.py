@@ -84,6 +84,11 @@ class NodeProcess:
         self.log_path = os.path.join(self.data_dir, "node.log")
         self.proc = spawn(argv, self.log_path)
         wait_for_port(self.host, self.port, timeout_s, self.proc)
+        kafka = self.extra.get("kafka.listener")
+        if kafka:  # (bound after the native port: a raw socket must not find it closed)
+            host, _, port = kafka.rpartition("://")[2].rpartition(":")
+            wait_for_port(self.host if host in ("", "0.0.0.0") else host, int(port),
+                          timeout_s, self.proc)
         return self
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 20.0) -> int:
