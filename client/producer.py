@@ -386,9 +386,12 @@ class Producer:
             io.acked.clear()
 
     def _txn_add(self, topic: str, partition: int) -> None:
+        """A send of the transaction: a new partition is noted for the I/O thread to
+        add (client/txn.py), which it is woken to do at once."""
         txn = self._txn
         txn.check("in_transaction")
-        txn.add_partition(topic, partition)
+        if txn.want(topic, partition):
+            self._acc.wake_io()
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued and wait until every record is acknowledged or failed.
@@ -509,6 +512,7 @@ class _ProducerIO:
         #: retention is no error), so a second batch must not overtake a failed first.
         self.acked: set[tuple[str, int]] = set()
         self._pid_retry_at = 0.0
+        self.txn = producer._txn
         self.txn_id = producer._txn.transactional_id if producer._txn is not None else None
         #: A request unanswered far longer than usual: look whether its partitions moved
         #: (client/stale.py), every retry_backoff_ms while it waits.
@@ -523,6 +527,8 @@ class _ProducerIO:
         lock = self.p._io_lock
         while True:
             with lock:
+                if self.txn is not None and self.txn.pending:
+                    self.txn.add_pending()  # (this thread only: send() never waits on it)
                 linger_left = self.send_ready()
                 if not self.pending and not self._any_in_flight() and self.p._acc.finished():
                     break
@@ -550,6 +556,9 @@ class _ProducerIO:
         partition waits unsent, nor (idempotence) while the partition's in-flight
         window is full: meanwhile the open batch grows (called under the
         accumulator's lock)."""
+        if (self.txn is not None and key not in self.txn.partitions
+                and key not in self.txn.refused):
+            return False  # (not in the transaction yet: the batch grows meanwhile)
         if self.in_order:
             if self.in_flight_parts.get(key, 0) >= self._window(key):
                 return False
@@ -570,6 +579,8 @@ class _ProducerIO:
         """How long the I/O thread may block: until a linger or a retry backoff ends,
         and never long while requests are in flight (their timeouts need checking)."""
         waits = [IDLE_POLL_S] if linger_left is None else [linger_left, IDLE_POLL_S]
+        if self.txn is not None and self.txn.pending:
+            waits.append(0.0)  # (noted while this thread was busy: add them now)
         if self.pending:
             waits.append(max(0.0, min(b.retry_at for b in self.pending) - now))
             waits.append(PENDING_POLL_S)
@@ -600,9 +611,11 @@ class _ProducerIO:
 
     def _send_pending(self) -> None:
         now = time.monotonic()
+        held = self._hold_for_transaction() if self.txn is not None else ()
         sendable, keep, expired = select_sendable(
             self.pending, now, self.in_order, self.in_flight_parts, self._window
         )
+        keep.extend(held)
         self.pending = keep
         for b in expired:
             self._fail(b, self._delivery_timeout(b))
@@ -620,6 +633,21 @@ class _ProducerIO:
             by_leader.setdefault(leader, []).append(b)
         for leader, batches in by_leader.items():
             self._send_to(leader, batches)
+
+    def _hold_for_transaction(self) -> list[ProducerBatch]:
+        """Take out of ``pending`` the batches of partitions not added to the
+        transaction yet (returned: they wait), and fail those of refused ones."""
+        txn, held, ok = self.txn, [], deque()
+        for b in self.pending:
+            key = (b.topic, b.partition)
+            if key in txn.partitions:
+                ok.append(b)
+            elif key in txn.refused:
+                self._fail(b, txn.refused[key])
+            else:
+                held.append(b)
+        self.pending = ok
+        return held
 
     def _send_to(self, leader: int, batches: list[ProducerBatch]) -> None:
         try:

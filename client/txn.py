@@ -5,10 +5,20 @@ States: ``uninitialized`` -> init_transactions() -> ``ready`` -> begin_transacti
 ``in_transaction`` -> commit/abort -> ``ready``. A fatal error (ProducerFencedError)
 leaves ``fatal``: only close() helps. The producer id and epoch come from InitProducerId
 and, after each EndTxn, from its answer (the epoch is bumped every time: KIP-890).
+
+Partitions join the transaction as Kafka's sender adds them: ``send()`` only notes a
+new partition (:meth:`TransactionManager.want`, never a network call on the caller's
+thread); the producer's I/O thread adds every partition noted since its last
+AddPartitionsToTxn in one request (:meth:`TransactionManager.add_pending`) and holds
+their batches until it is answered. A refusal fails those batches, so the commit raises
+(TransactionAbortableError, or ProducerFencedError). Calls to the coordinator from the
+two threads (the I/O thread's adds, the caller's InitProducerId, AddOffsetsToTxn and
+EndTxn) take turns on one connection.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 
 from raftlog.errors import ApiError, ErrorCode
@@ -49,6 +59,12 @@ class TransactionManager:
         self.producer_epoch = -1
         #: partitions added to the ongoing transaction
         self.partitions: set = set()
+        #: partitions sent to but not added yet (the I/O thread adds them), and those
+        #: whose AddPartitionsToTxn was refused -> the error their batches fail with
+        self.pending: set = set()
+        self.refused: dict = {}
+        self._lock = threading.Lock()  # (partitions, pending, refused: two threads)
+        self._call_lock = threading.Lock()  # (one coordinator connection, two threads)
         #: per API name: [requests sent (each retry counts), seconds in them] -- what a
         #: transaction costs in coordinator round trips (bench/transactions.py --phases)
         self.stats: dict[str, list] = {}
@@ -80,6 +96,10 @@ class TransactionManager:
     def call(self, api: Api, fields: dict, timeout_s: float | None = None) -> dict:
         """Send to the coordinator; retriable errors are retried (found again) until
         ``timeout_s`` (default max_block_ms). Fatal ones raise ProducerFencedError."""
+        with self._call_lock:
+            return self._call(api, fields, timeout_s)
+
+    def _call(self, api: Api, fields: dict, timeout_s: float | None) -> dict:
         deadline = time.monotonic() + (self._max_block_s if timeout_s is None else timeout_s)
         concurrent = 0  # CONCURRENT_TRANSACTIONS answers in a row
         while True:
@@ -138,8 +158,14 @@ class TransactionManager:
             "producer_id": self.producer_id, "producer_epoch": self.producer_epoch})
         self.producer_id, self.producer_epoch = h["producer_id"], h["producer_epoch"]
         self.state = "ready"
-        self.partitions.clear()
+        self._forget_partitions()
         return self.producer_id, self.producer_epoch
+
+    def _forget_partitions(self) -> None:
+        with self._lock:
+            self.partitions.clear()
+            self.pending.clear()
+            self.refused.clear()
 
     def _hint(self, states) -> str:
         if self.state == "uninitialized":
@@ -154,20 +180,46 @@ class TransactionManager:
                            f"transactional producer {self.transactional_id!r} is "
                            f"{self.state}, not {' or '.join(states)}{self._hint(states)}")
 
-    def add_partition(self, topic: str, partition: int) -> None:
-        if (topic, partition) in self.partitions:
+    def want(self, topic: str, partition: int) -> bool:
+        """(The caller's thread, at send.) Note ``(topic, partition)`` for the I/O
+        thread to add, unless it is in the transaction already; True if it was noted.
+        A partition refused earlier in this transaction is asked for again."""
+        key = (topic, partition)
+        with self._lock:
+            if key in self.partitions or key in self.pending:
+                return False
+            self.refused.pop(key, None)
+            self.pending.add(key)
+            return True
+
+    def add_pending(self) -> None:
+        """(The I/O thread.) One AddPartitionsToTxn for every partition noted since the
+        last: on success they join the transaction; on any error they are refused
+        with it (their batches fail with it; a fatal one also leaves ``fatal``)."""
+        with self._lock:
+            todo = sorted(self.pending)
+        if not todo:
             return
-        self.call(Api.ADD_PARTITIONS_TO_TXN, {
-            "transactional_id": self.transactional_id, "producer_id": self.producer_id,
-            "producer_epoch": self.producer_epoch, "parts": [[topic, partition]]})
-        self.partitions.add((topic, partition))
+        try:
+            self.call(Api.ADD_PARTITIONS_TO_TXN, {
+                "transactional_id": self.transactional_id, "producer_id": self.producer_id,
+                "producer_epoch": self.producer_epoch, "parts": [list(k) for k in todo]})
+        except Exception as e:  # (every batch of these partitions fails with it)
+            with self._lock:
+                self.pending.difference_update(todo)
+                self.refused.update(dict.fromkeys(todo, e))
+            return
+        with self._lock:
+            self.pending.difference_update(todo)
+            self.partitions.update(todo)
 
     def send_offsets(self, offsets: list, group) -> None:
         """AddOffsetsToTxn, then TxnOffsetCommit at the group's coordinator."""
         fields = {"transactional_id": self.transactional_id, "producer_id": self.producer_id,
                   "producer_epoch": self.producer_epoch}
         self.call(Api.ADD_OFFSETS_TO_TXN, {**fields, "group": group.group_id})
-        self.partitions.add(("__consumer_offsets", -1))  # (an EndTxn is needed now)
+        with self._lock:
+            self.partitions.add(("__consumer_offsets", -1))  # (an EndTxn is needed now)
         deadline = time.monotonic() + self._max_block_s
         while True:
             conn = None
@@ -214,13 +266,14 @@ class TransactionManager:
         raise BrokerNotAvailableError(f"no node named the coordinator of group {group_id!r}")
 
     def end(self, commit: bool) -> tuple[int, int]:
-        if not self.partitions:  # nothing was sent: nothing to decide
+        if not self.partitions:  # nothing was added: nothing to decide
+            self._forget_partitions()  # (a refused partition's batches failed)
             self.state = "ready"
             return self.producer_id, self.producer_epoch
         h = self.call(Api.END_TXN, {
             "transactional_id": self.transactional_id, "producer_id": self.producer_id,
             "producer_epoch": self.producer_epoch, "commit": commit})
         self.producer_id, self.producer_epoch = h["producer_id"], h["producer_epoch"]
-        self.partitions.clear()
+        self._forget_partitions()
         self.state = "ready"
         return self.producer_id, self.producer_epoch

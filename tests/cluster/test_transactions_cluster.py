@@ -117,7 +117,9 @@ def test_the_next_transaction_is_not_answered_concurrent_transactions(cluster):
         stats = dict(p._txn.stats)
     finally:
         p.close()
-    assert stats["ADD_PARTITIONS_TO_TXN"][0] == 18, stats
+    # one AddPartitionsToTxn per transaction at best (the I/O thread adds what the
+    # sends noted meanwhile in one), one per partition at worst; none asked again
+    assert 6 <= stats["ADD_PARTITIONS_TO_TXN"][0] <= 18, stats
     assert "backoff" not in stats, stats  # (no CONCURRENT_TRANSACTIONS reached the client)
     got = _read(cluster.bootstrap, topic, 3, "read_committed", len(want))
     assert sorted(got) == sorted(want)
@@ -190,10 +192,16 @@ def test_zombie_is_fenced_and_its_transaction_aborted(cluster):
         old.send(topic, b"zombie", partition=0)
         old.flush()
         new.init_transactions()  # aborts the old instance's transaction, bumps the epoch
+        # a new partition: the old instance's I/O thread asks the coordinator to add it
+        # and is told it is fenced -- the send fails, the commit raises, and every
+        # later call says so at once
+        late = old.send(topic, b"zombie-2", partition=1)
         with pytest.raises(ProducerFencedError):
-            old.send(topic, b"zombie-2", partition=1)  # (a new partition: asks the coordinator)
+            late.result(timeout=30)
         with pytest.raises(ProducerFencedError):
             old.commit_transaction()
+        with pytest.raises(ProducerFencedError):
+            old.send(topic, b"zombie-3", partition=0)
         new.begin_transaction()
         new.send(topic, b"new", partition=0)
         new.commit_transaction()
