@@ -34,6 +34,7 @@ from .errors import (
     NoOffsetForPartitionError,
     api_error,
 )
+from .fetch_session import ClientFetchSession
 from .offsets import list_offsets_strict, requests_by_leader
 from .options import check_options
 from .security import ClientSecurity
@@ -77,6 +78,11 @@ class Consumer:
         fetch_max_bytes: bytes per fetch response.
         max_poll_records: records one ``poll()`` returns at most (Kafka's name; a
             ``poll(max_records=N)`` overrides it for that call).
+        fetch_sessions: fetch through a fetch session per node (KIP-227, default on):
+            after a connection's first (full) fetch, a fetch names only the partitions
+            whose position changed and the node reads and answers only partitions with
+            news -- a consumer of many quiet partitions costs the node little per
+            fetch. False: every fetch names every partition (client/fetch_session.py).
     """
 
     def __init__(
@@ -100,6 +106,7 @@ class Consumer:
         heartbeat_interval_ms: int | None = None,
         max_poll_records: int = 500,
         isolation_level: str = "read_committed",
+        fetch_sessions: bool = True,
         **security_options,
     ):
         check_options(Consumer, security_options)
@@ -133,6 +140,7 @@ class Consumer:
         self.group_instance_id = group_instance_id
         self.client_id = client_id
         self.max_poll_records = max_poll_records
+        self.fetch_sessions = bool(fetch_sessions)
         self._member = None
         self._last_poll = time.monotonic()
         self._next_auto_commit = time.monotonic() + self.auto_commit_interval_s
@@ -154,6 +162,8 @@ class Consumer:
         self._changed = threading.Condition(self._lock)
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int] = {}  # next offset poll() returns
+        #: partitions not fetched until resumed (pause/resume)
+        self._paused: set[TopicPartition] = set()
         self._fetch_positions: dict[TopicPartition, int] = {}
         self._generation = 0
         # Unbounded as a queue; bounded by the fetcher, which sends no FETCH while
@@ -317,6 +327,25 @@ class Consumer:
     def seek_to_end(self, *partitions) -> None:
         self._seek_to(partitions, LATEST_TIMESTAMP)
 
+    def pause(self, *partitions) -> None:
+        """Stop fetching these assigned partitions until :meth:`resume` (their positions
+        stay; records already fetched for them are not returned meanwhile)."""
+        with self._lock:
+            for tp in partitions:
+                self._require_assigned(tp)
+            self._paused.update(partitions)
+            self._reset_fetch_locked()
+
+    def resume(self, *partitions) -> None:
+        """Fetch these paused partitions again, from their positions."""
+        with self._lock:
+            self._paused.difference_update(partitions)
+            self._reset_fetch_locked()
+
+    def paused(self) -> set[TopicPartition]:
+        with self._lock:
+            return set(self._paused)
+
     def _seek_to(self, partitions, ts: int) -> None:
         tps = list(partitions) or self._assignment
         offsets = self._list_offsets({tp: ts for tp in tps})
@@ -343,7 +372,9 @@ class Consumer:
 
     def _reset_fetch_locked(self) -> None:
         self._generation += 1
-        self._fetch_positions = dict(self._positions)
+        self._paused.intersection_update(self._assignment)
+        self._fetch_positions = {tp: off for tp, off in self._positions.items()
+                                 if tp not in self._paused}
         self._pending = []
         self._changed.notify_all()
 
@@ -640,6 +671,9 @@ class _Fetcher:
         #: as Kafka's consumers do: a node answers the first partitions first within
         #: fetch_max_bytes, so a fixed order could starve the last ones)
         self._rotation = 0
+        #: leader id -> (connection, ClientFetchSession): the fetch session on that
+        #: connection (a new connection starts a new one); empty with fetch_sessions off
+        self.sessions: dict[int, tuple] = {}
         # A byte on this pair wakes whoever is in select (poll() taking the I/O over,
         # close()).
         self._wake_r, self._wake_w = socket.socketpair()
@@ -736,12 +770,18 @@ class _Fetcher:
             "max_wait_ms": c.fetch_max_wait_ms,
             "min_bytes": c.fetch_min_bytes,
             "max_bytes": c.fetch_max_bytes,
-            "parts": [
-                [tp.topic, tp.partition, positions[tp], c.max_partition_fetch_bytes, -1]
-                for tp in tps
-            ],
             "isolation_level": 1 if c.isolation_level == "read_committed" else 0,
         }
+        if c.fetch_sessions:
+            session = self._session(leader, conn)
+            wanted = {tp: (positions[tp], c.max_partition_fetch_bytes, -1) for tp in tps}
+            sid, epoch, named, forgotten = session.build(wanted)
+            fields["parts"] = [[tp.topic, tp.partition, *v] for tp, v in named]
+            fields["forgotten"] = [[tp.topic, tp.partition] for tp in forgotten]
+            fields["session_id"], fields["session_epoch"] = sid, epoch
+        else:
+            fields["parts"] = [[tp.topic, tp.partition, positions[tp],
+                                c.max_partition_fetch_bytes, -1] for tp in tps]
         conn.send(Api.FETCH, fields)
         epochs = [_epoch(self.cluster, tp) for tp in tps]
         self.in_flight[leader] = (conn, gen, tps, positions, time.monotonic(), epochs)
@@ -749,6 +789,13 @@ class _Fetcher:
             self.sel.register(conn.sock, selectors.EVENT_READ, leader)
         except KeyError:
             pass
+
+    def _session(self, leader: int, conn) -> ClientFetchSession:
+        """The fetch session of ``conn`` (a new one for a new connection)."""
+        held = self.sessions.get(leader)
+        if held is None or held[0] is not conn:
+            held = self.sessions[leader] = (conn, ClientFetchSession())
+        return held[1]
 
     def _unregister(self, conn) -> None:
         try:
@@ -815,8 +862,17 @@ class _Fetcher:
         self.clock.observe(time.monotonic() - sent_at - self.c.fetch_max_wait_ms / 1000)
         self.cluster.clear_suspect((conn.host, conn.port))
         h = frame.header
+        held = self.sessions.get(leader)
+        session = held[1] if held is not None and held[0] is conn else None
         if h.get("error"):
+            if session is not None:
+                if h["error"] in _SESSION_ERRORS:  # evicted, or out of step: start over
+                    session.session_error()
+                    return
+                session.reset()
             raise api_error(h["error"], h.get("message", ""))
+        if session is not None:
+            session.answered(h.get("session_id", 0))
         c = self.c
         skipped: dict = {}
         batches, resets, errors = _decode_fetch(frame, tps, positions, skipped)
@@ -830,8 +886,14 @@ class _Fetcher:
                         c._fetch_positions[tp] = max(c._fetch_positions[tp], end)
                 next_positions = dict(c._fetch_positions)
         if not current:
+            if session is not None:  # (read at offsets the node reads again only if told)
+                session.discarded([tp for tp, _ in batches])
+                session.discarded(skipped)
             return
         if errors:  # hand out what did arrive (positions moved past it), then retry
+            if session is not None:  # (and have the node read those partitions again)
+                failed = {(p.topic, p.partition) for p in h["parts"] if p.error}
+                session.discarded([tp for tp in tps if (tp.topic, tp.partition) in failed])
             self._hand_out(gen, batches, skipped)
             raise errors[0]
         for tp in resets:
@@ -877,6 +939,11 @@ class _Fetcher:
                 c._reset_fetch_locked()
 
 
+#: a fetch session's errors: the next fetch is a full one (client/fetch_session.py)
+_SESSION_ERRORS = frozenset({ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
+                             ErrorCode.INVALID_FETCH_SESSION_EPOCH})
+
+
 def _epoch(cluster: Cluster, tp: TopicPartition) -> int:
     meta = (cluster.topics.get(tp.topic) or {}).get(tp.partition)
     return meta.leader_epoch if meta is not None else -1
@@ -895,10 +962,15 @@ def _decode_fetch(frame, tps: list, positions: dict,
     """
     body, pos = memoryview(frame.body), 0
     batches, resets, errors = [], [], []
-    for tp, part in zip(tps, frame.header["parts"]):
+    by_key = {(tp.topic, tp.partition): tp for tp in tps}
+    for part in frame.header["parts"]:
         code, n = part.error, part.length
         data = body[pos : pos + n]
         pos += n
+        # (a session's answer holds only the partitions with news, in its own order)
+        tp = by_key.get((part.topic, part.partition))
+        if tp is None or tp not in positions:
+            continue
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             resets.append(tp)
         elif code:

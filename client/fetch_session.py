@@ -1,0 +1,106 @@
+"""The SDK consumer's side of a fetch session (KIP-227) with one node, pure state.
+
+One :class:`ClientFetchSession` per leader connection (client/consumer.py's
+``_Fetcher``). The first fetch on a connection is full (``session_epoch`` 0: every
+partition, with the id of a session to close if there was one); the node's answer
+gives the new session's id. Later fetches carry that id and the next epoch, name only
+the partitions whose (offset, max bytes, leader epoch) differ from what the node's
+session holds, and ``forgotten`` the ones no longer wanted here (unassigned, paused,
+moved to another leader). The node keeps the partitions it was told and answers only
+rows with news (node/consumer_fetch_session.py).
+
+The epoch moves on when a fetch is *sent* (one fetch in flight per connection: its
+answer comes before the next is sent). Anything that leaves the two sides unsure of
+each other starts over with a full fetch: FETCH_SESSION_ID_NOT_FOUND or
+INVALID_FETCH_SESSION_EPOCH, a failed fetch, a new connection (:meth:`reset`), or an
+answer of session id 0 (an older node or a full session cache: each fetch is full).
+An answer whose records the consumer drops (a seek or pause meanwhile) has its
+partitions named again (:meth:`discarded`): the node read them at an offset it will
+not read again unless told.
+"""
+
+from __future__ import annotations
+
+#: ``session_epoch``: a full fetch that opens a session / a fetch without one
+INITIAL_EPOCH = 0
+FINAL_EPOCH = -1
+
+
+def next_epoch(epoch: int) -> int:
+    """The epoch after ``epoch`` (1 after the int32 max, as Kafka's)."""
+    return 1 if epoch >= 2**31 - 1 else epoch + 1
+
+
+class ClientFetchSession:
+    """What the node's session for this connection holds, as this client told it."""
+
+    __slots__ = ("session_id", "epoch", "told", "_pending", "_close_id", "full_fetches",
+                 "incremental_fetches")
+
+    def __init__(self) -> None:
+        #: the node's session id (0: none yet; the next fetch is full)
+        self.session_id = 0
+        #: the epoch the next fetch carries
+        self.epoch = INITIAL_EPOCH
+        #: {key: (offset, max_bytes, leader_epoch)} the node's session holds
+        self.told: dict = {}
+        #: what the fetch in flight makes ``told`` once answered: (full, wanted)
+        self._pending: tuple | None = None
+        #: a session to close with the next full fetch (the node frees its slot)
+        self._close_id = 0
+        self.full_fetches = 0
+        self.incremental_fetches = 0
+
+    def build(self, wanted: dict) -> tuple[int, int, list, list]:
+        """The next fetch of ``wanted`` ({key: (offset, max_bytes, leader_epoch)}, key a
+        (topic, partition) pair or anything that has them as [0] and [1]):
+        (session_id, session_epoch, [(key, (offset, max_bytes, leader_epoch))] to name,
+        [keys] forgotten)."""
+        if self.session_id == 0:
+            self._pending = (True, dict(wanted))
+            self.full_fetches += 1
+            sid, self._close_id = self._close_id, 0
+            return sid, INITIAL_EPOCH, list(wanted.items()), []
+        told = self.told
+        named = [(k, v) for k, v in wanted.items() if told.get(k) != v]
+        forgotten = [k for k in told if k not in wanted]
+        self._pending = (False, dict(wanted))
+        self.incremental_fetches += 1
+        epoch = self.epoch
+        self.epoch = next_epoch(epoch)
+        return self.session_id, epoch, named, forgotten
+
+    def answered(self, session_id: int) -> None:
+        """The node answered the fetch in flight without error; ``session_id`` is the
+        answer header's (0: no session, the next fetch is full again)."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        full, wanted = pending
+        if session_id == 0:
+            self.session_id, self.epoch, self.told = 0, INITIAL_EPOCH, {}
+            return
+        if full:
+            self.session_id, self.epoch = session_id, next_epoch(INITIAL_EPOCH)
+        self.told = wanted
+
+    def discarded(self, keys) -> None:
+        """The records of ``keys`` in the last answer were dropped by the consumer:
+        name them again (the node reads them again at the offset then told)."""
+        for k in keys:
+            self.told.pop(k, None)
+
+    def session_error(self) -> None:
+        """FETCH_SESSION_ID_NOT_FOUND or INVALID_FETCH_SESSION_EPOCH: the next fetch is
+        full (closing this session id on the node, if it still has it)."""
+        self._close_id = self.session_id
+        self._reset()
+
+    def reset(self) -> None:
+        """A new connection, or a fetch that failed: the next fetch is full (the node
+        closed the old connection's session with it)."""
+        self._close_id = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.session_id, self.epoch, self.told, self._pending = 0, INITIAL_EPOCH, {}, None
