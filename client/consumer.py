@@ -16,6 +16,7 @@ reaches the caller without a hand-off between threads.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import re
 import selectors
@@ -674,6 +675,9 @@ class _Fetcher:
         #: leader id -> (connection, ClientFetchSession): the fetch session on that
         #: connection (a new connection starts a new one); empty with fetch_sessions off
         self.sessions: dict[int, tuple] = {}
+        #: leader id -> (connection, answers to drop): fetches for old positions left
+        #: in flight on a session's connection (see _drop_stale)
+        self.stale: dict[int, tuple] = {}
         # A byte on this pair wakes whoever is in select (poll() taking the I/O over,
         # close()).
         self._wake_r, self._wake_w = socket.socketpair()
@@ -725,21 +729,49 @@ class _Fetcher:
             return False
 
     def _drop_stale(self) -> None:
-        """After seek/assign, abandon long-polls for old positions instead of waiting
-        up to fetch_max_wait_ms for them: close the connection (the node drops the
-        wait) and reconnect on the next send."""
+        """After seek/assign/pause/resume, abandon long-polls for old positions instead
+        of waiting up to fetch_max_wait_ms for them. In a fetch session: the next fetch
+        goes on the same connection at once, which has the node answer the old one
+        (superseded, node/server.py ParkedConsumerSessionFetch); that answer is dropped
+        (_on_stale). Else: close the connection (the node drops the wait) and reconnect
+        on the next send."""
         gen = self.c._generation
         for leader, (conn, fetch_gen, *_) in list(self.in_flight.items()):
             if fetch_gen != gen:
                 del self.in_flight[leader]
+                held = self.sessions.get(leader)
+                if held is not None and held[0] is conn and held[1].open and not conn.closed:
+                    prev = self.stale.get(leader)
+                    self.stale[leader] = (conn, 1 + (prev[1] if prev and prev[0] is conn
+                                                     else 0))
+                    continue
                 self._unregister(conn)
                 conn.close()
 
+    def _on_stale(self, leader: int, conn, frame) -> None:
+        """The answer of a fetch for old positions (see _drop_stale): dropped; the
+        partitions it brought records of are named again by the next fetch."""
+        n = self.stale[leader][1]
+        if n > 1:
+            self.stale[leader] = (conn, n - 1)
+        else:
+            del self.stale[leader]
+            if leader not in self.in_flight:
+                self._unregister(conn)
+        h = frame.header
+        held = self.sessions.get(leader)
+        if held is None or held[0] is not conn or h.get("error"):
+            return  # (the fetch that followed it is answered with the same error)
+        held[1].answered(h.get("session_id", 0))
+        held[1].discarded([TopicPartition(p.topic, p.partition) for p in h["parts"]
+                           if p.length or p.error])
+
     def _on_error(self, e: Exception) -> None:
-        for conn, *_ in self.in_flight.values():
+        for conn, *_ in [*self.in_flight.values(), *self.stale.values()]:
             conn.close()
             self._unregister(conn)
         self.in_flight.clear()
+        self.stale.clear()
         self.cluster.topics.clear()
         if isinstance(e, ApiError) and not e.retriable:
             self.c._error = e
@@ -792,6 +824,9 @@ class _Fetcher:
 
     def _session(self, leader: int, conn) -> ClientFetchSession:
         """The fetch session of ``conn`` (a new one for a new connection)."""
+        st = self.stale.get(leader)
+        if st is not None and st[0] is not conn:  # (that connection was closed)
+            del self.stale[leader]
         held = self.sessions.get(leader)
         if held is None or held[0] is not conn:
             held = self.sessions[leader] = (conn, ClientFetchSession())
@@ -813,11 +848,20 @@ class _Fetcher:
                 except OSError:
                     pass
                 continue
-            conn = self.in_flight[leader][0]
+            entry = self.in_flight.get(leader) or self.stale.get(leader)
+            if entry is None:
+                with contextlib.suppress(KeyError, ValueError):
+                    self.sel.unregister(key.fileobj)
+                continue
+            conn = entry[0]
             conn.read_some()
-            frame = conn.poll_response()
-            if frame is not None:
+            while (frame := conn.poll_response()) is not None:
+                st = self.stale.get(leader)
+                if st is not None and st[0] is conn:
+                    self._on_stale(leader, conn, frame)
+                    continue
                 self._on_response(leader, frame)
+                break
         self._check_timeouts()
 
     def _check_timeouts(self) -> None:

@@ -9,14 +9,17 @@ session holds, and ``forgotten`` the ones no longer wanted here (unassigned, pau
 moved to another leader). The node keeps the partitions it was told and answers only
 rows with news (node/consumer_fetch_session.py).
 
-The epoch moves on when a fetch is *sent* (one fetch in flight per connection: its
-answer comes before the next is sent). Anything that leaves the two sides unsure of
-each other starts over with a full fetch: FETCH_SESSION_ID_NOT_FOUND or
+The epoch moves on, and what the node's session holds is updated, when a fetch is
+*sent*: the node applies a connection's fetches in order, so a fetch sent while an
+earlier one is still unanswered (after a seek or a pause, the consumer sends the next
+at once and the node answers the earlier one, which the consumer drops) names what
+differs from the earlier one. Anything that leaves the two sides unsure of each other
+starts over with a full fetch: FETCH_SESSION_ID_NOT_FOUND or
 INVALID_FETCH_SESSION_EPOCH, a failed fetch, a new connection (:meth:`reset`), or an
-answer of session id 0 (an older node or a full session cache: each fetch is full).
-An answer whose records the consumer drops (a seek or pause meanwhile) has its
-partitions named again (:meth:`discarded`): the node read them at an offset it will
-not read again unless told.
+answer of session id 0 to a full fetch (an older node or a full session cache: each
+fetch is full). An answer whose records the consumer drops has its partitions named
+again (:meth:`discarded`): the node read them at an offset it will not read again
+unless told.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ def next_epoch(epoch: int) -> int:
 class ClientFetchSession:
     """What the node's session for this connection holds, as this client told it."""
 
-    __slots__ = ("session_id", "epoch", "told", "_pending", "_close_id", "full_fetches",
+    __slots__ = ("session_id", "epoch", "told", "_close_id", "full_fetches",
                  "incremental_fetches")
 
     def __init__(self) -> None:
@@ -42,10 +45,9 @@ class ClientFetchSession:
         self.session_id = 0
         #: the epoch the next fetch carries
         self.epoch = INITIAL_EPOCH
-        #: {key: (offset, max_bytes, leader_epoch)} the node's session holds
+        #: {key: (offset, max_bytes, leader_epoch)} the node's session holds once it
+        #: has the fetches sent
         self.told: dict = {}
-        #: what the fetch in flight makes ``told`` once answered: (full, wanted)
-        self._pending: tuple | None = None
         #: a session to close with the next full fetch (the node frees its slot)
         self._close_id = 0
         self.full_fetches = 0
@@ -57,32 +59,32 @@ class ClientFetchSession:
         (session_id, session_epoch, [(key, (offset, max_bytes, leader_epoch))] to name,
         [keys] forgotten)."""
         if self.session_id == 0:
-            self._pending = (True, dict(wanted))
+            self.told = dict(wanted)
             self.full_fetches += 1
             sid, self._close_id = self._close_id, 0
             return sid, INITIAL_EPOCH, list(wanted.items()), []
         told = self.told
         named = [(k, v) for k, v in wanted.items() if told.get(k) != v]
         forgotten = [k for k in told if k not in wanted]
-        self._pending = (False, dict(wanted))
+        self.told = dict(wanted)
         self.incremental_fetches += 1
         epoch = self.epoch
         self.epoch = next_epoch(epoch)
         return self.session_id, epoch, named, forgotten
 
+    @property
+    def open(self) -> bool:
+        """Whether the node's session is known (a fetch may follow one in flight)."""
+        return self.session_id != 0
+
     def answered(self, session_id: int) -> None:
-        """The node answered the fetch in flight without error; ``session_id`` is the
-        answer header's (0: no session, the next fetch is full again)."""
-        pending, self._pending = self._pending, None
-        if pending is None:
-            return
-        full, wanted = pending
+        """The node answered a fetch without error; ``session_id`` is the answer
+        header's. The answer to a full fetch opens the session (0: none, the next
+        fetch is full again); an incremental one's without the id closes it here."""
         if session_id == 0:
-            self.session_id, self.epoch, self.told = 0, INITIAL_EPOCH, {}
-            return
-        if full:
+            self._reset()
+        elif self.session_id == 0:
             self.session_id, self.epoch = session_id, next_epoch(INITIAL_EPOCH)
-        self.told = wanted
 
     def discarded(self, keys) -> None:
         """The records of ``keys`` in the last answer were dropped by the consumer:
@@ -103,4 +105,4 @@ class ClientFetchSession:
         self._reset()
 
     def _reset(self) -> None:
-        self.session_id, self.epoch, self.told, self._pending = 0, INITIAL_EPOCH, {}, None
+        self.session_id, self.epoch, self.told = 0, INITIAL_EPOCH, {}

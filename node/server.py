@@ -262,17 +262,31 @@ class ParkedConsumerSessionFetch(_Parked):
     send yet: woken by a mark of its session (a high watermark or role move of one of
     its partitions), answered with the rows of news gathered meanwhile once
     ``min_bytes`` are there or an error shows, or with what it has when max_wait
-    passes. A later read of a partition replaces its earlier row."""
+    passes. A later read of a partition replaces its earlier row.
 
-    __slots__ = ("session", "held")
+    Another request on its connection (the consumer's next fetch, after a seek or a
+    pause: client/consumer.py) answers it at once, *superseded*: without rows (the
+    client drops that answer), its partitions read again by the next fetch."""
+
+    __slots__ = ("session", "held", "superseded")
 
     def __init__(self, server, conn, req, deadline, session, held: dict):
         super().__init__(server, conn, req, deadline)
         #: {key: (header, piece or None, fetch offset)}
         self.session, self.held = session, held
+        self.superseded = False
 
     def try_complete(self, expired: bool) -> bool:
         f, replicas = self.req.fields, self.server.replicas
+        if self.superseded:
+            session = self.session
+            for key in self.held:  # (news again for the next fetch)
+                sp = session.parts.get(key)
+                if sp is not None:
+                    sp.sent_hw = -1
+                    session.dirty.add(key)
+            self.answer({"parts": [], "session_id": session.session_id}, [])
+            return True
         if not self.session.closed:
             room = max(f["max_bytes"] - _held_bytes(self.held), 1)
             _hold(self.held, *replicas.fetch_consumer_session_once(
@@ -661,6 +675,10 @@ class Server:
         fetch session (node/fetcher.py, LeaderFetcher._call)."""
         for op in [op for op in conn.parked if isinstance(op, (ParkedFetch, ParkedSessionFetch))
                    and op.req.fields["replica_id"] >= 0]:
+            self.purgatory.complete_now(op)
+        # (so is a consumer's session fetch: ParkedConsumerSessionFetch)
+        for op in [op for op in conn.parked if isinstance(op, ParkedConsumerSessionFetch)]:
+            op.superseded = True
             self.purgatory.complete_now(op)
 
     def send_soon(self, conn: Conn, place: Deferred, pieces: list) -> None:

@@ -82,3 +82,16 @@ def test_an_unanswered_fetch_changes_nothing_and_epochs_wrap_as_kafkas():
     s.reset()  # the connection failed before the answer
     assert s.told == {} and s.build(want(a=0))[1] == INITIAL_EPOCH
     assert next_epoch(2**31 - 1) == 1 and next_epoch(FINAL_EPOCH) == 0
+
+
+def test_a_fetch_sent_before_the_earlier_ones_answer_names_what_differs_from_it():
+    s = ClientFetchSession()
+    s.build(want(a=5, b=0))
+    s.answered(9)
+    assert s.open
+    s.build(want(a=7, b=0))  # in flight when the consumer seeks a back to 5
+    sid, epoch, named, _ = s.build(want(a=5, b=0))  # sent at once, before that answer
+    assert (sid, epoch, named) == (9, 2, [(A, (5, MAX, -1))])  # (the node applies both)
+    s.answered(9)  # (the earlier answer, dropped by the consumer)
+    s.answered(9)
+    assert (s.session_id, s.epoch, s.told) == (9, 3, want(a=5, b=0))
