@@ -989,6 +989,15 @@ class Server:
             raise ApiError(ErrorCode.INVALID_REQUEST, "a fetch of this session is parked")
         conn.consumer_sessions = True
         session.apply(f["parts"], f["forgotten"], self.replicas.partitions.get)
+        if conn.guard is not None and self.config.authorizer_enable:
+            # (the partitions kept from earlier fetches too: an ACL removed since applies)
+            topics = {t for t, _p in session.parts}
+            try:
+                self._authorize(dataclasses.replace(req, fields={**f, "parts": [
+                    [t, 0, 0, 0, -1] for t in sorted(topics)]}), conn.guard)
+            except ApiError:
+                cache.close(session.session_id)
+                raise
         held: dict = {}
         headers, pieces, offsets, total, error = self.replicas.fetch_consumer_session_once(
             session, f["max_bytes"], f["isolation_level"] == 1)
