@@ -917,6 +917,11 @@ class _Fetcher:
             raise api_error(h["error"], h.get("message", ""))
         if session is not None:
             session.answered(h.get("session_id", 0))
+            # (the node reads a partition again only when a fetch names it: the next
+            # one does for these, even at the same position -- a seek back to it, or
+            # records dropped for a seek meanwhile)
+            session.discarded([TopicPartition(p.topic, p.partition) for p in h["parts"]
+                               if p.length or p.error])
         c = self.c
         skipped: dict = {}
         batches, resets, errors = _decode_fetch(frame, tps, positions, skipped)
@@ -930,14 +935,8 @@ class _Fetcher:
                         c._fetch_positions[tp] = max(c._fetch_positions[tp], end)
                 next_positions = dict(c._fetch_positions)
         if not current:
-            if session is not None:  # (read at offsets the node reads again only if told)
-                session.discarded([tp for tp, _ in batches])
-                session.discarded(skipped)
             return
         if errors:  # hand out what did arrive (positions moved past it), then retry
-            if session is not None:  # (and have the node read those partitions again)
-                failed = {(p.topic, p.partition) for p in h["parts"] if p.error}
-                session.discarded([tp for tp in tps if (tp.topic, tp.partition) in failed])
             self._hand_out(gen, batches, skipped)
             raise errors[0]
         for tp in resets:

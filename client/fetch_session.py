@@ -17,9 +17,10 @@ differs from the earlier one. Anything that leaves the two sides unsure of each 
 starts over with a full fetch: FETCH_SESSION_ID_NOT_FOUND or
 INVALID_FETCH_SESSION_EPOCH, a failed fetch, a new connection (:meth:`reset`), or an
 answer of session id 0 to a full fetch (an older node or a full session cache: each
-fetch is full). An answer whose records the consumer drops has its partitions named
-again (:meth:`discarded`): the node read them at an offset it will not read again
-unless told.
+fetch is full). The node reads a partition again only when a fetch names it (or its
+high watermark moves), so every partition an answer brought records (or an error) of is
+named by the next fetch even when its position is the same (:meth:`discarded`): a seek
+back to that position, or records the consumer dropped (a seek or pause meanwhile).
 """
 
 from __future__ import annotations
@@ -87,8 +88,8 @@ class ClientFetchSession:
             self.session_id, self.epoch = session_id, next_epoch(INITIAL_EPOCH)
 
     def discarded(self, keys) -> None:
-        """The records of ``keys`` in the last answer were dropped by the consumer:
-        name them again (the node reads them again at the offset then told)."""
+        """An answer brought records (or an error) of ``keys``: the next fetch names
+        them whatever their position (the node reads them again only if told)."""
         for k in keys:
             self.told.pop(k, None)
 
