@@ -29,6 +29,7 @@ import json
 import multiprocessing
 import os
 import statistics
+import subprocess
 import sys
 import time
 import uuid
@@ -230,7 +231,11 @@ def main() -> None:
             runs += measure(proc, bootstrap, kport, partitions, args)
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        try:  # (closing 1,100 partitions on a loaded machine can take a while)
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
     result = {"secs": args.secs, "pairs": args.pairs, "runs": runs,
               "summary": summarize(runs)}
     if args.json:
