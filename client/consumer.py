@@ -16,6 +16,7 @@ reaches the caller without a hand-off between threads.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import re
 import selectors
@@ -34,6 +35,7 @@ from .errors import (
     NoOffsetForPartitionError,
     api_error,
 )
+from .fetch_session import ClientFetchSession
 from .offsets import list_offsets_strict, requests_by_leader
 from .options import check_options
 from .security import ClientSecurity
@@ -77,6 +79,11 @@ class Consumer:
         fetch_max_bytes: bytes per fetch response.
         max_poll_records: records one ``poll()`` returns at most (Kafka's name; a
             ``poll(max_records=N)`` overrides it for that call).
+        fetch_sessions: fetch through a fetch session per node (KIP-227, default on):
+            after a connection's first (full) fetch, a fetch names only the partitions
+            whose position changed and the node reads and answers only partitions with
+            news -- a consumer of many quiet partitions costs the node little per
+            fetch. False: every fetch names every partition (client/fetch_session.py).
     """
 
     def __init__(
@@ -100,6 +107,7 @@ class Consumer:
         heartbeat_interval_ms: int | None = None,
         max_poll_records: int = 500,
         isolation_level: str = "read_committed",
+        fetch_sessions: bool = True,
         **security_options,
     ):
         check_options(Consumer, security_options)
@@ -133,6 +141,7 @@ class Consumer:
         self.group_instance_id = group_instance_id
         self.client_id = client_id
         self.max_poll_records = max_poll_records
+        self.fetch_sessions = bool(fetch_sessions)
         self._member = None
         self._last_poll = time.monotonic()
         self._next_auto_commit = time.monotonic() + self.auto_commit_interval_s
@@ -154,6 +163,8 @@ class Consumer:
         self._changed = threading.Condition(self._lock)
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int] = {}  # next offset poll() returns
+        #: partitions not fetched until resumed (pause/resume)
+        self._paused: set[TopicPartition] = set()
         self._fetch_positions: dict[TopicPartition, int] = {}
         self._generation = 0
         # Unbounded as a queue; bounded by the fetcher, which sends no FETCH while
@@ -317,6 +328,25 @@ class Consumer:
     def seek_to_end(self, *partitions) -> None:
         self._seek_to(partitions, LATEST_TIMESTAMP)
 
+    def pause(self, *partitions) -> None:
+        """Stop fetching these assigned partitions until :meth:`resume` (their positions
+        stay; records already fetched for them are not returned meanwhile)."""
+        with self._lock:
+            for tp in partitions:
+                self._require_assigned(tp)
+            self._paused.update(partitions)
+            self._reset_fetch_locked()
+
+    def resume(self, *partitions) -> None:
+        """Fetch these paused partitions again, from their positions."""
+        with self._lock:
+            self._paused.difference_update(partitions)
+            self._reset_fetch_locked()
+
+    def paused(self) -> set[TopicPartition]:
+        with self._lock:
+            return set(self._paused)
+
     def _seek_to(self, partitions, ts: int) -> None:
         tps = list(partitions) or self._assignment
         offsets = self._list_offsets({tp: ts for tp in tps})
@@ -343,7 +373,9 @@ class Consumer:
 
     def _reset_fetch_locked(self) -> None:
         self._generation += 1
-        self._fetch_positions = dict(self._positions)
+        self._paused.intersection_update(self._assignment)
+        self._fetch_positions = {tp: off for tp, off in self._positions.items()
+                                 if tp not in self._paused}
         self._pending = []
         self._changed.notify_all()
 
@@ -640,6 +672,12 @@ class _Fetcher:
         #: as Kafka's consumers do: a node answers the first partitions first within
         #: fetch_max_bytes, so a fixed order could starve the last ones)
         self._rotation = 0
+        #: leader id -> (connection, ClientFetchSession): the fetch session on that
+        #: connection (a new connection starts a new one); empty with fetch_sessions off
+        self.sessions: dict[int, tuple] = {}
+        #: leader id -> (connection, answers to drop): fetches for old positions left
+        #: in flight on a session's connection (see _drop_stale)
+        self.stale: dict[int, tuple] = {}
         # A byte on this pair wakes whoever is in select (poll() taking the I/O over,
         # close()).
         self._wake_r, self._wake_w = socket.socketpair()
@@ -691,21 +729,49 @@ class _Fetcher:
             return False
 
     def _drop_stale(self) -> None:
-        """After seek/assign, abandon long-polls for old positions instead of waiting
-        up to fetch_max_wait_ms for them: close the connection (the node drops the
-        wait) and reconnect on the next send."""
+        """After seek/assign/pause/resume, abandon long-polls for old positions instead
+        of waiting up to fetch_max_wait_ms for them. In a fetch session: the next fetch
+        goes on the same connection at once, which has the node answer the old one
+        (superseded, node/server.py ParkedConsumerSessionFetch); that answer is dropped
+        (_on_stale). Else: close the connection (the node drops the wait) and reconnect
+        on the next send."""
         gen = self.c._generation
         for leader, (conn, fetch_gen, *_) in list(self.in_flight.items()):
             if fetch_gen != gen:
                 del self.in_flight[leader]
+                held = self.sessions.get(leader)
+                if held is not None and held[0] is conn and held[1].open and not conn.closed:
+                    prev = self.stale.get(leader)
+                    self.stale[leader] = (conn, 1 + (prev[1] if prev and prev[0] is conn
+                                                     else 0))
+                    continue
                 self._unregister(conn)
                 conn.close()
 
+    def _on_stale(self, leader: int, conn, frame) -> None:
+        """The answer of a fetch for old positions (see _drop_stale): dropped; the
+        partitions it brought records of are named again by the next fetch."""
+        n = self.stale[leader][1]
+        if n > 1:
+            self.stale[leader] = (conn, n - 1)
+        else:
+            del self.stale[leader]
+            if leader not in self.in_flight:
+                self._unregister(conn)
+        h = frame.header
+        held = self.sessions.get(leader)
+        if held is None or held[0] is not conn or h.get("error"):
+            return  # (the fetch that followed it is answered with the same error)
+        held[1].answered(h.get("session_id", 0))
+        held[1].discarded([TopicPartition(p.topic, p.partition) for p in h["parts"]
+                           if p.length or p.error])
+
     def _on_error(self, e: Exception) -> None:
-        for conn, *_ in self.in_flight.values():
+        for conn, *_ in [*self.in_flight.values(), *self.stale.values()]:
             conn.close()
             self._unregister(conn)
         self.in_flight.clear()
+        self.stale.clear()
         self.cluster.topics.clear()
         if isinstance(e, ApiError) and not e.retriable:
             self.c._error = e
@@ -736,12 +802,18 @@ class _Fetcher:
             "max_wait_ms": c.fetch_max_wait_ms,
             "min_bytes": c.fetch_min_bytes,
             "max_bytes": c.fetch_max_bytes,
-            "parts": [
-                [tp.topic, tp.partition, positions[tp], c.max_partition_fetch_bytes, -1]
-                for tp in tps
-            ],
             "isolation_level": 1 if c.isolation_level == "read_committed" else 0,
         }
+        if c.fetch_sessions:
+            session = self._session(leader, conn)
+            wanted = {tp: (positions[tp], c.max_partition_fetch_bytes, -1) for tp in tps}
+            sid, epoch, named, forgotten = session.build(wanted)
+            fields["parts"] = [[tp.topic, tp.partition, *v] for tp, v in named]
+            fields["forgotten"] = [[tp.topic, tp.partition] for tp in forgotten]
+            fields["session_id"], fields["session_epoch"] = sid, epoch
+        else:
+            fields["parts"] = [[tp.topic, tp.partition, positions[tp],
+                                c.max_partition_fetch_bytes, -1] for tp in tps]
         conn.send(Api.FETCH, fields)
         epochs = [_epoch(self.cluster, tp) for tp in tps]
         self.in_flight[leader] = (conn, gen, tps, positions, time.monotonic(), epochs)
@@ -749,6 +821,16 @@ class _Fetcher:
             self.sel.register(conn.sock, selectors.EVENT_READ, leader)
         except KeyError:
             pass
+
+    def _session(self, leader: int, conn) -> ClientFetchSession:
+        """The fetch session of ``conn`` (a new one for a new connection)."""
+        st = self.stale.get(leader)
+        if st is not None and st[0] is not conn:  # (that connection was closed)
+            del self.stale[leader]
+        held = self.sessions.get(leader)
+        if held is None or held[0] is not conn:
+            held = self.sessions[leader] = (conn, ClientFetchSession())
+        return held[1]
 
     def _unregister(self, conn) -> None:
         try:
@@ -766,11 +848,20 @@ class _Fetcher:
                 except OSError:
                     pass
                 continue
-            conn = self.in_flight[leader][0]
+            entry = self.in_flight.get(leader) or self.stale.get(leader)
+            if entry is None:
+                with contextlib.suppress(KeyError, ValueError):
+                    self.sel.unregister(key.fileobj)
+                continue
+            conn = entry[0]
             conn.read_some()
-            frame = conn.poll_response()
-            if frame is not None:
+            while (frame := conn.poll_response()) is not None:
+                st = self.stale.get(leader)
+                if st is not None and st[0] is conn:
+                    self._on_stale(leader, conn, frame)
+                    continue
                 self._on_response(leader, frame)
+                break
         self._check_timeouts()
 
     def _check_timeouts(self) -> None:
@@ -815,8 +906,22 @@ class _Fetcher:
         self.clock.observe(time.monotonic() - sent_at - self.c.fetch_max_wait_ms / 1000)
         self.cluster.clear_suspect((conn.host, conn.port))
         h = frame.header
+        held = self.sessions.get(leader)
+        session = held[1] if held is not None and held[0] is conn else None
         if h.get("error"):
+            if session is not None:
+                if h["error"] in _SESSION_ERRORS:  # evicted, or out of step: start over
+                    session.session_error()
+                    return
+                session.reset()
             raise api_error(h["error"], h.get("message", ""))
+        if session is not None:
+            session.answered(h.get("session_id", 0))
+            # (the node reads a partition again only when a fetch names it: the next
+            # one does for these, even at the same position -- a seek back to it, or
+            # records dropped for a seek meanwhile)
+            session.discarded([TopicPartition(p.topic, p.partition) for p in h["parts"]
+                               if p.length or p.error])
         c = self.c
         skipped: dict = {}
         batches, resets, errors = _decode_fetch(frame, tps, positions, skipped)
@@ -877,6 +982,11 @@ class _Fetcher:
                 c._reset_fetch_locked()
 
 
+#: a fetch session's errors: the next fetch is a full one (client/fetch_session.py)
+_SESSION_ERRORS = frozenset({ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
+                             ErrorCode.INVALID_FETCH_SESSION_EPOCH})
+
+
 def _epoch(cluster: Cluster, tp: TopicPartition) -> int:
     meta = (cluster.topics.get(tp.topic) or {}).get(tp.partition)
     return meta.leader_epoch if meta is not None else -1
@@ -895,10 +1005,15 @@ def _decode_fetch(frame, tps: list, positions: dict,
     """
     body, pos = memoryview(frame.body), 0
     batches, resets, errors = [], [], []
-    for tp, part in zip(tps, frame.header["parts"]):
+    by_key = {(tp.topic, tp.partition): tp for tp in tps}
+    for part in frame.header["parts"]:
         code, n = part.error, part.length
         data = body[pos : pos + n]
         pos += n
+        # (a session's answer holds only the partitions with news, in its own order)
+        tp = by_key.get((part.topic, part.partition))
+        if tp is None or tp not in positions:
+            continue
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             resets.append(tp)
         elif code:

@@ -1,5 +1,8 @@
-"""Consumers' fetch sessions (KIP-227) on the Kafka listener, on the followers'
-mechanism (node/fetch_session.py).
+"""Consumers' fetch sessions (KIP-227) on both listeners, on the followers'
+mechanism (node/fetch_session.py): one session code and one cache (held by the
+ReplicaManager) for Kafka clients (node/kafka/handlers.py, Kafka rows) and the SDK
+consumer (node/server.py and ReplicaManager.fetch_consumer_session_once, native rows,
+fields ``session_id``/``session_epoch`` of raftlog/protocol.py's FETCH).
 
 A Kafka consumer's first fetch with ``session_epoch`` 0 opens a session here: the
 partitions it names, their fetch offsets and limits, are kept, and the answer carries
@@ -72,19 +75,42 @@ class ConsumerSession(FetchSession):
         if self.waiter is not None:
             self.waiter.set()
 
+    def apply(self, named: list, forgotten, lookup) -> None:
+        """A fetch of this session: drop ``forgotten`` (topic, partition) pairs, upsert
+        ``named`` [topic, partition, offset, max_bytes, epoch] (partition >= 0), and
+        register again every partition whose Partition object changed (a topic deleted
+        and re-created, a partition that came to this node since): it is read again."""
+        self.update(named, forgotten, lookup)
+        for key, sp in list(self.parts.items()):
+            if self.registered.get(key) is not lookup(key):
+                self.update([[*key, sp.offset, sp.max_bytes, sp.epoch]], (), lookup)
+
     def news(self, key: tuple, row: dict) -> bool:
-        """Whether the answer row of ``key`` goes in an incremental answer (records,
-        an error, or an offset other than last sent); records what it sends."""
+        """Whether the (Kafka) answer row of ``key`` goes in an incremental answer."""
+        return self.news_of(key, bool(row["records"]), row["error_code"],
+                            row["high_watermark"], row["last_stable_offset"],
+                            row["log_start_offset"])
+
+    def news_of(self, key: tuple, records: bool, error: int, hw: int, lso: int,
+                start: int) -> bool:
+        """Whether the row of ``key`` goes in an incremental answer (records, an error,
+        or an offset other than last sent); records what it sends."""
         sp = self.parts.get(key)
         if sp is None:
             return True
-        hw, lso, start = row["high_watermark"], row["last_stable_offset"], row["log_start_offset"]
-        news = (bool(row["records"]) or row["error_code"] != 0 or hw != sp.sent_hw
+        news = (records or error != 0 or hw != sp.sent_hw
                 or start != sp.sent_log_start or lso != self.sent_lso.get(key))
         if news:
             sp.sent_hw, sp.sent_log_start = hw, start
             self.sent_lso[key] = lso
         return news
+
+    def unread(self, key: tuple, end: int) -> bool:
+        """A row without records nor error: is there data below ``end`` (the last stable
+        offset or high watermark) the byte budget left out? Then the next answer reads
+        it again (see :meth:`take_dirty`)."""
+        sp = self.parts.get(key)
+        return sp is not None and sp.offset < end
 
     def drop(self, key: tuple) -> None:
         super().drop(key)
@@ -122,6 +148,26 @@ class SessionCache:
         s = ConsumerSession(sid, now_ms, owner)
         self.sessions[sid] = s
         return s
+
+    def begin(self, session_id: int, epoch: int, now_ms: int,
+              owner=None) -> tuple[ConsumerSession | None, int]:
+        """A fetch's ``session_id`` and ``session_epoch``, on either listener: (the
+        session to use (its epoch moved on), 0); (None, 0): a fetch without a session
+        (epoch -1 closes ``session_id``; or every slot is busy); (None, code): answer
+        FETCH_SESSION_ID_NOT_FOUND or INVALID_FETCH_SESSION_EPOCH (the client then
+        opens a new session with a full fetch)."""
+        if epoch == FINAL_EPOCH or epoch == INITIAL_EPOCH:
+            self.close(session_id)
+            if epoch == FINAL_EPOCH:
+                return None, 0
+            return self.open(now_ms, owner), 0
+        session = self.get(session_id, now_ms)
+        if session is None:
+            return None, FETCH_SESSION_ID_NOT_FOUND
+        if session.epoch != epoch:
+            return None, INVALID_FETCH_SESSION_EPOCH
+        session.epoch = next_epoch(epoch)
+        return session, 0
 
     def get(self, session_id: int, now_ms: int) -> ConsumerSession | None:
         s = self.sessions.get(session_id)

@@ -47,6 +47,7 @@ from raftlog.protocol import (
 from raftlog.trace import TraceLog
 
 from .config import NodeConfig
+from .consumer_fetch_session import ConsumerSession, SessionCache
 from .log_manager import LogManager
 from .logfmt import EventLog
 from .metrics import NodeMetrics
@@ -111,6 +112,8 @@ class ReplicaManager:
         #: and follower replication throttles)
         self.reassign_rate = ByteRate()
         self.reassign_in_rate = ByteRate()
+        #: consumers' fetch sessions of both listeners (node/consumer_fetch_session.py)
+        self.consumer_sessions = SessionCache(config.max_incremental_fetch_session_cache_slots)
         self._init_planted_bugs(config.test_flags)
         # Set by the node once they exist (each of them is built over this object):
         #: The follower fetchers (node/fetcher.py), told what to follow.
@@ -640,6 +643,38 @@ class ReplicaManager:
             headers.append(header)
         return headers, pieces, total, error
 
+    def fetch_consumer_session_once(self, session: ConsumerSession, max_bytes: int,
+                                    committed: bool) -> tuple[list, list, list, int, bool]:
+        """Read the marked partitions of a consumer's fetch session on the native
+        listener: (part headers, pieces, fetch offsets, bytes, any_error), only the rows
+        with news (records, an error, or offsets other than last sent: the session's
+        rule, ConsumerSession.news_of). Bounds as :meth:`fetch_once`'s (the first
+        partition with data may return one batch larger than the limits); a partition
+        with data the budget left out stays marked."""
+        consumer = not self._bug_beyond_hw
+        headers, pieces, offsets, total, error = [], [], [], 0, False
+        for key in session.take_dirty():
+            sp = session.parts.get(key)
+            if sp is None:
+                continue
+            limit = min(sp.max_bytes, max_bytes - total)
+            header, piece = self._read_part(key[0], key[1], sp.offset, limit, sp.epoch, -1,
+                                            consumer, not total, committed)
+            if piece is not None:
+                pieces.append(piece)
+                total += header.length
+            elif not header.error and session.unread(
+                    key, header.last_stable_offset if committed else header.high_watermark):
+                session.dirty.add(key)  # (left out: the next answer reads it)
+            if not session.news_of(key, piece is not None, header.error,
+                                   header.high_watermark, header.last_stable_offset,
+                                   header.log_start_offset):
+                continue
+            headers.append(header)
+            offsets.append(sp.offset)
+            error = error or header.error != 0
+        return headers, pieces, offsets, total, error
+
     def _read_part(self, topic: str, partition: int, offset: int, limit: int, epoch: int,
                    replica: int, consumer: bool, min_one: bool = True,
                    committed: bool = False):
@@ -713,10 +748,19 @@ class ReplicaManager:
         if req.fields["replica_id"] >= 0:
             m.replication_bytes_out += total
             return
+        if total:
+            self.count_consumer_answer(headers, pieces, [p[2] for p in req.fields["parts"]],
+                                       total)
+
+    def count_consumer_answer(self, headers: list, pieces: list, offsets: list,
+                              total: int) -> None:
+        """Bytes and offsets out per topic of a consumer's answer (``offsets``: each
+        header's fetch offset)."""
+        m = self.metrics
         if not total:
             return
         slices = iter(pieces)
-        for h, (_t, _p, offset, _max, _e) in zip(headers, req.fields["parts"]):
+        for h, offset in zip(headers, offsets):
             if h.length:
                 sl = next(slices, None)
                 ts = m.topic(h.topic)

@@ -64,6 +64,7 @@ from .broker import Broker
 from .clock import node_ms
 from .config import NodeConfig
 from .connection import run_connection
+from .consumer_fetch_session import FINAL_EPOCH
 from .fetch_session import FetchSession
 from .logfmt import EventLog
 from .metrics import NodeMetrics
@@ -138,7 +139,7 @@ class Conn:
     goes, and the requests parked for it (dropped when it closes)."""
 
     __slots__ = ("sock", "out", "nursery", "parked", "guard", "session", "listener",
-                 "last_active", "in_request", "heartbeat_of")
+                 "last_active", "in_request", "heartbeat_of", "consumer_sessions")
 
     def __init__(self, sock, out: Outbox, nursery, guard: Guard | None = None,
                  listener: Listener | None = None) -> None:
@@ -154,6 +155,9 @@ class Conn:
         self.in_request = False
         #: a follower's fetch session on this connection (node/fetch_session.py)
         self.session: FetchSession | None = None
+        #: whether a consumer's fetch session was opened on this connection (they are
+        #: closed with it, node/consumer_fetch_session.py)
+        self.consumer_sessions = False
         #: the broker whose heartbeats this connection carries (the controller is told
         #: when it closes: a crash is seen at once, node/heartbeat.py)
         self.heartbeat_of: int | None = None
@@ -251,6 +255,77 @@ class ParkedSessionFetch(_Parked):
         if self.session.waiter is self:
             self.session.waiter = None
         super().finish()
+
+
+class ParkedConsumerSessionFetch(_Parked):
+    """A consumer's session fetch (node/consumer_fetch_session.py) with too little to
+    send yet: woken by a mark of its session (a high watermark or role move of one of
+    its partitions), answered with the rows of news gathered meanwhile once
+    ``min_bytes`` are there or an error shows, or with what it has when max_wait
+    passes. A later read of a partition replaces its earlier row.
+
+    Another request on its connection (the consumer's next fetch, after a seek or a
+    pause: client/consumer.py) answers it at once, *superseded*: without rows (the
+    client drops that answer), its partitions read again by the next fetch."""
+
+    __slots__ = ("session", "held", "superseded")
+
+    def __init__(self, server, conn, req, deadline, session, held: dict):
+        super().__init__(server, conn, req, deadline)
+        #: {key: (header, piece or None, fetch offset)}
+        self.session, self.held = session, held
+        self.superseded = False
+
+    def try_complete(self, expired: bool) -> bool:
+        f, replicas = self.req.fields, self.server.replicas
+        if self.superseded:
+            session = self.session
+            for key in self.held:  # (news again for the next fetch)
+                sp = session.parts.get(key)
+                if sp is not None:
+                    sp.sent_hw = -1
+                    session.dirty.add(key)
+            self.answer({"parts": [], "session_id": session.session_id}, [])
+            return True
+        if not self.session.closed:
+            room = max(f["max_bytes"] - _held_bytes(self.held), 1)
+            _hold(self.held, *replicas.fetch_consumer_session_once(
+                self.session, room, f["isolation_level"] == 1))
+        total = _held_bytes(self.held)
+        error = any(h.error for h, _p, _o in self.held.values())
+        if not (expired or self.session.closed or error
+                or (self.held and total >= f["min_bytes"])):
+            return False
+        headers, pieces, offsets = _unhold(self.held)
+        replicas.count_consumer_answer(headers, pieces, offsets, total)
+        self.answer({"parts": headers, "session_id": self.session.session_id}, pieces)
+        return True
+
+    def finish(self) -> None:
+        if self.session.waiter is self:
+            self.session.waiter = None
+        super().finish()
+
+
+def _hold(held: dict, headers: list, pieces: list, offsets: list, _total: int,
+          _error: bool) -> None:
+    it = iter(pieces)
+    for h, off in zip(headers, offsets):
+        held[(h.topic, h.partition)] = (h, next(it) if h.length else None, off)
+
+
+def _held_bytes(held: dict) -> int:
+    return sum(h.length for h, _p, _o in held.values())
+
+
+def _unhold(held: dict) -> tuple[list, list, list]:
+    headers, pieces, offsets = [], [], []
+    for h, piece, off in held.values():
+        headers.append(h)
+        offsets.append(off)
+        if piece is not None:
+            pieces.append(piece)
+    return headers, pieces, offsets
 
 
 def _peer_host(conn: Conn) -> str:
@@ -534,6 +609,8 @@ class Server:
 
     def _closed(self, conn: Conn) -> None:
         _close_session(conn)
+        if conn.consumer_sessions:  # (a consumer's fetch sessions die with its connection)
+            self.replicas.consumer_sessions.close_owned_by(conn)
         if conn.heartbeat_of is not None and self.on_heartbeat_lost is not None:
             self.on_heartbeat_lost(conn.heartbeat_of)
 
@@ -598,6 +675,10 @@ class Server:
         fetch session (node/fetcher.py, LeaderFetcher._call)."""
         for op in [op for op in conn.parked if isinstance(op, (ParkedFetch, ParkedSessionFetch))
                    and op.req.fields["replica_id"] >= 0]:
+            self.purgatory.complete_now(op)
+        # (so is a consumer's session fetch: ParkedConsumerSessionFetch)
+        for op in [op for op in conn.parked if isinstance(op, ParkedConsumerSessionFetch)]:
+            op.superseded = True
             self.purgatory.complete_now(op)
 
     def send_soon(self, conn: Conn, place: Deferred, pieces: list) -> None:
@@ -867,8 +948,12 @@ class Server:
 
     def fetch(self, req, conn: Conn):
         """(header, pieces) answered now, or None: parked in the purgatory."""
-        if req.fields["session"]:
+        f = req.fields
+        if f["session"]:
             return self._session_fetch(req, conn)
+        if (f["replica_id"] < 0 and (f["session_id"] or f["session_epoch"] != FINAL_EPOCH)
+                and self.replicas.consumer_sessions.slots > 0):
+            return self._consumer_session_fetch(req, conn)
         if req.fields["replica_id"] >= 0:
             self.replicas.on_replica_fetch(req)
         headers, pieces, total, error = self.replicas.fetch_once(req)
@@ -880,6 +965,50 @@ class Server:
             op.cancel()
             self.replicas.fetch_answered(req, headers, pieces, total)
             return {"parts": headers}, pieces
+        op.park()
+        return None
+
+    def _consumer_session_fetch(self, req, conn: Conn):
+        """A consumer's fetch in a fetch session (KIP-227's, on the Kafka listener's
+        code, node/consumer_fetch_session.py): opens one (epoch 0), closes one (epoch
+        -1: a fetch without one) or uses one -- its partitions updated by what the fetch
+        names and forgets, the marked ones read, and only rows with news answered. The
+        answer header carries ``session_id`` (0: none; the client fetches in full)."""
+        f = req.fields
+        cache = self.replicas.consumer_sessions
+        session, code = cache.begin(f["session_id"], f["session_epoch"], node_ms(), conn)
+        if code:
+            raise ApiError(ErrorCode(code), "no such fetch session here (evicted, or its "
+                           "connection closed): send a full fetch"
+                           if code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND else
+                           "not the epoch the fetch session expects: send a full fetch")
+        if session is None:  # (epoch -1, or every slot busy: a full fetch without one)
+            fields = {**f, "session_id": 0, "session_epoch": FINAL_EPOCH}
+            return self.fetch(dataclasses.replace(req, fields=fields), conn)
+        if session.waiter is not None:  # one fetch of a session at a time
+            raise ApiError(ErrorCode.INVALID_REQUEST, "a fetch of this session is parked")
+        conn.consumer_sessions = True
+        session.apply(f["parts"], f["forgotten"], self.replicas.partitions.get)
+        if conn.guard is not None and self.config.authorizer_enable:
+            # (the partitions kept from earlier fetches too: an ACL removed since applies)
+            topics = {t for t, _p in session.parts}
+            try:
+                self._authorize(dataclasses.replace(req, fields={**f, "parts": [
+                    [t, 0, 0, 0, -1] for t in sorted(topics)]}), conn.guard)
+            except ApiError:
+                cache.close(session.session_id)
+                raise
+        held: dict = {}
+        headers, pieces, offsets, total, error = self.replicas.fetch_consumer_session_once(
+            session, f["max_bytes"], f["isolation_level"] == 1)
+        if (headers and (error or total >= f["min_bytes"])) or f["max_wait_ms"] == 0:
+            self.replicas.count_consumer_answer(headers, pieces, offsets, total)
+            return {"parts": headers, "session_id": session.session_id}, pieces
+        _hold(held, headers, pieces, offsets, total, error)
+        op = ParkedConsumerSessionFetch(self, conn, req,
+                                        trio.current_time() + f["max_wait_ms"] / 1000,
+                                        session, held)
+        session.waiter = op
         op.park()
         return None
 

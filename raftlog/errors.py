@@ -162,6 +162,9 @@ class ErrorCode(enum.IntEnum):
     PRODUCER_FENCED = 99  # (transactions, issue 33: Kafka's 90, 105 and 120)
     TRANSACTIONAL_ID_NOT_FOUND = 100
     TRANSACTION_ABORTABLE = 101
+    # Consumers' fetch sessions on the native listener (KIP-227's; Kafka's numbers)
+    FETCH_SESSION_ID_NOT_FOUND = 70
+    INVALID_FETCH_SESSION_EPOCH = 71
 
     @property
     def retriable(self) -> bool:

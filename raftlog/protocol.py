@@ -429,6 +429,14 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         # #34 (and ignored by one): its fetch offsets then stand for what it has on disk.
         "flushed": (_opt(_list(_tuple(_TOPIC, _nonneg, _int), L.PARTITIONS_PER_FETCH_MAX)),
                     None),
+        # A consumer's fetch session (KIP-227's, as on the Kafka listener and on the
+        # same code, node/consumer_fetch_session.py): ``session_epoch`` 0 opens one
+        # (closing ``session_id`` if any) with ``parts``; later fetches send the id the
+        # answer header gave (``session_id``) and the next epoch, name only partitions
+        # whose offset or limits changed, drop some with ``forgotten``, and get only
+        # rows with news. The defaults (0, -1) -- an older client's -- fetch without one.
+        "session_id": (_int, 0),
+        "session_epoch": (_int, -1),
     },
     Api.LIST_OFFSETS: {
         "parts": (_list(_LIST_PART, L.ENTRIES_PER_REQUEST_MAX), REQUIRED),

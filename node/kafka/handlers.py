@@ -35,14 +35,7 @@ from raftlog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 
 from ..authz import CLUSTER, DESCRIBE, NOT_ASKED, TOPIC, AclCheck, authorized_operations
 from ..clock import node_ms
-from ..consumer_fetch_session import (
-    FETCH_SESSION_ID_NOT_FOUND,
-    FINAL_EPOCH,
-    INITIAL_EPOCH,
-    INVALID_FETCH_SESSION_EPOCH,
-    SessionCache,
-    next_epoch,
-)
+from ..consumer_fetch_session import FINAL_EPOCH
 from ..routes import ROUTES
 from . import configs as kafka_configs
 from .topic_ids import Note, TopicIds
@@ -165,7 +158,8 @@ class KafkaApis:
         #: (node_id, native host, native port) -> (host, port) of that node's Kafka listener
         self.kafka_address = kafka_address
         #: consumers' fetch sessions (KIP-227, node/consumer_fetch_session.py)
-        self.sessions = SessionCache(config.max_incremental_fetch_session_cache_slots)
+        #: (one cache for both listeners, held by the ReplicaManager)
+        self.sessions = replicas.consumer_sessions
         self.handlers = {
             0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata,
             8: self.offset_commit, 9: self.offset_fetch, 10: self.find_coordinator,
@@ -536,22 +530,13 @@ class KafkaApis:
         marked ones read, and only the rows with news answered. Its long poll waits
         for a mark (a high watermark or role move of a session partition) or
         ``max_wait_ms``."""
-        sid, epoch = body["session_id"], body["session_epoch"]
-        now = node_ms()
-        if epoch == FINAL_EPOCH or epoch == INITIAL_EPOCH:
-            self.sessions.close(sid)
-            if epoch == FINAL_EPOCH:
-                return await self._fetch_sessionless(v, body, ctx)
-            session = self.sessions.open(now, ctx.conn)
-            if session is None:  # every slot busy: a full fetch without a session
-                return await self._fetch_sessionless(v, body, ctx)
-        else:
-            session = self.sessions.get(sid, now)
-            if session is None or session.epoch != epoch:
-                code = (FETCH_SESSION_ID_NOT_FOUND if session is None
-                        else INVALID_FETCH_SESSION_EPOCH)
-                return {"throttle_time_ms": 0, "error_code": code, "session_id": 0,
-                        "responses": []}
+        session, code = self.sessions.begin(body["session_id"], body["session_epoch"],
+                                            node_ms(), ctx.conn)
+        if code:
+            return {"throttle_time_ms": 0, "error_code": code, "session_id": 0,
+                    "responses": []}
+        if session is None:  # (epoch -1, or every slot busy: a full fetch without one)
+            return await self._fetch_sessionless(v, body, ctx)
         named = [(t["topic"], p["partition"], p["fetch_offset"],
                   min(max(p["partition_max_bytes"], 1), FETCH_MAX_BYTES_MAX),
                   p["current_leader_epoch"])
@@ -566,12 +551,7 @@ class KafkaApis:
                 for t, rows in _by_topic(named).items()]}
         forgotten = [(f["topic"], p) for f in body["forgotten_topics_data"] or ()
                      for p in f["partitions"]]
-        session.update([x for x in named if x[1] >= 0], forgotten, self.replicas.partitions.get)
-        for key, part in list(session.registered.items()):  # (a topic deleted, re-created)
-            if self.replicas.partitions.get(key) is not part:
-                session.update([[*key, session.parts[key].offset, session.parts[key].max_bytes,
-                                 session.parts[key].epoch]], (), self.replicas.partitions.get)
-        session.epoch = next_epoch(epoch)
+        session.apply([x for x in named if x[1] >= 0], forgotten, self.replicas.partitions.get)
         bad = [(t, p) for t, p, *_ in named if p < 0]
         max_wait_ms = min(max(body["max_wait_ms"], 0), FETCH_MAX_WAIT_MS)
         deadline = trio.current_time() + max_wait_ms / 1000
@@ -593,8 +573,8 @@ class KafkaApis:
                         key = (t["topic"], row["partition_index"])
                         if key not in session.parts:  # (forgotten meanwhile)
                             continue
-                        if not row["records"] and row["error_code"] == 0 and (
-                                session.parts[key].offset < row["last_stable_offset"]):
+                        if (not row["records"] and row["error_code"] == 0
+                                and session.unread(key, row["last_stable_offset"])):
                             again.append(key)
                         if session.news(key, row):
                             rows[key] = row

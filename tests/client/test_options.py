@@ -68,3 +68,16 @@ def test_did_you_mean():
     assert did_you_mean("lingr_ms", ["linger_ms", "acks"]) == " (did you mean 'linger_ms'?)"
     assert did_you_mean("q", ["linger_ms", "acks"]) == ""
     assert did_you_mean("x", []) == ""
+
+
+def test_the_readme_names_every_consumer_option():
+    import inspect
+    import pathlib
+
+    text = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
+    start = text.index("`Consumer(bootstrap_servers, **options)`")
+    paragraph = text[start:text.index("\n\n", start)]
+    names = [n for n in inspect.signature(Consumer.__init__).parameters
+             if n not in ("self", "bootstrap_servers", "security_options")]
+    assert "fetch_sessions" in names
+    assert [n for n in names if f"`{n}`" not in paragraph] == []

@@ -270,6 +270,28 @@ def test_acls_per_operation(env):
     a.close()
 
 
+def test_an_acl_removed_applies_to_the_partitions_a_fetch_session_holds(env):
+    certs, node = env
+    a = Admin(node.bootstrap, **opts(certs))
+    a.create_user("carol", "carol-pw", "SCRAM-SHA-512")
+    a.create_topic("carols", 1)
+    a.create_acls([("User:carol", "topic", "carols", "literal", "read", "allow")])
+    carol = conn(node, certs, sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="carol",
+                 sasl_plain_password="carol-pw")
+    full = {"parts": [["carols", 0, 0, 1 << 20, -1]], "max_wait_ms": 0, "session_id": 0,
+            "session_epoch": 0}
+    sid = carol.request(Api.FETCH, full).header["session_id"]
+    assert sid > 0
+    incremental = {"parts": [], "max_wait_ms": 0, "session_id": sid, "session_epoch": 1}
+    assert carol.request(Api.FETCH, incremental).header["error"] == 0
+    assert a.delete_acls(principal="User:carol", resource_name="carols")
+    # a fetch naming no partition still may not read the session's
+    assert err(carol.request, Api.FETCH, {**incremental, "session_epoch": 2}) == \
+        ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    carol.close()
+    a.close()
+
+
 def _batch() -> bytes:
     return encode_batch([b"x"])
 
