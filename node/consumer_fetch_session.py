@@ -98,6 +98,12 @@ class ConsumerSession(FetchSession):
         sp = self.parts.get(key)
         if sp is None:
             return True
+        if records:
+            # read again by the next fetch (KIP-227: the broker reads every partition
+            # at its session offset): a client that does not name a new offset --
+            # it sought back to this one, or dropped the answer -- gets the records
+            # again instead of silence until the partition's next write
+            self.dirty.add(key)
         news = (records or error != 0 or hw != sp.sent_hw
                 or start != sp.sent_log_start or lso != self.sent_lso.get(key))
         if news:

@@ -84,6 +84,29 @@ def test_an_incremental_fetch_answers_only_partitions_with_news(tmp_path):
         close_broker(broker)
 
 
+def test_records_are_answered_again_while_the_session_offset_stays(tmp_path):
+    """KIP-227: the broker reads every partition of a session at its session offset. A
+    client that got records and did not move on (it seeks back to exactly that offset,
+    or dropped the answer) names nothing: it must get them again, not a silent session
+    until the partition's next write."""
+    broker, apis = _apis(tmp_path)
+    ctx = Context("c", "h", 1)
+    try:
+        async def main():
+            sid = (await apis.fetch_session(12, _body(0, 0, range(PARTITIONS)), ctx))["session_id"]
+            _produce(broker, 2, b"once")
+            first = _rows(await apis.fetch_session(12, _body(sid, 1), ctx))
+            assert list(first) == [2] and first[2]["records"]
+            again = _rows(await apis.fetch_session(12, _body(sid, 2), ctx))
+            assert list(again) == [2] and len(again[2]["records"]) == len(first[2]["records"]) > 0
+            # once the client names its new offset, nothing more comes
+            assert _rows(await apis.fetch_session(12, _body(sid, 3, [2], offset=1), ctx)) == {}
+            assert _rows(await apis.fetch_session(12, _body(sid, 4), ctx)) == {}
+        trio.run(main)
+    finally:
+        close_broker(broker)
+
+
 def test_a_session_long_poll_wakes_when_a_partition_moves(tmp_path):
     broker, apis = _apis(tmp_path)
     ctx = Context("c", "h", 1)
