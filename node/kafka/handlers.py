@@ -157,9 +157,6 @@ class KafkaApis:
         self._convert_limiter = trio.CapacityLimiter(CONVERT_THREADS_MAX)
         #: (node_id, native host, native port) -> (host, port) of that node's Kafka listener
         self.kafka_address = kafka_address
-        #: consumers' fetch sessions (KIP-227, node/consumer_fetch_session.py)
-        #: (one cache for both listeners, held by the ReplicaManager)
-        self.sessions = replicas.consumer_sessions
         self.handlers = {
             0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata,
             8: self.offset_commit, 9: self.offset_fetch, 10: self.find_coordinator,
@@ -179,6 +176,12 @@ class KafkaApis:
         assert set(self.handlers) == set(SUPPORTED)
         #: topic ids <-> names for Fetch v13+ and Produce v13+ (KIP-516)
         self.topic_ids = TopicIds(lambda: replicas.store.topics)
+
+    @property
+    def sessions(self):
+        """Consumers' fetch sessions (KIP-227, node/consumer_fetch_session.py): one cache
+        for both listeners, held by the ReplicaManager."""
+        return self.replicas.consumer_sessions
 
     # ------------------------------------------------------------------ the edge
 
@@ -541,16 +544,22 @@ class KafkaApis:
                   min(max(p["partition_max_bytes"], 1), FETCH_MAX_BYTES_MAX),
                   p["current_leader_epoch"])
                  for t in body["topics"] for p in t["partitions"]]
-        try:  # the whole request is allowed or refused, as a sessionless one
-            _authorize(Api.FETCH, ctx, {"replica_id": -1, "parts": [
-                (t, 0) for t in {x[0] for x in named}]})
-        except ApiError as e:
-            self.sessions.close(session.session_id)
-            return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": [
-                {"topic": t, "partitions": [_error_row(p, _E[e.code]) for _t, p, *_ in rows]}
-                for t, rows in _by_topic(named).items()]}
         forgotten = [(f["topic"], p) for f in body["forgotten_topics_data"] or ()
                      for p in f["partitions"]]
+        # the whole request is allowed or refused, as a sessionless one -- on every topic
+        # the session will hold, the ones kept from earlier fetches too (an ACL removed
+        # since applies to them at once, as on the native listener)
+        gone = set(forgotten)
+        held = [(t, p) for t, p in session.parts if (t, p) not in gone]
+        try:
+            _authorize(Api.FETCH, ctx, {"replica_id": -1, "parts": [
+                (t, 0) for t in {x[0] for x in named} | {t for t, _p in held}]})
+        except ApiError as e:
+            self.sessions.close(session.session_id)
+            rows = {(x[0], x[1]) for x in named} | set(held)
+            return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": [
+                {"topic": t, "partitions": [_error_row(p, _E[e.code]) for _t, p in parts]}
+                for t, parts in _by_topic(sorted(rows)).items()]}
         session.apply([x for x in named if x[1] >= 0], forgotten, self.replicas.partitions.get)
         bad = [(t, p) for t, p, *_ in named if p < 0]
         max_wait_ms = min(max(body["max_wait_ms"], 0), FETCH_MAX_WAIT_MS)

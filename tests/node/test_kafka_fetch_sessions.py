@@ -107,6 +107,34 @@ def test_records_are_answered_again_while_the_session_offset_stays(tmp_path):
         close_broker(broker)
 
 
+def test_an_acl_removed_applies_to_the_partitions_a_session_holds(tmp_path):
+    """An incremental fetch names only what changed, so its ACL check covers every topic
+    the session holds: a READ revoked since the session opened refuses the next fetch
+    (TOPIC_AUTHORIZATION_FAILED rows, the session closed) -- not records of a topic the
+    principal may no longer read."""
+    from raftlog.acl import Authorizer, binding
+    from raftlog.node.authz import AclCheck
+
+    broker, apis = _apis(tmp_path)
+    may_read = Authorizer([binding("User:alice", "topic", "t", operation="read")])
+    try:
+        async def main():
+            full = await apis.fetch_session(12, _body(0, 0, range(PARTITIONS)), Context(
+                "c", "h", 1, acl=AclCheck("User:alice", may_read)))
+            sid = full["session_id"]
+            assert sid > 0 and full["error_code"] == 0
+            _produce(broker, 1, b"secret")
+            revoked = Context("c", "h", 2, acl=AclCheck("User:alice", Authorizer([])))
+            answer = await apis.fetch_session(12, _body(sid, 1), revoked)  # names nothing
+            rows = _rows(answer)
+            assert answer["session_id"] == 0  # closed: the client starts over
+            assert sorted(rows) == list(range(PARTITIONS))
+            assert all(r["error_code"] == 29 and not r["records"] for r in rows.values())
+        trio.run(main)
+    finally:
+        close_broker(broker)
+
+
 def test_a_session_long_poll_wakes_when_a_partition_moves(tmp_path):
     broker, apis = _apis(tmp_path)
     ctx = Context("c", "h", 1)
