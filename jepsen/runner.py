@@ -41,6 +41,13 @@ PLANTED_BUGS = frozenset({
 })
 
 
+def _in_flight(text: str) -> int:
+    n = int(text)
+    if not 1 <= n <= 1000:
+        raise argparse.ArgumentTypeError(f"{n}: sends in flight per sender must be 1 to 1000")
+    return n
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="raftlog-jepsen",
                                 description="raftlog safety harness (Jepsen-style).")
@@ -69,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--partitions", type=int, default=None,
                    help="partitions of the workload topic (default 2; groups: 4)")
     r.add_argument("--senders", type=int, default=4, help="sender (or metadata) processes")
+    r.add_argument("--in-flight", type=_in_flight, default=64, dest="in_flight",
+                   help="sends each sender of queue, idempotent and groups keeps outstanding "
+                        "(default 64; each its own history process): an application's producer "
+                        "sends on to the other partitions while one fails over. 1: each "
+                        "sender waits for its send before the next (Jepsen's one operation "
+                        "per process)")
     r.add_argument("--consumers", type=int, default=None,
                    help="consumer processes (queue, idempotent; default 2), or members per "
                         "group (groups; default 3)")

@@ -35,7 +35,6 @@ from __future__ import annotations
 import random
 import threading
 import time
-from concurrent.futures import TimeoutError as FutureTimeout
 
 from raftlog.client import (
     Admin,
@@ -84,6 +83,82 @@ class Pacer:
         if left > 0:
             stop.wait(left)
         return max(nxt, time.monotonic() - self.interval)
+
+
+#: History process ids of a sender's in-flight sends: SENDER_PROCESS_BASE + 1000 x
+#: sender + slot (slot 0 of sender i is process i when one send at a time).
+SENDER_PROCESS_BASE = 10_000
+
+
+class SendPipeline:
+    """A sender's sends in flight, at most ``size``; each holds a slot, and a slot is
+    its own history process (a process has one operation outstanding at a time). A
+    send not answered within SEND_TIMEOUT_S + 2 s is recorded ``info`` and its slot
+    freed (its producer is then replaced); an answer after that is dropped."""
+
+    def __init__(self, history, sender: int, size: int):
+        assert 1 <= size <= 1000, size
+        self.history = history
+        self.size = size
+        self.sender = sender
+        self.cond = threading.Condition()
+        self.free = list(range(size - 1, -1, -1))
+        self.pending: dict[int, tuple[dict, float, object]] = {}  # slot -> (op, deadline, producer)
+
+    def process(self, slot: int) -> int:
+        return self.sender if self.size == 1 else SENDER_PROCESS_BASE + 1000 * self.sender + slot
+
+    def acquire(self, stop: threading.Event) -> int | None:
+        """A free slot (waits for one), or None once ``stop`` is set."""
+        with self.cond:
+            while not self.free:
+                if stop.is_set():
+                    return None
+                self.cond.wait(0.1)
+            return self.free.pop()
+
+    def release(self, slot: int) -> None:
+        with self.cond:
+            self.free.append(slot)
+            self.cond.notify_all()
+
+    def invoke(self, slot: int, f: str, value, producer) -> dict:
+        op = self.history.invoke(self.process(slot), f, value)
+        with self.cond:
+            self.pending[slot] = (op, time.monotonic() + SEND_TIMEOUT_S + 2, producer)
+        return op
+
+    def complete(self, slot: int, op: dict, type_: str, **extra) -> bool:
+        """Record ``op``'s outcome unless it was already given up on; True if recorded."""
+        with self.cond:
+            held = self.pending.get(slot)
+            if held is None or held[0] is not op:
+                return False
+            self.history.complete(op, type_, **extra)
+            del self.pending[slot]
+            self.free.append(slot)
+            self.cond.notify_all()
+        return True
+
+    def expire(self, now: float) -> list:
+        """Give up on every send past its deadline (``info``); their producers."""
+        out = []
+        with self.cond:
+            for slot, (op, deadline, producer) in list(self.pending.items()):
+                if deadline <= now:
+                    self.history.info(op, error="timeout")
+                    del self.pending[slot]
+                    self.free.append(slot)
+                    if producer not in out:
+                        out.append(producer)
+            self.cond.notify_all()
+        return out
+
+    def wait_idle(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        with self.cond:
+            while self.pending and time.monotonic() < deadline:
+                self.cond.wait(min(0.1, max(0.0, deadline - time.monotonic())))
 
 
 class Workload:
@@ -240,51 +315,74 @@ class QueueWorkload(Workload):
         return not (isinstance(e, ApiError) and e.retriable)
 
     def _sender(self, process: int, pacer: Pacer) -> None:
+        """Sends one record per paced operation, as an application sends: without
+        waiting for the previous ones (at most ``--in-flight`` of them outstanding,
+        each its own history process: a Kafka producer keeps sending to the other
+        partitions while one fails over). ``--in-flight 1``: one send at a time."""
         h = self.history
-        producer = None
+        pipe = SendPipeline(h, process, getattr(self.args, "in_flight", 1) or 1)
+        state = {"producer": None}
         last = time.monotonic()
         rnd = random.Random(self.rnd.random())
+
+        def drop(producer) -> None:  # (any thread) the producer is broken: a new one next
+            with pipe.cond:
+                if state["producer"] is not producer:
+                    return
+                state["producer"] = None
+            self._release_producer(process, producer)
+
+        def done(slot: int, op: dict, producer, fut) -> None:  # (the producer's thread)
+            try:
+                md = fut.result(timeout=0)
+            except KafkaStorageError as e:
+                # the leader's disk is full: failed for sure when no attempt was appended
+                # (the failed-send checker holds us to that), else indeterminate
+                pipe.complete(slot, op, "fail" if e.written is False else "info", error=str(e))
+            except Exception as e:
+                # an earlier attempt of the batch may have been written: indeterminate
+                if pipe.complete(slot, op, "info", error=repr(e)) and self._broken(e):
+                    drop(producer)
+            else:
+                pipe.complete(slot, op, "ok", offset=md.offset)
+
         while not self.send_stop.is_set():
             last = pacer.wait(self.send_stop, last)
+            for producer in pipe.expire(time.monotonic()):  # (never answered: wedged)
+                drop(producer)
             if self.send_stop.is_set():
                 break
+            slot = pipe.acquire(self.send_stop)
+            if slot is None:
+                break
+            producer = state["producer"]
             if producer is None:
                 try:
-                    producer = self._acquire_producer(process)
+                    producer = state["producer"] = self._acquire_producer(process)
                 except Exception as e:
+                    pipe.release(slot)
                     self.log(f"sender {process}: cannot create producer: {e!r}")
                     self.send_stop.wait(0.5)
                     continue
             key = rnd.choice(self.keys)
             topic, partition = split_key(key)
             v = self._next_value()
-            op = h.invoke(process, "send", [key, v])
+            op = pipe.invoke(slot, "send", [key, v], producer)
             try:
                 fut = producer.send(topic, str(v).encode(), partition=partition)
             except Exception as e:  # raised before the record was queued: never sent
-                h.fail(op, error=repr(e))
+                pipe.complete(slot, op, "fail", error=repr(e))
                 if isinstance(e, ProducerClosedError):
-                    producer = None
+                    drop(producer)
                 continue
-            try:
-                md = fut.result(timeout=SEND_TIMEOUT_S + 2)
-                h.ok(op, offset=md.offset)
-            except (FutureTimeout, TimeoutError) as e:
-                h.info(op, error=repr(e) or "timeout")
-                self._release_producer(process, producer)
-                producer = None
-            except KafkaStorageError as e:
-                # the leader's disk is full: failed for sure when no attempt was appended
-                # (the failed-send checker holds us to that), else indeterminate
-                (h.fail if e.written is False else h.info)(op, error=str(e))
-            except Exception as e:
-                # an earlier attempt of the batch may have been written: indeterminate
-                h.info(op, error=repr(e))
-                if self._broken(e):
-                    self._release_producer(process, producer)
-                    producer = None
-        if producer is not None:
-            self._release_producer(process, producer)
+            fut.add_done_callback(lambda f, s=slot, o=op, p=producer: done(s, o, p, f))
+            if pipe.size == 1:  # one at a time: wait for it here, as before
+                pipe.wait_idle(SEND_TIMEOUT_S + 2)
+        pipe.wait_idle(SEND_TIMEOUT_S + 2)
+        for producer in pipe.expire(float("inf")):
+            drop(producer)
+        if state["producer"] is not None:
+            self._release_producer(process, state["producer"])
 
     @staticmethod
     def _discard(producer: Producer) -> None:

@@ -125,8 +125,8 @@ class NodeConfig:
     raft_host: str | None = None
     raft_port: int | None = None
     raft_password: str | None = None
-    broker_session_timeout_ms: int = 6000
-    broker_heartbeat_interval_ms: int = 1000
+    broker_session_timeout_ms: int = 3000
+    broker_heartbeat_interval_ms: int = 500
     #: a broker whose heartbeat connection closed, silent this long since and whose
     #: listener then refuses a connection is fenced at once (0: only session expiry)
     broker_disconnect_grace_ms: int = 200
