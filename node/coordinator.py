@@ -69,6 +69,9 @@ class GroupHost:
         #: transactional offset commits (TxnOffsetCommit) in the log, waiting for their
         #: transaction's marker: {partition: {producer id: [(key, value), ...]}}
         self.pending_txn: dict[int, dict[int, list]] = {}
+        #: markers appended to a partition while it loads, past the end its replay reads:
+        #: {partition: [(producer id, commit), ...]}, applied in order when it is done
+        self._markers_while_loading: dict[int, list[tuple[int, bool]]] = {}
         #: the transaction coordinator (node/txn_host.py), set by the node: verifies
         #: that a TxnOffsetCommit's partition is in the producer's transaction
         self.txn = None
@@ -164,6 +167,10 @@ class GroupHost:
         producer's pending offsets become committed (or are dropped)."""
         from .groups import Persist
 
+        loading = self._markers_while_loading.get(partition)
+        if loading is not None:  # (its replay's end is below this marker: after it)
+            loading.append((producer_id, commit))
+            return
         recs = self.pending_txn.get(partition, {}).pop(producer_id, None)
         if recs and commit:
             self.coordinator.persisted(Persist(partition, tuple(recs)))
@@ -251,6 +258,7 @@ class GroupHost:
     def _unload(self, partition: int) -> None:
         self._loaded.pop(partition, None)
         self.pending_txn.pop(partition, None)
+        self._markers_while_loading.pop(partition, None)
         effects = self.coordinator.unload(partition)
         if effects:
             self.nursery.start_soon(self.service.run_effects, effects)
@@ -265,18 +273,33 @@ class GroupHost:
             self.nursery.start_soon(self.service.run_effects, effects)
         started = time.monotonic()
         mark = self._deletions
+        # A transaction's marker appended from here on lies past the replay's end, and
+        # the replay leaves its offsets open: note it (on_marker) and apply it after.
+        # (Appending and on_marker run in one turn: a marker below ``end`` already ran.)
+        markers = self._markers_while_loading[partition] = []
+        self.pending_txn.pop(partition, None)
         end = part.log.log_end_offset
         try:
             recs, open_txns = await trio.to_thread.run_sync(read_with_transactions,
                                                             part.log, end)
         except (CorruptRecordError, OffsetOutOfRangeError, OSError) as e:
             self.events.error("group_load_failed", partition=partition, error=repr(e))
+            if self._markers_while_loading.get(partition) is markers:
+                del self._markers_while_loading[partition]
             if self._loaded.get(partition) == epoch:
                 self._loaded.pop(partition, None)
                 self.coordinator.unload(partition)
             return
+        if self._markers_while_loading.get(partition) is not markers:
+            return  # unloaded, or a later load of the partition took over
         if self._loaded.get(partition) != epoch or not part.is_leader:
+            del self._markers_while_loading[partition]
             return  # leadership moved while reading: the next reconcile decides
+        del self._markers_while_loading[partition]
+        for pid, commit in markers:  # in the order they were appended, after the replay
+            txn_recs = open_txns.pop(pid, None)
+            if txn_recs and commit:
+                recs.extend(txn_recs)
         bad = 0
         for key, value in recs:
             try:
