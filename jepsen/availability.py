@@ -17,7 +17,8 @@ second timeline panel). Pure: reads a history, no cluster.
   the clients did as much during the fault as without it. Given per window, per
   fault kind (all its windows together), for all faults together and overall, and
   per operation (``by_f``: a poll that returns nothing is ok too, sends are the
-  stricter measure).
+  stricter measure); ``by_kind_and_nodes`` splits each kind by how many nodes a window
+  hit (``"pause/1"``: one node paused; a partition counts its smaller side).
 """
 
 from __future__ import annotations
@@ -136,26 +137,51 @@ def availability(history: list[dict]) -> dict:
         out_windows.append({"start": round(w["start"], 3), "end": round(w["end"], 3),
                             "kind": w["kind"], "target": w["target"], "what": w["what"],
                             **tally.summary(base)})
-    by_kind: dict[str, _Tally] = {}
-    for w, tally in zip(windows, per_window):
-        k = by_kind.setdefault(w["kind"], _Tally())
-        k.seconds += tally.seconds
-        k.ops += tally.ops
-        k.ok_invoked += tally.ok_invoked
-        k.ok += tally.ok
-        for f, (n, ok) in tally.by_f.items():
-            acc = k.by_f.setdefault(f, [0, 0])
-            acc[0] += n
-            acc[1] += ok
-    kinds = {}
-    for kind, tally in sorted(by_kind.items()):
-        ws = [w["availability"] for w in out_windows
-              if w["kind"] == kind and w["availability"] is not None]
-        kinds[kind] = {**tally.summary(base), "windows": sum(1 for w in windows
-                                                             if w["kind"] == kind),
-                       "worst_window_availability": min(ws) if ws else None}
+    def grouped(key) -> dict:
+        acc: dict = {}
+        members: dict = {}
+        for w, ow, tally in zip(windows, out_windows, per_window):
+            name = key(w)
+            if name is None:
+                continue
+            members.setdefault(name, []).append(ow)
+            _merge(acc.setdefault(name, _Tally()), tally)
+        out = {}
+        for name, tally in sorted(acc.items()):
+            ws = [w["availability"] for w in members[name] if w["availability"] is not None]
+            out[name] = {**tally.summary(base), "windows": len(members[name]),
+                         "worst_window_availability": min(ws) if ws else None}
+        return out
+
     return {"fault_free": base, "faults": faults.summary(base) if windows else None,
-            "overall": overall.summary(base), "by_kind": kinds, "windows": out_windows}
+            "overall": overall.summary(base), "by_kind": grouped(lambda w: w["kind"]),
+            "by_kind_and_nodes": grouped(
+                lambda w: None if nodes_hit(w["what"]) is None
+                else f"{w['kind']}/{nodes_hit(w['what'])}"),
+            "windows": out_windows}
+
+
+def nodes_hit(what: str) -> int | None:
+    """How many nodes a fault hit, from the nemesis's description ("pause [1, 3]": 2;
+    a partition "[[5], [1, 2, 3, 4]]": the smaller side, 1); None when it names none."""
+    import re
+
+    groups = re.findall(r"\[([\d,\s]+)\]", what)
+    if not groups:
+        return None
+    sizes = [len([x for x in g.split(",") if x.strip()]) for g in groups]
+    return min(sizes) if what.lstrip().startswith("partition") and len(sizes) > 1 else sizes[0]
+
+
+def _merge(into: _Tally, tally: _Tally) -> None:
+    into.seconds += tally.seconds
+    into.ops += tally.ops
+    into.ok_invoked += tally.ok_invoked
+    into.ok += tally.ok
+    for f, (n, ok) in tally.by_f.items():
+        acc = into.by_f.setdefault(f, [0, 0])
+        acc[0] += n
+        acc[1] += ok
 
 
 def ok_per_second(history: list[dict], bin_s: float = BIN_S) -> dict[str, list[tuple[float, int]]]:

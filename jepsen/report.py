@@ -140,6 +140,9 @@ def _availability_html(av: dict | None) -> list[str]:
            row("fault-free", av["fault_free"])]
     for kind, d in av.get("by_kind", {}).items():
         out.append(row(f"all {kind}", d, str(d["windows"])))
+    for name, d in av.get("by_kind_and_nodes", {}).items():
+        kind, _, n = name.partition("/")
+        out.append(row(f"{kind} of {n} node{'s' if n != '1' else ''}", d, str(d["windows"])))
     if av.get("faults"):
         out.append(row("all faults", av["faults"]))
     out.append(row("overall", av["overall"]))

@@ -707,7 +707,9 @@ def run(args) -> int:
     av = results["availability"]
     if av.get("by_kind"):
         log("availability (ok operations/s vs fault-free): " + ", ".join(
-            f"{k} {v['availability']}" for k, v in av["by_kind"].items()))
+            f"{k} {v['availability']}" for k, v in av["by_kind"].items())
+            + "; by nodes hit: " + ", ".join(
+                f"{k} {v['availability']}" for k, v in av.get("by_kind_and_nodes", {}).items()))
     done = (f"transactions {st['transactions']}" if "transactions" in st
             else f"{st['acknowledged_sends']} acknowledged sends")
     log(f"{'VALID' if valid else 'INVALID'}: anomalies {counts or 'none'}; "

@@ -123,3 +123,33 @@ def test_report_html_has_the_availability_table_and_both_panels(tmp_path):
     page = (tmp_path / "report.html").read_text()
     assert "<h2>Availability</h2>" in page and "all kill" in page and "pause @20.0s" in page
     assert (tmp_path / "timeline.png").stat().st_size > 1000
+
+
+def test_windows_are_split_by_how_many_nodes_they_hit():
+    """The issue's target is about one node of five: a pause of one node and one of two
+    are told apart (a partition counts its smaller side)."""
+    from raftlog.jepsen.availability import nodes_hit
+
+    assert nodes_hit("pause [4]") == 1 and nodes_hit("kill [1, 2]") == 2
+    assert nodes_hit("partition [[5], [1, 2, 3, 4]]") == 1
+    assert nodes_hit("powerloss [3, 4, 5]: dropped 3: 4314 B, 0 dirs") == 3
+    assert nodes_hit("drop 1->3") is None and nodes_hit("healed") is None
+    h = _H()
+    for i in range(100):
+        h.op("send", i / 10, i / 10 + 0.01)  # 10 ok/s without faults
+    h.fault("pause", 10.0, 12.0)  # one node ("pause [1]"): 10 ok/s through it
+    for i in range(100, 120):
+        h.op("send", i / 10, i / 10 + 0.01)
+    h._add(12.5, {"type": "invoke", "process": "nemesis", "f": "start",
+                  "value": {"kind": "pause", "target": "minority"}})
+    h._add(12.6, {"type": "ok", "process": "nemesis", "f": "start", "value": "pause [2, 3]"})
+    h._add(14.0, {"type": "invoke", "process": "nemesis", "f": "stop", "value": None})
+    h._add(14.6, {"type": "ok", "process": "nemesis", "f": "stop", "value": "healed"})
+    for i in range(150, 200):
+        h.op("send", i / 10, i / 10 + 0.01)  # nothing during the two-node pause
+    av = availability(h.sorted())
+    one, two = av["by_kind_and_nodes"]["pause/1"], av["by_kind_and_nodes"]["pause/2"]
+    assert one["windows"] == 1 and two["windows"] == 1
+    assert one["availability"] > 0.9 and two["availability"] == 0.0
+    assert av["by_kind"]["pause"]["windows"] == 2
+    assert 0 < av["by_kind"]["pause"]["availability"] < one["availability"]
