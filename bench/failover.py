@@ -180,13 +180,17 @@ def bench(kills: int, pauses: int, rate: int, extra: dict | None = None) -> dict
             c.start(leader)
             leader = _settle(c)
             s.first_ack_after(time.monotonic())  # the producer writes to that leader again
+        pause_controller = []  # was the paused leader also the controller?
         for _ in range(pauses):
+            with Admin(c.bootstrap) as admin:
+                pause_controller.append(admin.describe_cluster().controller_id == leader)
             t = time.monotonic()
             c.procs[leader].send_signal(signal.SIGSTOP)
             try:
                 pause_s.append(s.first_ack_after(t))
-                print(f"failover: pause of node {leader}: first ack after {pause_s[-1]:.3f} s",
-                      file=sys.stderr, flush=True)
+                role = " (the controller)" if pause_controller[-1] else ""
+                print(f"failover: pause of node {leader}{role}: first ack after "
+                      f"{pause_s[-1]:.3f} s", file=sys.stderr, flush=True)
             finally:
                 c.procs[leader].send_signal(signal.SIGCONT)
             leader = _settle(c)
@@ -194,7 +198,8 @@ def bench(kills: int, pauses: int, rate: int, extra: dict | None = None) -> dict
         s.stop()
         out = {"rate": rate, "acks": len(s.acks), "errors": s.errors, "kills": kills,
                "kill_to_ack_s": [round(x, 3) for x in kill_s],
-               "pause_to_ack_s": [round(x, 3) for x in pause_s]}
+               "pause_to_ack_s": [round(x, 3) for x in pause_s],
+               "pause_was_controller": pause_controller}
         if kill_s:
             out["kill_to_ack_s_median"] = round(statistics.median(kill_s), 3)
             out["kill_to_ack_s_max"] = round(max(kill_s), 3)

@@ -87,9 +87,16 @@ class BrokerLiveness:
 
     @classmethod
     def on_become_controller(cls, state: MetadataState, now_ms: int, session_timeout_ms: int,
-                             disconnect_grace_ms: int = 0):
-        return cls(session_timeout_ms, {b: now_ms for b in state.brokers},
-                   disconnect_grace_ms)
+                             disconnect_grace_ms: int = 0, last_seen_ms: dict | None = None):
+        """``last_seen_ms``: brokers known to have been alive at an earlier time than
+        ``now_ms`` -- the old controller, last heard from over Raft: a hung one is
+        fenced one session after that, not one session after the election (it had no
+        heartbeats to send to anybody but itself)."""
+        clocks = {b: now_ms for b in state.brokers}
+        for b, t in (last_seen_ms or {}).items():
+            if b in clocks:
+                clocks[b] = min(now_ms, t)
+        return cls(session_timeout_ms, clocks, disconnect_grace_ms)
 
     def heartbeat(self, broker_id: int, now_ms: int) -> None:
         self.last_heartbeat_ms[broker_id] = now_ms

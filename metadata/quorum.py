@@ -531,6 +531,16 @@ class MetadataQuorum:
             return None
         return self._addr_to_id.get(getattr(leader, "address", str(leader)))
 
+    def leader_contact(self) -> tuple[int | None, float | None]:
+        """(the voter whose AppendEntries this one last took as its leader's, the
+        time.monotonic() it came): a new controller's best knowledge of when the old one
+        was last alive (node/heartbeat.py starts its broker session there)."""
+        node = getattr(self._obj, "_rl_leader_contact_node", None)
+        at = getattr(self._obj, "_rl_leader_contact", None)
+        if node is None or at is None:
+            return None, None
+        return self._addr_to_id.get(getattr(node, "address", str(node))), at
+
     @property
     def term(self) -> int:
         """The current Raft term: the controller epoch of decisions made now."""

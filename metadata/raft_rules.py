@@ -140,6 +140,8 @@ def on_message(self, node, message) -> None:
     if kind == "append_entries":
         if _from_lower_term(self, node, message):
             return
+        if message.get("term", -1) >= _get(self, "raftCurrentTerm"):
+            self._rl_leader_contact_node = node  # (its time: _held_entries_skipped)
         message = _held_entries_skipped(self, message)
     elif kind == "request_vote":
         if message.get("term", 0) > _get(self, "raftCurrentTerm") and _sticky(self):

@@ -11,6 +11,8 @@ Decisions are proposed with ``require_leader``; the state machine checks them ag
 
 from __future__ import annotations
 
+import time
+
 import trio
 
 from raftlog.errors import ApiError, ErrorCode, RemoteProtocolError
@@ -98,7 +100,7 @@ class Heartbeats:
             if self.liveness is None:
                 self.liveness = BrokerLiveness.on_become_controller(
                     state, now, self.config.broker_session_timeout_ms,
-                    self.config.broker_disconnect_grace_ms)
+                    self.config.broker_disconnect_grace_ms, self._old_controller_seen(now))
                 # the old controller may have died with its node: every broker that
                 # does not heartbeat us within the grace is probed once (a live one
                 # accepts, so only a crashed one is fenced before its session ends)
@@ -121,6 +123,15 @@ class Heartbeats:
                 self._last_balance_ms = now
                 for record in preferred_leader_changes(self.store.quorum.state, self.store.quorum.term):
                     await self._propose(record)
+
+    def _old_controller_seen(self, now: int) -> dict:
+        """{old controller: node ms of its last AppendEntries here}: its session runs
+        from there (a paused controller is fenced one session after it stopped, not
+        one session after this election)."""
+        old, at = self.store.quorum.leader_contact()
+        if old is None or at is None or old == self.config.node_id:
+            return {}
+        return {old: now - max(0, int((time.monotonic() - at) * 1000))}
 
     async def _probe_disconnected(self, state, now: int) -> None:
         """Try the listener of each broker disconnected past its grace: refused means

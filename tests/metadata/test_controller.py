@@ -56,6 +56,25 @@ def test_liveness_grace_period_and_fencing():
     assert live.fence_decisions(s, 1600) == []  # already fenced
 
 
+def test_the_old_controllers_session_runs_from_its_last_raft_contact():
+    """A new controller knows when it last heard from the old one over Raft: a hung
+    old controller is fenced one session after that, the others one session after
+    the election (they may have heartbeat the old controller until then)."""
+    s = _cluster(3)
+    live = BrokerLiveness.on_become_controller(s, now_ms=10_000, session_timeout_ms=3000,
+                                               last_seen_ms={1: 9_400, 7: 1})
+    assert live.fence_decisions(s, 12_399) == []
+    assert live.fence_decisions(s, 12_401) == [R.FenceBroker(1, "inc-1")]
+    assert 7 not in live.last_heartbeat_ms  # (not a registered broker: ignored)
+    live.heartbeat(1, 12_000)  # it is alive after all (heartbeats the new controller)
+    assert live.fence_decisions(s, 12_401) == []
+    assert live.fence_decisions(s, 13_001) == [R.FenceBroker(b, f"inc-{b}") for b in (2, 3)]
+    # a time after the election counts as the election (never later than now)
+    late = BrokerLiveness.on_become_controller(s, now_ms=10_000, session_timeout_ms=3000,
+                                               last_seen_ms={1: 50_000})
+    assert late.last_heartbeat_ms[1] == 10_000
+
+
 def test_a_crash_is_fenced_after_the_grace_once_its_listener_refuses():
     s = _cluster(3)
     live = BrokerLiveness.on_become_controller(s, now_ms=0, session_timeout_ms=6000,
