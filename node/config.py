@@ -322,6 +322,12 @@ class NodeConfig:
     def validate(self) -> None:
         voters = self.controller_quorum_voters
         roles = self.process_roles
+        if self.broker_heartbeat_interval_ms * 2 > self.broker_session_timeout_ms:
+            raise ConfigError(
+                f"broker.heartbeat.interval.ms={self.broker_heartbeat_interval_ms} is more than "
+                f"half of broker.session.timeout.ms={self.broker_session_timeout_ms}: one late "
+                "heartbeat would fence the broker. Lower the interval or raise the timeout "
+                "(defaults: 500 and 3000)")
         if not voters and roles != ("broker", "controller"):
             raise ConfigError(
                 f"process.roles={','.join(roles)} needs controller.quorum.voters naming the "

@@ -66,6 +66,9 @@ broker.rack=eu-west-1a
         ("node.id=5\nprocess.roles=broker\ncontroller.quorum.voters=1@127.0.0.1:9100\n"
          "raft.listener=0.0.0.0:9100", "only a voter"),
         ("raft.listener=nowhere", "raft.listener: 'nowhere' is not host:port"),
+        ("broker.session.timeout.ms=800", r"broker.heartbeat.interval.ms=500 is more than "
+         r"half of broker.session.timeout.ms=800"),
+        ("broker.heartbeat.interval.ms=2000", "Lower the interval or raise the timeout"),
     ],
 )
 def test_invalid_configs_name_the_problem(tmp_path, text, message):
