@@ -347,12 +347,42 @@ def _run(args, data_dir: str) -> int:
             return 1
         if not stopping:  # (Ctrl-C during the start-up wait: just stop)
             print(_banner(args, data_dir, client_props), flush=True)
+        _watch(procs, stopping, data_dir)
         rcs = [p.wait() for p in procs]
     finally:
         stop_echo.set()
         echo.join(2.0)
     bad = [rc for rc in rcs if rc not in (0, -signal.SIGTERM, -signal.SIGINT)]
     return bad[0] if bad else 0
+
+
+#: How often `up` looks whether a node has exited while it serves.
+WATCH_INTERVAL_S = 0.2
+
+
+def _watch(procs, stopping: list, data_dir: str) -> None:
+    """Until every node has exited: say so when one exits on its own (a crash, a kill,
+    a fatal error) -- the others keep serving -- and how to start it again."""
+    told: set[int] = set()
+    while True:
+        running = False
+        for i, proc in enumerate(procs, 1):
+            rc = proc.poll()
+            if rc is None:
+                running = True
+            elif i not in told and not stopping:
+                told.add(i)
+                how = (f"killed by {signal.Signals(-rc).name}" if rc < 0 and
+                       -rc in signal.valid_signals() else f"exit status {rc}")
+                others = ("the other nodes keep serving; " if len(procs) > 1 else "")
+                print(f"raftlog up: node {i} exited ({how}); {others}its log: "
+                      f"{os.path.join(data_dir, f'node-{i}', 'node.log')}; start it again: "
+                      f"raftlog node --config "
+                      f"{os.path.join(data_dir, f'node-{i}', 'server.properties')}",
+                      file=sys.stderr, flush=True)
+        if not running:
+            return
+        time.sleep(WATCH_INTERVAL_S)
 
 
 def _banner(args, data_dir: str, client_props: str | None = None) -> str:

@@ -169,3 +169,21 @@ def test_one_node_of_up_restarts_alone_from_its_server_properties(tmp_path):
             node2.wait(60)
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)
+
+
+def test_up_says_when_a_node_exits_and_how_to_start_it_again(tmp_path):
+    """A node of `up` that dies while it serves (here: SIGKILL) is reported at once by
+    `up` itself, with its log and the command that starts it again."""
+    data_dir, port = str(tmp_path / "d"), free_port()
+    up = _start(data_dir, port)
+    try:
+        pid = int(open(os.path.join(data_dir, "node-1", "node.pid")).read())
+        os.kill(pid, signal.SIGKILL)
+        _, err = up.communicate(timeout=60)  # its only node is gone: `up` ends too
+    finally:
+        if up.poll() is None:
+            up.kill()
+    props = os.path.join(data_dir, "node-1", "server.properties")
+    assert (f"raftlog up: node 1 exited (killed by SIGKILL); its log: "
+            f"{os.path.join(data_dir, 'node-1', 'node.log')}; start it again: "
+            f"raftlog node --config {props}").encode() in err, err[-3000:]
