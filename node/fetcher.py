@@ -61,16 +61,9 @@ REQUEST_TIMEOUT_S = 10.0
 BACKOFF_S = 0.2
 #: A follower whose disk refused an append tries again this much later.
 STORAGE_RETRY_S = 1.0
-#: Durable topics (#34): a follower fetches again at once after appending, while the
-#: syncs (group commit) of what it appended run, and reports each sync's flushed offset
-#: as it returns (REPLICA_FLUSHED, #36) on its fetch connection -- the parked fetch
-#: stays parked. At most this many reports go out while one fetch is parked (their
-#: answers queue behind it); later syncs are told by the next fetch.
-REPORTS_IN_FLIGHT_MAX = 8
-#: A leader older than #36 (it answers a report UNKNOWN_API): the follower waits for
-#: the syncs of what a round appended (this long at most) before its next fetch, which
-#: reports them; a sync slower than this is reported by a later round (whose long poll
-#: is then short: UNSYNCED_WAIT_MS).
+#: How long a follower waits for the syncs (group commit) of what a round appended to
+#: durable topics before its next fetch, which reports them (#34). A sync slower than
+#: this is reported by a later round (whose long poll is then short: UNSYNCED_WAIT_MS).
 SYNC_WAIT_S = REQUEST_TIMEOUT_S
 UNSYNCED_WAIT_MS = 100
 #: A follower whose reassignment budget is spent waits this long before asking again.
@@ -188,16 +181,9 @@ class LeaderFetcher:
             FETCH_MAX_WAIT_MS_MAX, replicas.config.replica_lag_time_max_ms // 2))
         #: the cancel scope of the FETCH in flight (None between fetches)
         self._fetch_scope: trio.CancelScope | None = None
-        #: when the FETCH in flight is to be nudged (wake(); inf: not asked)
-        self._nudge_at = math.inf
+        self._interrupted = False
         #: ids of nudges sent whose answers have not come yet (see _call)
         self._nudges: set[int] = set()
-        #: reports of flushed offsets sent whose answers have not come yet: {id: keys}
-        self._reports: dict[int, list] = {}
-        #: a sync of an unsynced partition returned: report it (see _synced)
-        self._report_due = False
-        #: whether the leader takes REPLICA_FLUSHED (False: it is older than #36)
-        self._reports_ok = True
         #: what the leader's fetch session on this connection holds:
         #: {key: (fetch offset, max bytes, leader epoch)}; None before the full fetch
         self._told: dict[tuple, tuple] | None = None
@@ -230,18 +216,9 @@ class LeaderFetcher:
         self._pending.update(keys)
         self._changed.set()
         if self._fetch_scope is not None:
-            self._nudge_at = min(self._nudge_at, trio.current_time() + INTERRUPT_DELAY_S)
-            self._fetch_scope.deadline = min(self._fetch_scope.deadline, self._nudge_at)
-
-    def _synced(self, key) -> None:
-        """A sync of followed partition ``key`` returned (Partition.flush_listener):
-        if its flushed offset is news for the leader, report it now -- while a fetch
-        waits, without ending it (see _call)."""
-        if key not in self._unsynced:
-            return
-        self._report_due = True
-        if self._fetch_scope is not None:
-            self._fetch_scope.cancel()
+            self._interrupted = True
+            self._fetch_scope.deadline = min(self._fetch_scope.deadline,
+                                             trio.current_time() + INTERRUPT_DELAY_S)
 
     def cancel(self) -> None:
         self.scope.cancel()
@@ -272,7 +249,6 @@ class LeaderFetcher:
     async def _round(self) -> None:
         now = trio.current_time()
         told = self._told
-        self._report_due = False  # (this round's fetch tells what synced since)
         # Only what may have changed is looked at: everything on a new connection (a
         # full fetch), else the partitions marked since the last round.
         if not FETCH_SESSIONS:
@@ -377,7 +353,7 @@ class LeaderFetcher:
                 min(THROTTLE_WAIT_S, self.replicas.reassign_in_rate.wait_s(spent)) * 1000)))
         if retry_at < math.inf:
             wait_ms = min(wait_ms, max(int((retry_at - now) * 1000), 10))
-        if self._unsynced and not self._reports_ok:  # back soon to report them
+        if self._unsynced:  # back soon to report them
             wait_ms = min(wait_ms, UNSYNCED_WAIT_MS)
         header, body = await self._call(Api.FETCH, {
             "replica_id": self.replicas.config.node_id, "max_wait_ms": wait_ms,
@@ -439,7 +415,6 @@ class LeaderFetcher:
                 except StorageError as e:  # appended, not yet durable: flushed later
                     self.replicas.logs.disk.write_failed(e, part, op="flush")
                 if part.durable:
-                    part.flush_listener = self._synced
                     syncing.append((key, part, part.log.log_end_offset))
             if hw >= 0:
                 part.set_follower_high_watermark(hw)
@@ -453,12 +428,7 @@ class LeaderFetcher:
         if reserved:
             self.replicas.reassign_in_rate.settle(reserved, used)
         if syncing:
-            if self._reports_ok:  # fetch again at once; each sync is reported as it returns
-                for key, part, end in syncing:
-                    if part.log.flushed_offset < end:
-                        self._unsynced[key] = end
-            else:
-                await self._await_syncs(syncing)
+            await self._await_syncs(syncing)
 
     async def _await_syncs(self, syncing: list) -> None:
         """Wait (SYNC_WAIT_S at most) for the group commits of what this round appended
@@ -534,104 +504,43 @@ class LeaderFetcher:
             raise OSError(f"leader {self.leader_id} has no known address")
         host, port = peer_address(broker.listeners, self.replicas.config.listener_config.inter_broker)
         self._sock = await open_peer(self.peer_security, host, port, REQUEST_TIMEOUT_S)
-        # (a request, a nudge and the reports sent while it is parked)
-        self._proto = ClientConnection(max_in_flight=2 + REPORTS_IN_FLIGHT_MAX)
+        self._proto = ClientConnection(max_in_flight=2)  # (a request and a nudge)
         self._nudges = set()
-        self._reports = {}
-        self._reports_ok = True  # (the leader may have been upgraded meanwhile)
 
     async def _call(self, api: Api, fields: dict, timeout_s: float, interruptible=False):
         """Send one request and return its answer (header, body). An interruptible one
         (a parked FETCH) that :meth:`wake` interrupts is not dropped: a nudge (an
         ApiVersions request) follows it on the connection, the leader answers the
         parked fetch at once when the nudge arrives, and the nudge's own answer is
-        skipped when it comes -- the session and the connection live on. While it
-        waits, syncs that return are reported (REPLICA_FLUSHED, :meth:`_synced`): the
-        leader applies those without answering the fetch; their answers are skipped
-        too."""
+        skipped when it comes -- the session and the connection live on."""
         rid, data = self._proto.send_request(api, fields)
         deadline = trio.current_time() + timeout_s
         await sockio.send_all(self._sock, data)
-        if interruptible:
-            self._nudge_at = math.inf
         while True:
             # A bare cancel scope (trio.fail_after's context-manager wrapper costs as
             # much again, twice per replicated batch).
-            with trio.CancelScope(
-                    deadline=min(deadline, self._nudge_at) if interruptible else deadline
-            ) as scope:
+            with trio.CancelScope(deadline=deadline) as scope:
                 if interruptible:
-                    self._fetch_scope = scope
-                    if self._report_due:  # (a sync returned while the request was sent)
-                        scope.cancel()
+                    self._fetch_scope, self._interrupted = scope, False
                 try:
                     frame = await self._next_frame(rid)
                 finally:
                     self._fetch_scope = None
             if not scope.cancelled_caught:
                 break
-            now = trio.current_time()
-            if not interruptible:
+            if not self._interrupted or trio.current_time() >= deadline:
                 raise trio.TooSlowError
-            if self._report_due:
-                await self._report_flushed()
-            if now >= self._nudge_at:
-                self._nudge_at = math.inf
-                if not self._nudges:
-                    nid, nudge = self._proto.send_request(Api.API_VERSIONS, {})
-                    self._nudges.add(nid)
-                    await sockio.send_all(self._sock, nudge)
-            elif now >= deadline:
-                raise trio.TooSlowError
+            self._interrupted = False
+            if not self._nudges:
+                nid, nudge = self._proto.send_request(Api.API_VERSIONS, {})
+                self._nudges.add(nid)
+                await sockio.send_all(self._sock, nudge)
         if frame.header.get("error"):
             raise ApiError(ErrorCode(frame.header["error"]), frame.header.get("message", ""))
         return frame.header, frame.body
 
-    async def _report_flushed(self) -> None:
-        """Tell the leader the flushed offsets of unsynced partitions that moved (one
-        REPLICA_FLUSHED; its answer comes after the parked fetch's and is skipped)."""
-        self._report_due = False
-        if (not self._reports_ok or self._told is None
-                or len(self._reports) >= REPORTS_IN_FLIGHT_MAX):
-            return  # (the next fetch tells them)
-        rows, keys = [], []
-        for k, end in list(self._unsynced.items()):
-            part = self.replicas.partitions.get(k)
-            if part is None or k not in self._told or k not in self.partitions:
-                continue  # (the next round looks at it)
-            f = part.log.flushed_offset
-            if self._told_flushed.get(k) != f:
-                rows.append([k[0], k[1], f])
-                keys.append(k)
-                self._told_flushed[k] = f
-            if f >= end:
-                del self._unsynced[k]
-        if not rows:
-            return
-        rid, data = self._proto.send_request(Api.REPLICA_FLUSHED, {
-            "replica_id": self.replicas.config.node_id, "flushed": rows})
-        self._reports[rid] = keys
-        await sockio.send_all(self._sock, data)
-
-    def _report_answered(self, frame) -> None:
-        keys = self._reports.pop(frame.header.get("id"))
-        err = frame.header.get("error")
-        if not err:
-            return
-        # not applied: a leader older than #36 (UNKNOWN_API; it answered the parked
-        # fetch instead, as to a nudge), or a refusal. Its next fetch names them; from
-        # now on this connection waits for syncs before fetching (SYNC_WAIT_S).
-        self._reports_ok = False
-        if err != ErrorCode.UNKNOWN_API:
-            self.events.warning("replica_flushed_refused", leader=self.leader_id,
-                                error=ErrorCode(err).name, message=frame.header.get("message", ""))
-        for k in keys:
-            self._told_flushed.pop(k, None)
-        self.wake(keys)
-
     async def _next_frame(self, rid: int):
-        """The answer to request ``rid``, skipping the answers to nudges and reports
-        before it."""
+        """The answer to request ``rid``, skipping the answers to nudges before it."""
         while True:
             while (frame := self._proto.next_response()) is None:
                 chunk, _ = await sockio.recv_into(self._sock, self._buf)
@@ -641,10 +550,7 @@ class LeaderFetcher:
             fid = frame.header.get("id")
             if fid == rid:
                 return frame
-            if fid in self._reports:
-                self._report_answered(frame)
-            else:
-                self._nudges.discard(fid)
+            self._nudges.discard(fid)
 
     async def _close(self) -> None:
         self._told = None  # the leader's session dies with the connection

@@ -94,9 +94,6 @@ class Partition:
         #: offset}, and the flushed offset the last sync reached
         self._trace_known: dict = {}
         self._trace_synced = -1
-        #: (as follower) ``(key) -> None`` told when a sync of this log returns: its
-        #: fetcher reports the new flushed offset to the leader at once (node/fetcher.py)
-        self.flush_listener = None
         self._written()  # (a new log's first flush writes its checkpoint)
         #: group commit of this log (raftlog/group_commit.py) when the node runs syncs
         #: (``syncs``: node/log_manager.py's SyncRunner); None in tools and unit tests,
@@ -142,8 +139,6 @@ class Partition:
             self.maybe_advance_hw()
             if self._waiters:
                 self.wake_waiters()
-        elif self.flush_listener is not None:
-            self.flush_listener(self.key)
 
     async def wait_flushed(self, offset: int) -> bool:
         """Wait until this log is on disk below ``offset`` (False: a sync failed, or

@@ -791,14 +791,7 @@ class ReplicaManager:
                     self.isr_changed((part.key,))
             except ApiError:
                 continue
-        self.on_replica_flushed(replica, flushed, session)  # moved without a new fetch offset
-
-    def on_replica_flushed(self, replica: int, flushed: dict, session=None) -> None:
-        """A follower told what it has on disk ({key: flushed offset}) without a new
-        fetch offset for those partitions: in a fetch (FETCH ``flushed``) or between
-        fetches (REPLICA_FLUSHED, #36). Each is clamped to what the follower is known
-        to hold (LeaderState.on_flushed); a durable partition's HW may move."""
-        for key, told in flushed.items():
+        for key, told in flushed.items():  # moved without a new fetch offset
             if session is not None:
                 session.flushed(key, told)
             part = self.partitions.get(key)

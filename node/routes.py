@@ -72,7 +72,6 @@ ROUTES: dict[Api, Route] = {
     Api.DESCRIBE_CONFIGS: Route(Mode.INLINE, "describe_configs",
                                 Z.topic_or_cluster(Z.DESCRIBE)),
     Api.BROKER_HEARTBEAT: Route(Mode.INLINE, "broker_heartbeat", Z.cluster(Z.CLUSTER_ACTION)),
-    Api.REPLICA_FLUSHED: Route(Mode.PARKS, "replica_flushed", Z.cluster(Z.CLUSTER_ACTION)),
     Api.OFFSETS_FOR_LEADER_EPOCH: Route(Mode.INLINE, "offsets_for_leader_epoch",
                                         Z.replica_or(Z.topics_of_parts(Z.DESCRIBE))),
     Api.ELECT_LEADERS: Route(Mode.QUORUM, "elect_leaders", Z.cluster(Z.ALTER)),

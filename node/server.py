@@ -94,9 +94,6 @@ SENDFILE_MIN_BYTES = 64 * 1024
 HANDSHAKE_TIMEOUT_S = 10.0
 AUTH_TIMEOUT_S = 30.0
 
-#: (the read loop compares frames' api numbers with it before parsing them)
-REPLICA_FLUSHED = int(Api.REPLICA_FLUSHED)
-
 
 def next_request_frame(decoder, pre_auth: bool):
     """The decoder's next frame; before authentication a bad or oversized frame is a
@@ -649,8 +646,7 @@ class Server:
                 while out.deferred and (out.deferred >= MAX_DEFERRED_PER_CONNECTION
                                         or out.size >= MAX_PENDING_SEND_BYTES):
                     await out.room.wait()  # bounded: a client pipelining past the limit waits
-                if conn.parked and frame.header.get("api") != REPLICA_FLUSHED:
-                    # (a follower's report of its syncs leaves its parked fetch parked)
+                if conn.parked:
                     self._answer_parked_follower_fetches(conn)
                 conn.in_request = True
                 await self._dispatch(frame, conn)
@@ -971,20 +967,6 @@ class Server:
             return {"parts": headers}, pieces
         op.park()
         return None
-
-    def replica_flushed(self, req, conn: Conn):
-        """A follower's flushed offsets between its fetches (#36): its syncs returned
-        while its fetch is parked here. Applied as a fetch's ``flushed`` (the HW of a
-        durable partition may move, and the acks=all produces waiting for it are
-        answered in this turn); the parked fetch stays parked."""
-        f = req.fields
-        session = conn.session
-        if session is not None and session.replica != f["replica_id"]:
-            raise ApiError(ErrorCode.INVALID_REQUEST,
-                           "this connection's fetch session is another replica's")
-        self.replicas.on_replica_flushed(
-            f["replica_id"], {(t, p): o for t, p, o in f["flushed"]}, session)
-        return {}, []
 
     def _consumer_session_fetch(self, req, conn: Conn):
         """A consumer's fetch in a fetch session (KIP-227's, on the Kafka listener's

@@ -91,8 +91,6 @@ class Api(enum.IntEnum):
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
-    # Native only (no Kafka counterpart): a follower's flushed offsets between fetches
-    REPLICA_FLUSHED = 200
 
 
 # Special timestamps of ListOffsets, as Kafka.
@@ -439,14 +437,6 @@ REQUEST_SCHEMAS: dict[Api, dict[str, tuple[Callable[[Any], Any], Any]]] = {
         # rows with news. The defaults (0, -1) -- an older client's -- fetch without one.
         "session_id": (_int, 0),
         "session_epoch": (_int, -1),
-    },
-    # A follower's flushed offsets (#34) as its syncs return, on the connection it
-    # fetches through, without waiting for its parked FETCH to end (#36): [topic,
-    # partition, flushed offset]. Applied as FETCH ``flushed`` is; the parked fetch
-    # stays parked. A node older than #36 answers UNKNOWN_API (and its parked fetch).
-    Api.REPLICA_FLUSHED: {
-        "replica_id": (_nonneg, REQUIRED),
-        "flushed": (_list(_tuple(_TOPIC, _nonneg, _int), L.PARTITIONS_PER_FETCH_MAX), REQUIRED),
     },
     Api.LIST_OFFSETS: {
         "parts": (_list(_LIST_PART, L.ENTRIES_PER_REQUEST_MAX), REQUIRED),
