@@ -338,18 +338,6 @@ def _peer_host(conn: Conn) -> str:
         return ""
 
 
-def end_turn(conn: Conn, run_ready) -> None:
-    """The end of a connection's read turn, before the rest of its own answers is
-    flushed. On a follower's connection, its fetch answered at once goes first if the
-    socket takes it now: it carries the next records to replicate, and the acks its
-    fetch woke then wait one send, not the follower the completion of every woken
-    request (#36). Then the requests the turn woke (a consumer's fetch after an
-    append, an acks=all produce after a follower's fetch) are answered (``run_ready``)."""
-    if conn.session is not None and conn.out.pieces:
-        conn.out.try_send_now(conn.sock)
-    run_ready()
-
-
 def _close_session(conn: Conn) -> None:
     if conn.session is not None:
         conn.session.close()
@@ -672,7 +660,9 @@ class Server:
                     run_ready()
                     await out.flush(sock)
                     handled = 0
-            end_turn(conn, run_ready)
+            # Requests this turn woke (a consumer's fetch after an append, an acks=all
+            # produce after a follower's fetch) are answered before this turn's own.
+            run_ready()
             if out.pieces:
                 await out.flush(sock)
             if not waited:
