@@ -14,7 +14,11 @@ listeners. Every process reads the same CLOCK_MONOTONIC, so the hops line up.
 
 Prints, per RF and rate, the records' hops in path order: the p50/p99 time since
 ``enqueue`` and the p50/p99 step from the hop before (records stamped at both), then
-rec/s, MB/s and the end-to-end percentiles. The first second of each run is left out
+rec/s, MB/s and the end-to-end percentiles. With followers, a line per follower gives
+its own steps (fetch after ``leader_append``, then its append, sync and the leader
+learning of it; JSON ``replicas``): the table's ``follower_fetch`` is the first
+follower's and its ``follower_append`` the last one's, so that step also holds the gap
+between the two followers. The first second of each run is left out
 (connections and metadata warm up). ``--json`` prints it all as one JSON object.
 
 Tracing costs a little per batch (a tuple appended to a bounded ring), so absolute
@@ -43,7 +47,7 @@ from throughput import _wait_full_isr, start_cluster, start_node  # noqa: E402
 
 from raftlog.client import Admin, Consumer, Producer, TopicPartition  # noqa: E402
 from raftlog.localnode import free_port  # noqa: E402
-from raftlog.trace import budget, hop_times  # noqa: E402
+from raftlog.trace import budget, hop_times, replica_budget  # noqa: E402
 
 VALUE_BYTES = 100
 #: events each node and the producer keep (a 10 s run at 5k rec/s stamps ~10 per batch)
@@ -139,7 +143,8 @@ def one_rate(bootstrap: str, metrics_ports: list, rf: int, rate: int, secs: floa
             "rec_per_s": round(len(kept) / span_s) if span_s else 0,
             "mb_per_s": round(len(kept) * VALUE_BYTES / span_s / 1e6, 3) if span_s else 0,
             "dropped_events": node_dropped + produced["dropped"],
-            "hops": budget(times)}
+            "hops": budget(times),
+            "replicas": {str(r): rows for r, rows in replica_budget(times).items()}}
 
 
 def run_rf(rf: int, rates: list, secs: float, caching: str) -> list:
@@ -182,6 +187,10 @@ def print_table(runs: list) -> None:
             print(f"  {h['hop']:<16} {h['records']:>8} {_fmt(h['since_enqueue_p50_ms']):>18} "
                   f"{_fmt(h['since_enqueue_p99_ms']):>8} {_fmt(h['step_p50_ms']):>9} "
                   f"{_fmt(h['step_p99_ms']):>8}")
+        for replica, rows in r.get("replicas", {}).items():
+            print(f"  follower {replica}'s own path, step p50/p99 (ms): " + ", ".join(
+                f"{h['hop']} {_fmt(h['step_p50_ms'])}/{_fmt(h['step_p99_ms'])}"
+                for h in rows if h["hop"] not in ("enqueue", "leader_append")))
 
 
 def main() -> None:

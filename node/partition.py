@@ -33,6 +33,7 @@ from raftlog.errors import (
 from raftlog.group_commit import GroupCommitter
 from raftlog.log import PartitionLog
 from raftlog.recompress import recompress
+from raftlog.trace import at
 
 from .clock import node_ms, wall_ms
 from .replica import UNKNOWN, LeaderState
@@ -134,6 +135,9 @@ class Partition:
             first = max(self._trace_synced, self.log.log_start_offset)
             self.trace.stamp("follower_sync" if not self.is_leader else "leader_sync",
                              self.topic, self.partition, first, synced - 1)
+            if not self.is_leader:
+                self.trace.stamp(at("follower_sync", self.node_id), self.topic,
+                                 self.partition, first, synced - 1)
             self._trace_synced = synced
         if self.is_leader:
             self.maybe_advance_hw()
@@ -253,6 +257,8 @@ class Partition:
         known = self._trace_known.get(replica, holds)
         self._trace_known[replica] = max(known, holds)
         self.trace.stamp("follower_report", self.topic, self.partition, known, holds - 1)
+        self.trace.stamp(at("follower_report", replica), self.topic, self.partition, known,
+                         holds - 1)
 
     def on_follower_flushed(self, replica: int, flushed: int) -> None:
         """A follower told (in a fetch that did not name this partition) that it has
@@ -374,6 +380,8 @@ class Partition:
             self.disk.write_ok(self)
         if self.trace is not None:
             self.trace.stamp("follower_append", self.topic, self.partition, base, last)
+            self.trace.stamp(at("follower_append", self.node_id), self.topic, self.partition,
+                             base, last)
         if self.durable:
             self._appended()
         return base, last

@@ -44,7 +44,7 @@ from raftlog.protocol import (
     Request,
     split_body,
 )
-from raftlog.trace import TraceLog
+from raftlog.trace import TraceLog, at
 
 from .config import NodeConfig
 from .consumer_fetch_session import ConsumerSession, SessionCache
@@ -718,6 +718,9 @@ class ReplicaManager:
                     if self.trace is not None:
                         self.trace.stamp("follower_fetch" if replica >= 0 else "consumer_answer",
                                          topic, partition, offset, sl.next_offset - 1)
+                        if replica >= 0:
+                            self.trace.stamp(at("follower_fetch", replica), topic, partition,
+                                             offset, sl.next_offset - 1)
                 if throttled:
                     self.reassign_rate.spend(n)
             if not committed:

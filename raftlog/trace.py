@@ -29,8 +29,12 @@ a durable one -- ``write.caching=false`` -- the syncs):
 ``consumer_return`` the consumer's ``poll`` returned it (the bench stamps it)
 =================  ====================================================================
 
+The follower hops are also stamped per replica, as ``<hop>@<broker id>`` (:func:`at`):
+the hops above take the first follower's fetch and the last follower's append, so their
+step mixes the two followers; :func:`replica_budget` gives each follower's own path.
+
 :func:`hop_times` joins events into per-offset times and :func:`budget` summarises
-them per hop; both are pure.
+them per hop; all three are pure.
 """
 
 from __future__ import annotations
@@ -48,6 +52,14 @@ LAST_WINS = frozenset({"follower_append", "follower_sync", "follower_report"})
 
 #: events a node keeps at most (``trace.events`` is checked against it)
 MAX_EVENTS = 10_000_000
+
+#: the follower hops also stamped per replica (``<hop>@<broker id>``)
+REPLICA_HOPS = ("follower_fetch", "follower_append", "follower_sync", "follower_report")
+
+
+def at(hop: str, replica: int) -> str:
+    """The name of ``hop``'s per-replica stamp for broker ``replica``."""
+    return f"{hop}@{replica}"
 
 
 class TraceLog:
@@ -124,3 +136,17 @@ def budget(times: dict, hops=HOPS) -> list[dict]:
         })
         prev = hop
     return rows
+
+
+def replica_budget(times: dict) -> dict:
+    """Per follower (``{broker id: rows}``, from the per-replica stamps in ``times``):
+    :func:`budget` of its own path -- ``enqueue``, ``leader_append``, then its
+    ``follower_fetch``, ``follower_append``, ``follower_sync`` and ``follower_report``."""
+    replicas = sorted({int(h.rsplit("@", 1)[1]) for h in times
+                       if "@" in h and h.rsplit("@", 1)[0] in REPLICA_HOPS})
+    out = {}
+    for r in replicas:
+        own = {h: times[h] for h in ("enqueue", "leader_append") if h in times}
+        own.update({h: times[at(h, r)] for h in REPLICA_HOPS if at(h, r) in times})
+        out[r] = budget(own, ("enqueue", "leader_append") + REPLICA_HOPS)
+    return out

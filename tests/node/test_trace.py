@@ -12,7 +12,7 @@ import pytest
 from raftlog.client import Admin, Consumer, Producer, TopicPartition
 from raftlog.localnode import free_port
 from raftlog.node.config import NodeConfig
-from raftlog.trace import HOPS, TraceLog, budget, hop_times
+from raftlog.trace import HOPS, TraceLog, at, budget, hop_times, replica_budget
 
 from ..conftest import wait_for_port
 
@@ -54,6 +54,24 @@ def test_budget_orders_hops_and_measures_steps():
     la, hw = rows[1], rows[2]
     assert la["records"] == 2 and la["since_enqueue_p99_ms"] == 4.0
     assert hw["step_p50_ms"] == 1.0 and hw["step_p99_ms"] == 1.0
+
+
+def test_replica_budget_gives_each_followers_own_steps():
+    ms = 1_000_000
+    events = [("enqueue", "t", 0, 0, 0, 0), ("leader_append", "t", 0, 0, 0, 1 * ms),
+              (at("follower_fetch", 2), "t", 0, 0, 0, 2 * ms),
+              (at("follower_fetch", 3), "t", 0, 0, 0, 5 * ms),  # 3 was away
+              (at("follower_append", 2), "t", 0, 0, 0, 3 * ms),
+              (at("follower_append", 3), "t", 0, 0, 0, 6 * ms),
+              (at("follower_report", 2), "t", 0, 0, 0, 4 * ms),
+              (at("follower_report", 3), "t", 0, 0, 0, 8 * ms)]
+    per = replica_budget(hop_times(events, "t", 0))
+    assert sorted(per) == [2, 3]
+    steps = {r: {h["hop"]: h["step_p50_ms"] for h in rows} for r, rows in per.items()}
+    assert steps[2] == {"enqueue": None, "leader_append": 1.0, "follower_fetch": 1.0,
+                        "follower_append": 1.0, "follower_report": 1.0}
+    assert steps[3]["follower_fetch"] == 4.0 and steps[3]["follower_report"] == 2.0
+    assert replica_budget(hop_times(events[:2], "t", 0)) == {}  # (one node: none)
 
 
 def test_trace_events_config():
