@@ -205,6 +205,50 @@ def test_a_consumer_session_wakes_on_the_high_watermark_not_the_log_end():
     assert s.dirty == {("t", 0)} and ev.is_set()
 
 
+class _Part:
+    """Just the registration a Partition offers a session."""
+
+    def __init__(self):
+        self.sessions = set()
+
+    def add_session(self, s):
+        self.sessions.add(s)
+
+    def remove_session(self, s):
+        self.sessions.discard(s)
+
+
+def test_a_session_rechecks_its_partitions_only_when_the_nodes_partitions_changed():
+    """An incremental fetch looks up only what it names while no Partition came or
+    went (the node's partitions_version); once one did (a topic deleted and
+    re-created, a partition moved here), every kept partition is checked, and the
+    replaced one is registered with its new Partition and read again."""
+    old, other = _Part(), _Part()
+    node = {("t", 0): old, ("t", 1): other}
+    looked = []
+
+    def lookup(key):
+        looked.append(key)
+        return node.get(key)
+    s = ConsumerSession(1, 0)
+    s.apply([["t", 0, 5, 100, -1], ["t", 1, 0, 100, -1]], [], lookup, 7)
+    s.take_dirty()
+    looked.clear()
+    s.apply([["t", 1, 3, 100, -1]], [], lookup, 7)  # nothing came or went: O(named)
+    assert looked == [("t", 1)] and s.take_dirty() == [("t", 1)]
+    new = node[("t", 0)] = _Part()  # re-created: the node's version moves
+    s.apply([], [], lookup, 7)
+    assert s.registered[("t", 0)] is old and not s.dirty  # (same version: not looked at)
+    s.apply([], [], lookup, 8)
+    assert s.registered[("t", 0)] is new and s in new.sessions and s not in old.sessions
+    assert s.take_dirty() == [("t", 0)] and s.parts[("t", 0)].offset == 5
+    looked.clear()
+    s.apply([], [], lookup, 8)
+    assert looked == [] and not s.dirty
+    s.apply([], [], lookup)  # (no version: checked every time)
+    assert sorted(looked) == [("t", 0), ("t", 1)] and not s.dirty
+
+
 def test_kafka_python_consumes_everything_through_a_session(tmp_path):
     """kafka-python's consumer opens a fetch session and reads every record of 4
     partitions, produced in rounds with idle fetches between them."""
