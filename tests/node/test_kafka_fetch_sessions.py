@@ -107,6 +107,32 @@ def test_records_are_answered_again_while_the_session_offset_stays(tmp_path):
         close_broker(broker)
 
 
+def test_a_topic_deleted_and_recreated_reaches_an_open_session(tmp_path):
+    """The session's partitions are registered with the node's Partition objects; a
+    topic deleted and re-created (one reconcile) gives them new ones: the next
+    incremental fetch re-registers them (partitions_version moved), so writes to the
+    new topic wake and reach the session."""
+    broker, apis = _apis(tmp_path)
+    ctx = Context("c", "h", 1)
+    try:
+        async def main():
+            sid = (await apis.fetch_session(12, _body(0, 0, range(PARTITIONS)), ctx))["session_id"]
+            old = broker.replicas.partitions[("t", 3)]
+            version = broker.replicas.partitions_version
+            broker.store.delete("t")
+            broker.store.create("t", PARTITIONS, {})
+            broker.replicas.reconcile()
+            assert broker.replicas.partitions[("t", 3)] is not old
+            assert broker.replicas.partitions_version > version
+            await apis.fetch_session(12, _body(sid, 1), ctx)  # (re-registers, reads again)
+            _produce(broker, 3, b"new")
+            rows = _rows(await apis.fetch_session(12, _body(sid, 2), ctx))
+            assert list(rows) == [3] and rows[3]["records"] and rows[3]["high_watermark"] == 1
+        trio.run(main)
+    finally:
+        close_broker(broker)
+
+
 def test_an_acl_removed_applies_to_the_partitions_a_session_holds(tmp_path):
     """An incremental fetch names only what changed, so its ACL check covers every topic
     the session holds: a READ revoked since the session opened refuses the next fetch
