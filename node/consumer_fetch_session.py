@@ -56,7 +56,8 @@ class ConsumerSession(FetchSession):
     session's waiting fetch; a log end move alone is not (consumers read below the
     high watermark)."""
 
-    __slots__ = ("session_id", "epoch", "last_used_ms", "owner", "sent_lso")
+    __slots__ = ("session_id", "epoch", "last_used_ms", "owner", "sent_lso",
+                 "checked_version")
 
     def __init__(self, session_id: int, now_ms: int, owner=None) -> None:
         super().__init__(-1)
@@ -67,6 +68,9 @@ class ConsumerSession(FetchSession):
         self.owner = owner
         #: {key: last stable offset last sent}
         self.sent_lso: dict = {}
+        #: the node's ``partitions_version`` when every kept partition's Partition
+        #: object was last checked (see :meth:`apply`); None: never
+        self.checked_version = None
 
     def mark(self, key: tuple, leo_only: bool) -> None:
         if leo_only or key not in self.parts:
@@ -75,15 +79,24 @@ class ConsumerSession(FetchSession):
         if self.waiter is not None:
             self.waiter.set()
 
-    def apply(self, named: list, forgotten, lookup) -> None:
+    def apply(self, named: list, forgotten, lookup, version=None) -> None:
         """A fetch of this session: drop ``forgotten`` (topic, partition) pairs, upsert
         ``named`` [topic, partition, offset, max_bytes, epoch] (partition >= 0), and
         register again every partition whose Partition object changed (a topic deleted
-        and re-created, a partition that came to this node since): it is read again."""
+        and re-created, a partition that came to this node since): it is read again.
+
+        ``version``: the node's ``partitions_version`` (ReplicaManager), which moves
+        whenever a Partition object is added to or removed from the node. The kept
+        partitions are checked only when it moved since the last check, so a fetch of
+        a session of N partitions costs what it names, not N dict lookups; None: check
+        every time."""
         self.update(named, forgotten, lookup)
+        if version is not None and version == self.checked_version:
+            return  # (no Partition came or went since: the named ones were looked up)
         for key, sp in list(self.parts.items()):
             if self.registered.get(key) is not lookup(key):
                 self.update([[*key, sp.offset, sp.max_bytes, sp.epoch]], (), lookup)
+        self.checked_version = version
 
     def news(self, key: tuple, row: dict) -> bool:
         """Whether the (Kafka) answer row of ``key`` goes in an incremental answer."""

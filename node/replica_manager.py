@@ -90,6 +90,10 @@ class ReplicaManager:
         self.store = store
         self.metrics = metrics
         self.partitions: dict[tuple[str, int], Partition] = {}
+        #: moves whenever a Partition is added to or removed from ``partitions`` (only
+        #: reconcile does): consumer fetch sessions re-check their partitions' objects
+        #: only when it moved (ConsumerSession.apply)
+        self.partitions_version = 0
         #: opt-in hop stamps (``trace.events``, raftlog/trace.py; GET /trace): None off
         self.trace = TraceLog(config.trace_events) if config.trace_events else None
         #: (tracing) when the server read the bytes of the request being handled
@@ -220,6 +224,7 @@ class ReplicaManager:
     def _remove_partition(self, key) -> None:
         self.led.pop(key, None)
         self.partitions.pop(key).delete()
+        self.partitions_version += 1
 
     def _drop_topic(self, name: str, info) -> list:
         """Delete this node's logs of a topic gone (or re-created under a new id)."""
@@ -257,6 +262,7 @@ class ReplicaManager:
                 part.bug_ack_before_fsync = self.bug_ack_before_fsync
                 part.trace = self.trace
                 self.partitions[key] = part
+                self.partitions_version += 1
             part.log.config = cfg
             self._update_role(part, p)
             if part.is_leader and len(part.replicas) > 1:

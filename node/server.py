@@ -988,7 +988,8 @@ class Server:
         if session.waiter is not None:  # one fetch of a session at a time
             raise ApiError(ErrorCode.INVALID_REQUEST, "a fetch of this session is parked")
         conn.consumer_sessions = True
-        session.apply(f["parts"], f["forgotten"], self.replicas.partitions.get)
+        session.apply(f["parts"], f["forgotten"], self.replicas.partitions.get,
+                      self.replicas.partitions_version)
         if conn.guard is not None and self.config.authorizer_enable:
             # (the partitions kept from earlier fetches too: an ACL removed since applies)
             topics = {t for t, _p in session.parts}

@@ -562,7 +562,8 @@ class KafkaApis:
             return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": [
                 {"topic": t, "partitions": [_error_row(p, _E[e.code]) for _t, p in parts]}
                 for t, parts in _by_topic(sorted(rows)).items()]}
-        session.apply([x for x in named if x[1] >= 0], forgotten, self.replicas.partitions.get)
+        session.apply([x for x in named if x[1] >= 0], forgotten, self.replicas.partitions.get,
+                      self.replicas.partitions_version)
         bad = [(t, p) for t, p, *_ in named if p < 0]
         max_wait_ms = min(max(body["max_wait_ms"], 0), FETCH_MAX_WAIT_MS)
         deadline = trio.current_time() + max_wait_ms / 1000

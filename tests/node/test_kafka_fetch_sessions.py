@@ -107,6 +107,32 @@ def test_records_are_answered_again_while_the_session_offset_stays(tmp_path):
         close_broker(broker)
 
 
+def test_a_topic_deleted_and_recreated_reaches_an_open_session(tmp_path):
+    """The session's partitions are registered with the node's Partition objects; a
+    topic deleted and re-created (one reconcile) gives them new ones: the next
+    incremental fetch re-registers them (partitions_version moved), so writes to the
+    new topic wake and reach the session."""
+    broker, apis = _apis(tmp_path)
+    ctx = Context("c", "h", 1)
+    try:
+        async def main():
+            sid = (await apis.fetch_session(12, _body(0, 0, range(PARTITIONS)), ctx))["session_id"]
+            old = broker.replicas.partitions[("t", 3)]
+            version = broker.replicas.partitions_version
+            broker.store.delete("t")
+            broker.store.create("t", PARTITIONS, {})
+            broker.replicas.reconcile()
+            assert broker.replicas.partitions[("t", 3)] is not old
+            assert broker.replicas.partitions_version > version
+            await apis.fetch_session(12, _body(sid, 1), ctx)  # (re-registers, reads again)
+            _produce(broker, 3, b"new")
+            rows = _rows(await apis.fetch_session(12, _body(sid, 2), ctx))
+            assert list(rows) == [3] and rows[3]["records"] and rows[3]["high_watermark"] == 1
+        trio.run(main)
+    finally:
+        close_broker(broker)
+
+
 def test_an_acl_removed_applies_to_the_partitions_a_session_holds(tmp_path):
     """An incremental fetch names only what changed, so its ACL check covers every topic
     the session holds: a READ revoked since the session opened refuses the next fetch
@@ -203,6 +229,50 @@ def test_a_consumer_session_wakes_on_the_high_watermark_not_the_log_end():
     assert not s.dirty and not ev.is_set()
     s.mark(("t", 0), False)  # the high watermark moved
     assert s.dirty == {("t", 0)} and ev.is_set()
+
+
+class _Part:
+    """Just the registration a Partition offers a session."""
+
+    def __init__(self):
+        self.sessions = set()
+
+    def add_session(self, s):
+        self.sessions.add(s)
+
+    def remove_session(self, s):
+        self.sessions.discard(s)
+
+
+def test_a_session_rechecks_its_partitions_only_when_the_nodes_partitions_changed():
+    """An incremental fetch looks up only what it names while no Partition came or
+    went (the node's partitions_version); once one did (a topic deleted and
+    re-created, a partition moved here), every kept partition is checked, and the
+    replaced one is registered with its new Partition and read again."""
+    old, other = _Part(), _Part()
+    node = {("t", 0): old, ("t", 1): other}
+    looked = []
+
+    def lookup(key):
+        looked.append(key)
+        return node.get(key)
+    s = ConsumerSession(1, 0)
+    s.apply([["t", 0, 5, 100, -1], ["t", 1, 0, 100, -1]], [], lookup, 7)
+    s.take_dirty()
+    looked.clear()
+    s.apply([["t", 1, 3, 100, -1]], [], lookup, 7)  # nothing came or went: O(named)
+    assert looked == [("t", 1)] and s.take_dirty() == [("t", 1)]
+    new = node[("t", 0)] = _Part()  # re-created: the node's version moves
+    s.apply([], [], lookup, 7)
+    assert s.registered[("t", 0)] is old and not s.dirty  # (same version: not looked at)
+    s.apply([], [], lookup, 8)
+    assert s.registered[("t", 0)] is new and s in new.sessions and s not in old.sessions
+    assert s.take_dirty() == [("t", 0)] and s.parts[("t", 0)].offset == 5
+    looked.clear()
+    s.apply([], [], lookup, 8)
+    assert looked == [] and not s.dirty
+    s.apply([], [], lookup)  # (no version: checked every time)
+    assert sorted(looked) == [("t", 0), ("t", 1)] and not s.dirty
 
 
 def test_kafka_python_consumes_everything_through_a_session(tmp_path):
