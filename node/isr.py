@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import trio
 
-from raftlog.errors import ApiError
+from raftlog.errors import ApiError, ErrorCode
 
 from .clock import node_ms
 from .replica import proposed_isr
@@ -30,6 +30,12 @@ ISR_CHECK_S_MAX = 1.0
 #: was proposed again at every follower fetch -- ten times a second, each one a
 #: metadata log entry and a warning line.
 REFUSED_RETRY_MS = 1000
+#: An AlterPartition whose outcome is unknown (timed out, or the controller changed
+#: while it was in flight) is settled by a linearizable read of the metadata: tries,
+#: and the pause between them. Until settled the HW counts the old and new ISR.
+SETTLE_TRIES = 30
+SETTLE_PAUSE_S = 0.5
+SETTLE_READ_TIMEOUT_S = 2.0
 
 
 class IsrManager:
@@ -116,6 +122,7 @@ class IsrManager:
             return
         part.pending_isr = isr
         epoch, old = part.partition_epoch, list(part.isr)
+        unknown = False
         try:
             result = await trio.to_thread.run_sync(
                 self.store.alter_isr, part.topic, part.partition, isr, epoch,
@@ -123,6 +130,9 @@ class IsrManager:
             ok, why = result.ok, result.error
         except ApiError as e:
             ok, why = False, e.message
+            # a timeout or a controller change: the record may still commit (Raft keeps
+            # an entry a majority holds), and this node would learn of it only later
+            unknown = e.code in (ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_CONTROLLER)
         if ok:
             self.events.info("isr_change", partition=part, old=old, new=list(isr),
                              partition_epoch=epoch + 1)
@@ -130,6 +140,36 @@ class IsrManager:
             self.events.warning("isr_change_rejected", partition=part, wanted=list(isr),
                                 error=why)
             part.isr_refused = (isr, epoch, node_ms() + REFUSED_RETRY_MS)
-            if part.partition_epoch == epoch and part.pending_isr == isr:
+            if unknown:
+                await self._settle(part, isr, epoch)
+            elif part.partition_epoch == epoch and part.pending_isr == isr:
                 part.pending_isr = None
                 part.maybe_advance_hw()
+
+    async def _settle(self, part, isr: tuple, epoch: int) -> None:
+        """An AlterPartition of unknown outcome: the HW keeps counting the old and the
+        new ISR together (``pending_isr``) until a linearizable read of the metadata
+        says whether it committed. Had the leader dropped the new members at once, a
+        change that committed after all would put in the ISR -- electable -- a replica
+        the HW never waited for, and a record every consumer may have read could go
+        with the next election (the 5-node txn harness found one such)."""
+        for _ in range(SETTLE_TRIES):
+            if part.pending_isr != isr or part.partition_epoch != epoch or not part.is_leader:
+                return  # the committed metadata reached this node and answered it
+            try:
+                committed = await trio.to_thread.run_sync(
+                    self.store.committed_partition_epoch, part.topic, part.partition,
+                    SETTLE_READ_TIMEOUT_S, abandon_on_cancel=True)
+            except ApiError:
+                await trio.sleep(SETTLE_PAUSE_S)
+                continue
+            if committed == epoch:  # it did not commit, and never will now
+                if part.pending_isr == isr and part.partition_epoch == epoch:
+                    part.pending_isr = None
+                    part.maybe_advance_hw()
+            # else it (or a later change) committed: this node applies it soon, and
+            # update_metadata clears pending_isr then
+            return
+        self.events.warning("isr_change_unsettled", partition=part, wanted=list(isr),
+                            reason="the metadata could not be read; the high watermark "
+                                   "keeps counting the old and the new ISR")

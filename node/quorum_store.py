@@ -269,6 +269,22 @@ class QuorumTopicStore:
             raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, str(e)) from None
         return self.propose(record)
 
+    def committed_partition_epoch(self, topic: str, partition: int, timeout_s: float) -> int:
+        """The partition's epoch after a linearizable read of the metadata (a NoOp
+        committed: every write committed before this call is in it, and an older
+        term's write not in the log now never commits). -1: no such partition.
+        Blocking. Raises ApiError as :meth:`propose`."""
+        try:
+            state = self.quorum.read_linearizable(timeout_s)
+        except NotControllerError as e:
+            raise ApiError(ErrorCode.NOT_CONTROLLER, str(e)) from None
+        except QuorumTimeoutError as e:
+            raise ApiError(ErrorCode.REQUEST_TIMED_OUT, str(e)) from None
+        t = state.topics.get(topic)
+        if t is None or not 0 <= partition < len(t.partitions):
+            return -1
+        return t.partitions[partition].partition_epoch
+
     def elect_preferred(self, wanted) -> list:
         """Propose preferred-leader changes; ``wanted`` None means every partition."""
         state = self.quorum.state

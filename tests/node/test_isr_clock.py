@@ -165,3 +165,97 @@ async def test_a_refused_change_is_not_proposed_at_every_fetch(tmp_path, autojum
     # (node_ms() truncates trio's float clock to whole ms: a gap may be 1 ms short)
     assert all(g >= REFUSED_RETRY_MS / 1000 - 0.001 for g in gaps), gaps
     part.log.close()
+
+
+class _UnknownOutcomeStore:
+    """Every AlterPartition times out (``may or may not commit``); a linearizable read
+    then says whether it committed (``committed``: the epoch the metadata holds)."""
+
+    def __init__(self, committed: int):
+        self.committed = committed
+        self.proposed: list = []
+        self.reads = 0
+
+    def alter_isr(self, topic, partition, isr, expected_partition_epoch):
+        from raftlog.errors import ApiError, ErrorCode
+
+        self.proposed.append(tuple(isr))
+        raise ApiError(ErrorCode.REQUEST_TIMED_OUT,
+                       "PartitionChange not committed within 5.0s; it may or may not commit")
+
+    def committed_partition_epoch(self, topic, partition, timeout_s):
+        self.reads += 1
+        return self.committed
+
+
+async def _outcome(store, part) -> None:
+    """Wait (bounded) for the proposal and for the duty to have dealt with its outcome:
+    the proposal and the read run in worker threads, which the autojump clock does not
+    wait for, so the test stays runnable (the clock holds) while they run."""
+    for _ in range(3000):  # (virtual time: the duty proposes within a check period)
+        if store.proposed:
+            break
+        await trio.sleep(0.01)
+    for _ in range(200_000):
+        if part.pending_isr is None or part.isr_refused is not None and store.reads:
+            break
+        await trio.sleep(0)
+    for _ in range(20):
+        await trio.sleep(0)
+
+
+def _leader_adding_2(tmp_path, store):
+    from dataclasses import replace
+
+    part = Partition("t", 0, PartitionLog.open(str(tmp_path / "t-0")), node_id=1)
+    part.log.config = replace(part.log.config, write_caching=True)  # (HW over LEOs)
+    part.update_metadata(1, 1, (1, 2, 3), (1, 3), 0)
+    part.append_as_leader(encode_batch([b"a", b"b"]), 1 << 20)
+    part.on_follower_fetch(3, 2)
+    part.on_follower_fetch(2, 2)  # node 2 caught up: the duty proposes (1, 2, 3)
+    assert part.high_watermark == 2
+    # (a lag far beyond the test's virtual time: no follower leaves the ISR meanwhile)
+    replicas = SimpleNamespace(led={("t", 0): part},
+                               config=SimpleNamespace(replica_lag_time_max_ms=10**9))
+    return part, IsrManager(replicas, store, EventLog(1, stream=io.StringIO()))
+
+
+async def test_an_isr_change_of_unknown_outcome_that_committed_keeps_the_hw_waiting(
+        tmp_path, autojump_clock):
+    """The proposal to add node 2 timed out, yet committed (the metadata says so; this
+    node has not applied it yet). Node 2 is in the ISR -- electable -- so the HW must not
+    pass what node 2 has. The leader used to drop the change at the timeout and move
+    the HW over the old ISR alone: a record consumers read was then lost when node 2,
+    lacking it, was elected (the 5-node txn harness run, seed 12)."""
+    store = _UnknownOutcomeStore(committed=1)
+    part, isr = _leader_adding_2(tmp_path, store)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(isr.run)
+        await _outcome(store, part)
+        assert store.proposed == [(1, 2, 3)]
+        part.append_as_leader(encode_batch([b"c", b"d"]), 1 << 20)
+        part.on_follower_fetch(3, 4)  # node 3 has all; node 2 still at 2
+        await trio.sleep(1)
+        assert part.pending_isr == (1, 2, 3) and part.high_watermark == 2
+        # the committed change reaches this node: the ISR is the new one
+        part.update_metadata(1, 1, (1, 2, 3), (1, 2, 3), 1)
+        assert part.pending_isr is None and part.high_watermark == 2
+        part.on_follower_fetch(2, 4)
+        assert part.high_watermark == 4
+        nursery.cancel_scope.cancel()
+    part.log.close()
+
+
+async def test_an_isr_change_of_unknown_outcome_that_did_not_commit_is_dropped(
+        tmp_path, autojump_clock):
+    store = _UnknownOutcomeStore(committed=0)  # the metadata still has epoch 0
+    part, isr = _leader_adding_2(tmp_path, store)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(isr.run)
+        await _outcome(store, part)
+        assert part.pending_isr is None  # settled: it never committed
+        part.append_as_leader(encode_batch([b"c", b"d"]), 1 << 20)
+        part.on_follower_fetch(3, 4)
+        assert part.high_watermark == 4  # the ISR is (1, 3): node 2 is not waited for
+        nursery.cancel_scope.cancel()
+    part.log.close()
