@@ -22,6 +22,7 @@ from raftlog.node.kafka.handlers import Context, KafkaApis
 from raftlog.protocol import Api, Request
 
 from .single_node import close_broker, open_broker
+from .test_fetch_session import _Part
 
 PARTITIONS = 8
 
@@ -229,19 +230,6 @@ def test_a_consumer_session_wakes_on_the_high_watermark_not_the_log_end():
     assert not s.dirty and not ev.is_set()
     s.mark(("t", 0), False)  # the high watermark moved
     assert s.dirty == {("t", 0)} and ev.is_set()
-
-
-class _Part:
-    """Just the registration a Partition offers a session."""
-
-    def __init__(self):
-        self.sessions = set()
-
-    def add_session(self, s):
-        self.sessions.add(s)
-
-    def remove_session(self, s):
-        self.sessions.discard(s)
 
 
 def test_a_session_rechecks_its_partitions_only_when_the_nodes_partitions_changed():
