@@ -21,7 +21,13 @@ from raftlog import records
 from raftlog.log import PartitionLog
 from raftlog.node import coordinator as coordinator_module
 from raftlog.node.coordinator import GroupHost
-from raftlog.node.groups import OFFSETS_TOPIC, CommittedOffset, GroupConfig, offset_key, offset_value
+from raftlog.node.groups import (
+    OFFSETS_TOPIC,
+    CommittedOffset,
+    GroupConfig,
+    offset_key,
+    offset_value,
+)
 
 
 class _Events:
