@@ -284,18 +284,18 @@ class GroupHost:
                                                             part.log, end)
         except (CorruptRecordError, OffsetOutOfRangeError, OSError) as e:
             self.events.error("group_load_failed", partition=partition, error=repr(e))
-            if self._markers_while_loading.get(partition) is markers:
-                del self._markers_while_loading[partition]
+            recs = None
+        # (not ours any more: unloaded, or a later load of the partition took over)
+        ours = self._markers_while_loading.get(partition) is markers
+        if ours:
+            del self._markers_while_loading[partition]
+        if recs is None:
             if self._loaded.get(partition) == epoch:
                 self._loaded.pop(partition, None)
                 self.coordinator.unload(partition)
             return
-        if self._markers_while_loading.get(partition) is not markers:
-            return  # unloaded, or a later load of the partition took over
-        if self._loaded.get(partition) != epoch or not part.is_leader:
-            del self._markers_while_loading[partition]
+        if not ours or self._loaded.get(partition) != epoch or not part.is_leader:
             return  # leadership moved while reading: the next reconcile decides
-        del self._markers_while_loading[partition]
         for pid, commit in markers:  # in the order they were appended, after the replay
             txn_recs = open_txns.pop(pid, None)
             if txn_recs and commit:
