@@ -42,7 +42,10 @@ PLANTED_BUGS = frozenset({
 
 
 def _in_flight(text: str) -> int:
-    n = int(text)
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of sends (1 to 1000)") from None
     if not 1 <= n <= 1000:
         raise argparse.ArgumentTypeError(f"{n}: sends in flight per sender must be 1 to 1000")
     return n

@@ -56,3 +56,19 @@ def test_one_at_a_time_keeps_the_senders_process_id():
     stop = threading.Event()
     stop.set()
     assert pipe.acquire(stop) is None  # the one slot is busy and the run stops
+
+
+def test_in_flight_out_of_range_is_refused_with_its_bounds(capsys):
+    import pytest
+
+    from raftlog.jepsen.runner import build_parser
+
+    assert build_parser().parse_args(["run"]).in_flight == 64
+    assert build_parser().parse_args(["run", "--in-flight", "1"]).in_flight == 1
+    for bad in ("0", "1001", "many"):
+        with pytest.raises(SystemExit) as e:
+            build_parser().parse_args(["run", "--in-flight", bad])
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert "--in-flight" in err
+        assert ("must be 1 to 1000" if bad != "many" else "is not a number of sends") in err
