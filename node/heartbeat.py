@@ -146,6 +146,9 @@ class Heartbeats:
                 with trio.fail_after(PROBE_TIMEOUT_S):
                     sockio.close(await sockio.connect(host, port))
                 self.liveness.probe_answered(b)
+                self.events.info("broker_disconnect_not_crash", broker=b, address=f"{host}:{port}",
+                                 reason="its heartbeat connection closed but its listener "
+                                        "accepts connections: left to its session")
             except ConnectionRefusedError:
                 self.liveness.probe_refused(b)
                 self.events.warning("broker_crash_seen", broker=b, address=f"{host}:{port}",
