@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 
-from raftlog.client import Admin
+from raftlog.client import Admin, Producer
 from raftlog.config import LogConfig
 from raftlog.log import PartitionLog
 
@@ -107,3 +108,40 @@ def until(fn, timeout_s: float = 15.0, interval_s: float = 0.1):
             last = e
         time.sleep(interval_s)
     raise AssertionError(f"condition not met in {timeout_s}s: {last!r}")
+
+
+class AckedWrites:
+    """A thread writing numbered records to one partition with the SDK's defaults
+    (acks=all, idempotence), one at a time: each acknowledged offset in ``acked``,
+    each error in ``errors`` (the failover tests expect none)."""
+
+    def __init__(self, bootstrap: str, topic: str, partition: int = 0):
+        self.acked: list[int] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(bootstrap, topic, partition),
+                                        daemon=True)
+
+    def start(self) -> AckedWrites:
+        self._thread.start()
+        return self
+
+    def _run(self, bootstrap: str, topic: str, partition: int) -> None:
+        with Producer(bootstrap) as p:
+            i = 0
+            while not self._stop.is_set():
+                try:
+                    self.acked.append(p.send(topic, b"%d" % i, partition=partition)
+                                      .result(60).offset)
+                except Exception as e:  # counted
+                    self.errors.append(repr(e))
+                i += 1
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(60)
+
+    def in_order(self) -> bool:
+        """Every acknowledged offset once, in order, without a gap."""
+        return self.acked == list(range(self.acked[0], self.acked[0] + len(self.acked)))

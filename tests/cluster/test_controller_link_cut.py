@@ -12,14 +12,11 @@ verdict could fence anybody within the test."""
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
-from raftlog.client import Producer
 from raftlog.jepsen.proxy import LinkProxy
 
-from .cluster import LocalCluster, until
+from .cluster import AckedWrites, LocalCluster, until
 
 pytestmark = pytest.mark.slow
 
@@ -34,10 +31,7 @@ def test_a_leader_cut_off_from_the_controller_only_is_not_fenced(tmp_path):
     for n in c.nodes:
         host, port = proxies[n.node_id].addr
         n.extra["advertised.listeners"] = f"{host}:{port}"
-    acked: list[int] = []
-    errors: list[str] = []
-    stop = threading.Event()
-    t = None
+    w = None
     try:
         c.start()
         with c.admin() as a:
@@ -51,18 +45,8 @@ def test_a_leader_cut_off_from_the_controller_only_is_not_fenced(tmp_path):
         leader = c.node(before.leader)
         assert leader.node_id != controller
 
-        def produce():
-            with Producer(",".join(n.bootstrap for n in others)) as p:  # SDK defaults
-                i = 0
-                while not stop.is_set():
-                    try:
-                        acked.append(p.send("cut", b"%d" % i, partition=0).result(60).offset)
-                    except Exception as e:  # counted: none expected
-                        errors.append(repr(e))
-                    i += 1
-
-        t = threading.Thread(target=produce, daemon=True)
-        t.start()
+        w = AckedWrites(",".join(n.bootstrap for n in others), "cut").start()
+        acked = w.acked
         until(lambda: len(acked) > 50, timeout_s=30)
 
         cut = proxies[controller]
@@ -83,19 +67,17 @@ def test_a_leader_cut_off_from_the_controller_only_is_not_fenced(tmp_path):
         cut.heal()
         after = len(acked)
         until(lambda: len(acked) > after + 50, timeout_s=30)
-        stop.set()
-        t.join(60)
-        assert not errors, errors[:3]
-        assert acked == list(range(acked[0], acked[0] + len(acked)))  # in order, no gap
+        w.stop()
+        assert not w.errors, w.errors[:3]
+        assert w.in_order()
         logs = "".join(n.log_text() for n in c.nodes)
         assert "event=broker_crash_seen" not in logs
         with c.admin(via) as a:
             assert not [b.id for b in a.describe_cluster().brokers if b.fenced]
         assert c.partition("cut", 0, via).leader_epoch == before.leader_epoch
     finally:
-        stop.set()
-        if t is not None:
-            t.join(60)
+        if w is not None:
+            w.stop()
         c.stop()
         for p in proxies.values():
             p.close()

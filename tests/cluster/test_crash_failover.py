@@ -14,7 +14,7 @@ import pytest
 
 from raftlog.client import Consumer, Producer, TopicPartition
 
-from .cluster import LocalCluster, until
+from .cluster import AckedWrites, LocalCluster, until
 
 pytestmark = pytest.mark.slow
 
@@ -36,22 +36,8 @@ def test_a_killed_leader_is_fenced_at_once_and_idempotent_writes_go_on_in_order(
         with c.admin() as a:
             a.create_topic("crash", partitions=1, replication_factor=3)
         c.wait_isr("crash", 0, {1, 2, 3})
-        acked: list[int] = []
-        errors: list[str] = []
-        stop = threading.Event()
-
-        def produce():
-            with Producer(c.bootstrap) as p:  # SDK defaults: acks=all, idempotence
-                i = 0
-                while not stop.is_set():
-                    try:
-                        acked.append(p.send("crash", b"%d" % i, partition=0).result(60).offset)
-                    except Exception as e:  # counted: none expected
-                        errors.append(repr(e))
-                    i += 1
-
-        t = threading.Thread(target=produce, daemon=True)
-        t.start()
+        w = AckedWrites(c.bootstrap, "crash").start()
+        acked = w.acked
         until(lambda: len(acked) > 100, timeout_s=30)
         old = c.partition("crash")
         victim = c.node(old.leader)
@@ -64,10 +50,9 @@ def test_a_killed_leader_is_fenced_at_once_and_idempotent_writes_go_on_in_order(
         assert new.leader_epoch > old.leader_epoch
         assert "event=broker_crash_seen" in _controller_logs(c)
         until(lambda: len(acked) > before + 100, timeout_s=30)  # the producer goes on
-        stop.set()
-        t.join(60)
-        assert not errors, errors[:3]
-        assert acked == list(range(acked[0], acked[0] + len(acked)))  # in order, no gap
+        w.stop()
+        assert not w.errors, w.errors[:3]
+        assert w.in_order()
     finally:
         c.stop()
 
