@@ -147,8 +147,9 @@ class Heartbeats:
                     sockio.close(await sockio.connect(host, port))
                 self.liveness.probe_answered(b)
                 self.events.info("broker_disconnect_not_crash", broker=b, address=f"{host}:{port}",
-                                 reason="its heartbeat connection closed but its listener "
-                                        "accepts connections: left to its session")
+                                 reason="no heartbeat within the grace (its connection "
+                                        "closed, or this controller just started) but its "
+                                        "listener accepts connections: left to its session")
             except ConnectionRefusedError:
                 self.liveness.probe_refused(b)
                 self.events.warning("broker_crash_seen", broker=b, address=f"{host}:{port}",

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from raftlog.jepsen.checkers import pairs
 from raftlog.jepsen.history import History
 from raftlog.jepsen.workloads import SENDER_PROCESS_BASE, SendPipeline
@@ -59,8 +61,6 @@ def test_one_at_a_time_keeps_the_senders_process_id():
 
 
 def test_in_flight_out_of_range_is_refused_with_its_bounds(capsys):
-    import pytest
-
     from raftlog.jepsen.runner import build_parser
 
     assert build_parser().parse_args(["run"]).in_flight == 64
