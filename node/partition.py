@@ -100,6 +100,7 @@ class Partition:
         #: (``syncs``: node/log_manager.py's SyncRunner); None in tools and unit tests,
         #: where a durable topic's append syncs inline
         self.committer: GroupCommitter | None = None
+        self._syncs = syncs
         if syncs is not None:
             self.committer = syncs.committer(self)
 
@@ -114,10 +115,16 @@ class Partition:
         return self.log.flushed_offset
 
     def _appended(self) -> None:
-        """After an append of a durable topic: its group commit (O(1) here; the sync
-        runs in a worker thread, see node/log_manager.py)."""
+        """After an append of a durable topic: its group commit (the sync runs in a
+        worker thread, or inline when nothing could overlap it: node/log_manager.py)."""
         c = self.committer
         if c is not None and c.nursery is not None:
+            # a follower's round and a lone leader's acks wait for this sync and for
+            # nothing else: it runs on the loop while fast (node/log_manager.py)
+            if (self._syncs is not None
+                    and (not self.is_leader or self.hw_isr == (self.node_id,))
+                    and self._syncs.sync_now(self)):
+                return
             c.appended(self.log.log_end_offset)
         else:  # (tools, unit tests, a node not running yet: no worker; sync now)
             try:

@@ -114,6 +114,39 @@ class GroupCommitter:
             self.state.in_flight = -1  # (claimed now: a second append does not spawn)
             self.nursery.start_soon(self._run)
 
+    def note(self, end: int) -> None:
+        """The log now ends at ``end``; its sync is the caller's to start (by
+        :meth:`sync_inline` or :meth:`kick`) before it waits for anything."""
+        self.state.append(end)
+
+    def sync_inline(self, sync_now) -> bool | None:
+        """Run the due sync on the calling (trio) thread: ``sync_now()`` is the blocking
+        sync, returning the flushed offset, or None when it could not start at once (a
+        flush holds the log). Returns True if it ran, False if it failed (reported as a
+        threaded sync's failure), None if nothing ran: none due, one in flight (it starts
+        the next itself), or ``sync_now`` declined -- then :meth:`kick` it."""
+        st = self.state
+        if not st.begin():
+            return None
+        try:
+            flushed = sync_now()
+        except Exception as e:  # a disk error: as _run
+            st.failed()
+            self._wake()
+            if self._on_error is not None:
+                self._on_error(e)
+            return False
+        if flushed is None:
+            st.in_flight = None
+            st.syncs -= 1
+            return None
+        before = st.flushed
+        st.done(flushed)
+        self._wake()
+        if st.flushed > before and self._on_flushed is not None:
+            self._on_flushed(st.flushed)
+        return True
+
     def truncated(self, end: int, flushed: int) -> None:
         self.state.truncated(end, flushed)
 
@@ -158,3 +191,56 @@ class GroupCommitter:
                 return False  # a failed sync; nothing runs until the next append
             await self._moved.wait()
         return True
+
+
+#: An inline sync is allowed while recent syncs took this long at most (mean).
+INLINE_MAX_MEAN_S = 0.0005
+#: ... and while inline syncs took at most this share of the event loop's time.
+INLINE_MAX_SHARE = 0.2
+#: The loop time inline syncs may spend in one burst (the token bucket's size).
+INLINE_BURST_S = 0.01
+#: Weight of the newest duration in the running mean.
+MEAN_WEIGHT = 0.2
+
+
+class InlineSyncPolicy:
+    """When a sync may run on the event loop instead of in a worker thread. Pure.
+
+    A sync handed to a worker thread costs the event loop two wake-ups (a task, then the
+    thread's answer: ~0.2-0.35 ms of CPU each on a 2-core machine, more than a fast
+    fdatasync) and the waiter a trip through the scheduler; run inline, it costs the
+    fdatasync alone but stops the loop while it runs. The node runs inline only the
+    syncs nothing else could overlap with (a follower's round, a leader alone in its
+    ISR: node/log_manager.py), and only while they are short: the running mean of every
+    sync's duration (inline or threaded) at most :data:`INLINE_MAX_MEAN_S`, and inline
+    syncs at most :data:`INLINE_MAX_SHARE` of the loop's time (a token bucket of
+    :data:`INLINE_BURST_S`). A slow disk (or a burst of many logs) goes to threads.
+    """
+
+    __slots__ = ("mean_s", "tokens", "_at", "inline", "threaded")
+
+    def __init__(self, now: float):
+        #: running mean of sync durations (0 until the first: the first one runs inline
+        #: and so measures the disk)
+        self.mean_s = 0.0
+        self.tokens = INLINE_BURST_S
+        self._at = now
+        self.inline = 0
+        self.threaded = 0
+
+    def observe(self, secs: float) -> None:
+        """A sync (inline or threaded) took ``secs``."""
+        self.mean_s += MEAN_WEIGHT * (secs - self.mean_s)
+
+    def allow(self, now: float) -> bool:
+        """May the next sync run inline (at ``now``, monotonic seconds)?"""
+        if now > self._at:
+            self.tokens = min(INLINE_BURST_S, self.tokens + (now - self._at) * INLINE_MAX_SHARE)
+            self._at = now
+        return self.mean_s <= INLINE_MAX_MEAN_S and self.tokens > 0
+
+    def ran_inline(self, secs: float) -> None:
+        """An inline sync took ``secs`` of the loop's time."""
+        self.tokens -= secs
+        self.inline += 1
+        self.observe(secs)

@@ -799,35 +799,44 @@ class PartitionLog:
                 self._parent_dirty = self._parent_dirty or parent_dirty
             raise StorageError(f"{sync.__name__} of {self.path} failed: {e}", e.errno) from e
 
-    def sync(self) -> int:
+    def sync(self, blocking: bool = True) -> int | None:
         """Group commit's sync: fdatasync every segment appended to (or rolled) since
         the last sync or flush, and the directory after a roll; nothing else (no
         checkpoint, no index write: the periodic :meth:`flush` does those). Returns the
         flushed offset: everything appended before the call is on disk.
 
         Runs in a worker thread while the event loop appends (the lock is held for
-        bookkeeping only); one sync or flush of a log at a time (``_sync_lock``).
+        bookkeeping only), or on the event loop itself (node/log_manager.py's inline
+        syncs: ``blocking=False``, which returns None at once instead of waiting while
+        a flush holds the log); one sync or flush of a log at a time (``_sync_lock``).
 
         Raises:
             StorageError: an fdatasync failed (the flushed offset does not move).
         """
-        with self._sync_lock:
-            with self._lock:
-                leo, truncations = self.log_end_offset, self._truncations
-                if self._flushed >= leo and not self._dir_dirty and not self._parent_dirty:
-                    return self._flushed
-                dirty = [s for s in self.segments if s.dirty]
-                dir_dirty, self._dir_dirty = self._dir_dirty, False
-                parent_dirty, self._parent_dirty = self._parent_dirty, False
-                for seg in dirty:
-                    seg.dirty = False
-                files = [seg.file for seg in dirty]  # keep the fds open while we sync
-            self._sync_files(os.fdatasync, files, dirty, dir_dirty, parent_dirty)
-            with self._lock:
-                if truncations == self._truncations:
-                    self._flushed = max(self._flushed, min(leo, self.log_end_offset))
-                assert self._flushed <= self.log_end_offset, (self._flushed, self.log_end_offset)
+        if not self._sync_lock.acquire(blocking=blocking):
+            return None
+        try:
+            return self._sync()
+        finally:
+            self._sync_lock.release()
+
+    def _sync(self) -> int:
+        with self._lock:
+            leo, truncations = self.log_end_offset, self._truncations
+            if self._flushed >= leo and not self._dir_dirty and not self._parent_dirty:
                 return self._flushed
+            dirty = [s for s in self.segments if s.dirty]
+            dir_dirty, self._dir_dirty = self._dir_dirty, False
+            parent_dirty, self._parent_dirty = self._parent_dirty, False
+            for seg in dirty:
+                seg.dirty = False
+            files = [seg.file for seg in dirty]  # keep the fds open while we sync
+        self._sync_files(os.fdatasync, files, dirty, dir_dirty, parent_dirty)
+        with self._lock:
+            if truncations == self._truncations:
+                self._flushed = max(self._flushed, min(leo, self.log_end_offset))
+            assert self._flushed <= self.log_end_offset, (self._flushed, self.log_end_offset)
+            return self._flushed
 
     def maybe_flush(self, now_ms: int | None = None) -> bool:
         """Flush if ``flush.messages`` or ``flush.ms`` says so. True if it flushed.

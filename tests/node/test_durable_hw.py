@@ -5,6 +5,8 @@ over real logs, no sockets."""
 
 from __future__ import annotations
 
+import pytest
+
 from raftlog.config import LogConfig
 from raftlog.log import PartitionLog
 from raftlog.node.partition import Partition
@@ -121,12 +123,13 @@ def test_acks_one_and_the_hw_wait_for_the_leaders_group_commit(tmp_path):
     log.close()
 
 
+@pytest.mark.parametrize("where", ["inline", "thread"])
 def test_a_failed_sync_is_reported_and_the_periodic_flush_lets_the_hw_move(tmp_path,
-                                                                            monkeypatch):
-    """The node's group commits (node/log_manager.py SyncRunner, real worker threads):
-    an fdatasync that fails leaves the HW where it is and logs the data dir as
-    unwritable; the periodic flush then fsyncs the log and its after_flush kick moves
-    the HW although nothing more is appended."""
+                                                                            monkeypatch, where):
+    """The node's group commits (node/log_manager.py SyncRunner: on the loop, or in a
+    worker thread when the disk is slow): an fdatasync that fails leaves the HW where
+    it is and logs the data dir as unwritable; the periodic flush then fsyncs the log
+    and its after_flush kick moves the HW although nothing more is appended."""
     import io
     import os
 
@@ -149,6 +152,9 @@ def test_a_failed_sync_is_reported_and_the_periodic_flush_lets_the_hw_move(tmp_p
     def broken(fd):
         raise OSError(5, "Input/output error")
 
+    if where == "thread":
+        logs.syncs.policy.mean_s = 0.01  # a slow disk: syncs go to worker threads
+
     async def main():
         async with trio.open_nursery() as nursery:
             logs.syncs.start(nursery)
@@ -165,4 +171,60 @@ def test_a_failed_sync_is_reported_and_the_periodic_flush_lets_the_hw_move(tmp_p
 
     trio.run(main)
     assert "log_dir_unwritable" in events.getvalue() and "op=sync" in events.getvalue()
+    policy = logs.syncs.policy
+    # (the kick after the flush runs in a thread: a flushed log's sync is due at once)
+    assert (policy.inline, policy.threaded) == ((1, 1) if where == "inline" else (0, 2))
     part.close()
+
+
+def test_syncs_run_inline_only_where_nothing_overlaps_them(tmp_path):
+    """A leader alone in its ISR and a follower sync on the event loop, so the append
+    returns with its record on disk (no hand-off to a thread and back); a leader with
+    followers in its ISR syncs in a worker thread, overlapping their fetches; a slow
+    disk sends every sync to a thread."""
+    import io
+
+    import trio
+
+    from raftlog.node.config import NodeConfig
+    from raftlog.node.log_manager import LogManager
+    from raftlog.node.logfmt import EventLog
+
+    partitions: dict = {}
+    logs = LogManager(NodeConfig(data_dir=str(tmp_path / "data")),
+                      EventLog(1, stream=io.StringIO()), partitions)
+
+    def make(name, leader, isr):
+        part = Partition(name, 0, logs.open_log(name, 0, LogConfig()), node_id=1,
+                         unflushed=logs.unflushed, syncs=logs.syncs)
+        part.disk = logs.disk
+        partitions[part.key] = part
+        part.update_metadata(leader, 1, (1, 2, 3), isr, 0)
+        return part
+
+    alone, shared = make("alone", 1, (1,)), make("shared", 1, (1, 2, 3))
+    follower = make("follower", 2, (1, 2, 3))
+    policy = logs.syncs.policy
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            logs.syncs.start(nursery)
+            alone.append_as_leader(encode_batch([b"a"]), 1 << 20)
+            assert alone.log.flushed_offset == 1 and alone.high_watermark == 1  # at once
+            follower.append_as_follower(encode_batch([b"f"], base_offset=0))
+            assert follower.log.flushed_offset == 1
+            assert (policy.inline, policy.threaded) == (2, 0)
+            shared.append_as_leader(encode_batch([b"s"]), 1 << 20)
+            assert shared.log.flushed_offset == 0  # its sync runs in a thread
+            assert await shared.committer.wait_flushed(1)
+            assert (policy.inline, policy.threaded) == (2, 1)
+            policy.mean_s = 0.01  # a slow disk
+            alone.append_as_leader(encode_batch([b"b"]), 1 << 20)
+            assert alone.log.flushed_offset == 1 and alone.high_watermark == 1
+            assert await alone.committer.wait_flushed(2)
+            assert alone.high_watermark == 2 and policy.threaded == 2
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    for p in (alone, shared, follower):
+        p.close()

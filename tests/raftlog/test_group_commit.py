@@ -5,7 +5,7 @@ what it covers and when each waiter is released are exact."""
 import trio
 import trio.testing
 
-from raftlog.group_commit import GroupCommit, GroupCommitter
+from raftlog.group_commit import GroupCommit, GroupCommitter, InlineSyncPolicy
 
 SYNC_S = 1.0
 
@@ -109,3 +109,71 @@ def test_idle_append_syncs_at_once_and_a_failure_is_reported_then_retried():
 
     run(main)
     assert calls == [0.0, SYNC_S]
+
+
+def test_inline_sync_runs_on_the_caller_and_leaves_a_busy_log_to_a_thread():
+    log = FakeLog()
+    flushed_seen = []
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            gc = GroupCommitter(log.sync, 0, on_flushed=flushed_seen.append, nursery=nursery)
+            log.end = 5
+            gc.note(5)  # noted, nothing started
+            await trio.sleep(0.5)
+            assert log.starts == [] and gc.state.pending
+            assert gc.sync_inline(lambda: 5) is True  # ran here, at once
+            assert gc.flushed == 5 and flushed_seen == [5] and not gc.in_flight
+            assert await gc.wait_flushed(5)
+            assert gc.sync_inline(lambda: 99) is None  # nothing due: not run
+            log.end = 7
+            gc.note(7)
+            assert gc.sync_inline(lambda: None) is None  # declined (a flush holds the log)
+            assert not gc.in_flight and gc.state.pending and gc.flushed == 5
+            gc.kick()  # so the caller hands it to the thread path
+            assert await gc.wait_flushed(7)
+            assert log.starts == [(0.5, 7)]
+            gc.appended(8)
+            log.end = 8
+            assert gc.in_flight
+            assert gc.sync_inline(lambda: 8) is None  # one in flight: it starts the next
+            assert await gc.wait_flushed(8)
+
+    run(main)
+
+
+def test_a_failed_inline_sync_is_reported_and_moves_nothing():
+    errors = []
+
+    def boom():
+        raise OSError(5, "EIO")
+
+    async def main():
+        gc = GroupCommitter(None, 0, on_error=errors.append)
+        gc.note(3)
+        assert gc.sync_inline(boom) is False
+        assert gc.flushed == 0 and not gc.in_flight and gc.state.pending
+        assert len(errors) == 1 and isinstance(errors[0], OSError)
+
+    run(main)
+
+
+def test_inline_policy_needs_fast_syncs_and_a_bounded_share_of_the_loop():
+    p = InlineSyncPolicy(now=0.0)
+    assert p.allow(0.0)  # nothing measured yet: the first runs inline and measures
+    for _ in range(30):
+        p.observe(0.005)  # a slow disk (5 ms syncs)
+    assert not p.allow(1.0)
+    for _ in range(30):
+        p.observe(0.0001)
+    assert p.allow(2.0)
+    # inline syncs of 0.2 ms back to back: the burst allows ~50, then the share (20%
+    # of the loop's time) limits them to one per 1 ms of elapsed time
+    now, ran = 2.0, 0
+    while p.allow(now) and ran < 1000:
+        p.ran_inline(0.0002)
+        ran += 1
+    assert 40 <= ran <= 60, ran
+    assert not p.allow(now)
+    assert p.allow(now + 0.002)  # 2 ms later: 0.4 ms of tokens back
+    assert p.inline == ran

@@ -59,3 +59,30 @@ def test_reopened_log_counts_what_it_recovered_as_flushed(tmp_path):
     again = PartitionLog.open(path)
     assert again.flushed_offset == again.log_end_offset == 4
     again.close()
+
+
+def test_a_non_blocking_sync_declines_while_a_flush_holds_the_log(tmp_path):
+    """The event loop's inline sync (node/log_manager.py) must never wait for a flush
+    running in a worker thread (which writes indexes and a checkpoint)."""
+    import threading
+
+    log = PartitionLog.open(str(tmp_path / "p"))
+    log.append(encode_batch([b"a"]))
+    held, release = threading.Event(), threading.Event()
+
+    def flush_holding_the_log():
+        with log._sync_lock:
+            held.set()
+            release.wait(10)
+
+    t = threading.Thread(target=flush_holding_the_log)
+    t.start()
+    assert held.wait(10)
+    try:
+        assert log.sync(blocking=False) is None
+        assert log.flushed_offset == 0
+    finally:
+        release.set()
+        t.join()
+    assert log.sync(blocking=False) == 1 and log.flushed_offset == 1
+    log.close()
