@@ -5,6 +5,7 @@ when a member leaves."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -32,7 +33,7 @@ def _kafka_cluster(tmp_path) -> tuple[LocalCluster, str]:
 
 class _Member(threading.Thread):
     def __init__(self, bootstrap: str, name: str):
-        super().__init__(daemon=True)
+        super().__init__(daemon=True, name=name)
         self.c = KafkaConsumer("rg", bootstrap_servers=bootstrap, group_id="g3",
                                client_id=name, auto_offset_reset="earliest",
                                session_timeout_ms=6000, heartbeat_interval_ms=300,
@@ -40,13 +41,40 @@ class _Member(threading.Thread):
         self.stop = threading.Event()
         self.assignment: set = set()
         self.values: list = []
+        self.polls = 0
+        self.error: BaseException | None = None
 
     def run(self) -> None:
-        while not self.stop.is_set():
-            for recs in self.c.poll(timeout_ms=200).values():
-                self.values += [r.value for r in recs]
-            self.assignment = {tp.partition for tp in self.c.assignment()}
-        self.c.close()
+        try:
+            while not self.stop.is_set():
+                for recs in self.c.poll(timeout_ms=200).values():
+                    self.values += [r.value for r in recs]
+                self.assignment = {tp.partition for tp in self.c.assignment()}
+                self.polls += 1
+        except BaseException as e:  # shown by state() when an until() fails
+            self.error = e
+            raise
+        finally:
+            self.c.close()
+
+    def state(self) -> str:
+        """What this member's client believes (for a failure message: a member that
+        stops taking part says here whether its thread died, stopped polling, or
+        polls while its client thinks it is in the group)."""
+        co = self.c._coordinator
+        hb = co.heartbeat
+        return (f"{self.name}: alive={self.is_alive()} polls={self.polls} "
+                f"error={self.error!r} assignment={sorted(self.assignment)} "
+                f"state={co.state} generation={co._generation} "
+                f"coordinator={co.coordinator_id} "
+                f"last_heartbeat_ok={time.monotonic() - hb.last_receive:.1f}s ago")
+
+
+def _members_until(members: list, cond, timeout_s: float) -> None:
+    try:
+        until(cond, timeout_s=timeout_s)
+    except AssertionError as e:
+        raise AssertionError(f"{e}; members: " + "; ".join(m.state() for m in members)) from None
 
 
 def test_kafka_clients_against_three_nodes(tmp_path):
@@ -68,13 +96,14 @@ def test_kafka_clients_against_three_nodes(tmp_path):
         members = [_Member(bootstrap, f"m{i}") for i in range(3)]
         for m in members:
             m.start()
-        until(lambda: sorted(x for m in members for x in m.assignment) == [0, 1, 2]
-              and all(m.assignment for m in members), timeout_s=60)
-        until(lambda: sum(len(m.values) for m in members) >= 300, timeout_s=30)
+        _members_until(members, lambda: sorted(x for m in members for x in m.assignment)
+                       == [0, 1, 2] and all(m.assignment for m in members), timeout_s=60)
+        _members_until(members, lambda: sum(len(m.values) for m in members) >= 300,
+                       timeout_s=30)
         members[2].stop.set()  # a member leaves: the other two take its partitions
         members[2].join(20)
-        until(lambda: sorted(x for m in members[:2] for x in m.assignment) == [0, 1, 2],
-              timeout_s=60)
+        _members_until(members[:2], lambda: sorted(x for m in members[:2] for x in m.assignment)
+                       == [0, 1, 2], timeout_s=60)
         for m in members[:2]:
             m.stop.set()
             m.join(20)
