@@ -836,6 +836,22 @@ TXN_TOPICS = ("jtxn-a", "jtxn-b")
 TXN_TIMEOUT_MS = 10_000
 #: Share of the transactions the workload commits (the rest it aborts by choice).
 TXN_COMMIT_SHARE = 0.7
+#: Share of the transactions that also send to one partition they never added
+#: (AddPartitionsToTxn skipped: the client believes it was added) -- KIP-890's case of
+#: a client whose produce reaches a partition outside its ongoing transaction (a TV1
+#: client's delayed send, or a buggy one). Leaders must refuse it (INVALID_TXN_STATE,
+#: nothing written: the transaction then aborts); a leader that appends it leaves a
+#: batch no marker will close, which the checker sees as committed writes never read
+#: (planted bug ``bug-skip-txn-verification``).
+TXN_UNADDED_SHARE = 0.05
+
+
+def _send_unadded(producer: Producer, topic: str, partition: int) -> None:
+    """Make ``producer``'s next send to ``topic``/``partition`` skip AddPartitionsToTxn
+    (a fault the harness injects; see TXN_UNADDED_SHARE)."""
+    txn = producer._txn
+    with txn._lock:
+        txn.partitions.add((topic, partition))
 
 
 #: Read-process-write processes commit their input offsets for group PREFIX<process>.
@@ -953,9 +969,15 @@ class TxnWorkload(QueueWorkload):
             keys = rnd.sample(out, rnd.randint(min(2, len(out)), min(4, len(out))))
             sends = [[k, self._next_value()] for k in keys for _ in range(rnd.randint(1, 2))]
             commit = rnd.random() < TXN_COMMIT_SHARE
+            unadded = []
+            if rnd.random() < TXN_UNADDED_SHARE:
+                rest = [k for k in out if k not in keys]
+                if rest:
+                    unadded = [rnd.choice(rest)]
+                    sends.append([unadded[0], self._next_value()])
             op = h.invoke(process, "txn", {"sends": sends, "poll": rw is not None,
-                                           "commit": commit})
-            if not self._transaction(producer, op, sends, commit, rw):
+                                           "commit": commit, "unadded": unadded})
+            if not self._transaction(producer, op, sends, commit, rw, unadded):
                 self._discard(producer)
                 producer = None
                 if rw is not None and rw.consumer is not None:
@@ -989,7 +1011,7 @@ class TxnWorkload(QueueWorkload):
         rw.consumer, rw.tps, rw.new_session = c, tps, True
 
     def _transaction(self, producer: Producer, op: dict, sends: list, commit: bool,
-                     rw: _RW | None = None) -> bool:
+                     rw: _RW | None = None, unadded: tuple | list = ()) -> bool:
         """One transaction; completes ``op``. Returns whether ``producer`` is still
         usable (False: replace it, its last transaction's outcome is unknown). With
         ``rw``: first a poll of the input partitions, and their positions committed
@@ -1045,6 +1067,8 @@ class TxnWorkload(QueueWorkload):
                         [r.offset, int(r.value)])
                 state["offsets"] = {key_of(tp.topic, tp.partition): c.position(tp)
                                     for tp in rw.tps}
+            for k in unadded:
+                _send_unadded(producer, *split_key(k))
             for k, v in sends:
                 topic, partition = split_key(k)
                 futs.append(producer.send(topic, str(v).encode(), partition=partition))
