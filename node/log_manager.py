@@ -51,7 +51,9 @@ class SyncRunner:
         self.manager = manager
         self.nursery = None
         self.limiter: trio.CapacityLimiter | None = None
-        self.policy = InlineSyncPolicy(time.monotonic())
+        #: the policy's clock (monotonic seconds; tests replace it)
+        self.clock = time.monotonic
+        self.policy = InlineSyncPolicy(self.clock())
 
     def committer(self, part) -> GroupCommitter:
         """The group commit of ``part``'s log (a Partition, node/partition.py)."""
@@ -65,7 +67,7 @@ class SyncRunner:
         async def sync() -> int:
             policy.threaded += 1
             flushed, secs = await trio.to_thread.run_sync(timed_sync, limiter=self.limiter)
-            policy.observe(secs)
+            policy.observe(secs, self.clock())
             return flushed
 
         def failed(e: Exception) -> None:
@@ -84,15 +86,17 @@ class SyncRunner:
         c = part.committer
         if c is None or self.nursery is None or c.in_flight:
             return False
-        if not self.policy.allow(time.monotonic()):
+        clock = self.clock
+        if not self.policy.allow(clock()):
             return False
         log = part.log
         c.note(log.log_end_offset)
-        t0 = time.perf_counter()
+        t0 = clock()
         ran = c.sync_inline(lambda: log.sync(blocking=False))
         if ran is None:
             return False
-        self.policy.ran_inline(time.perf_counter() - t0)
+        t1 = clock()
+        self.policy.ran_inline(t1 - t0, t1)
         return True
 
     def after_flush(self, parts) -> None:

@@ -201,6 +201,10 @@ INLINE_MAX_SHARE = 0.2
 INLINE_BURST_S = 0.01
 #: Weight of the newest duration in the running mean.
 MEAN_WEIGHT = 0.2
+#: ... and only when the node's last sync ended at least this long ago: syncs closer
+#: together mean a busy node (a flood), where a sync in a thread overlaps the appends
+#: and covers many of them, and one on the loop would stop them.
+INLINE_MIN_GAP_S = 0.0005
 
 
 class InlineSyncPolicy:
@@ -211,13 +215,14 @@ class InlineSyncPolicy:
     fdatasync) and the waiter a trip through the scheduler; run inline, it costs the
     fdatasync alone but stops the loop while it runs. The node runs inline only the
     syncs nothing else could overlap with (a follower's round, a leader alone in its
-    ISR: node/log_manager.py), and only while they are short: the running mean of every
-    sync's duration (inline or threaded) at most :data:`INLINE_MAX_MEAN_S`, and inline
-    syncs at most :data:`INLINE_MAX_SHARE` of the loop's time (a token bucket of
-    :data:`INLINE_BURST_S`). A slow disk (or a burst of many logs) goes to threads.
+    ISR: node/log_manager.py), and only while they are short and sparse: the running
+    mean of every sync's duration (inline or threaded) at most :data:`INLINE_MAX_MEAN_S`,
+    inline syncs at most :data:`INLINE_MAX_SHARE` of the loop's time (a token bucket of
+    :data:`INLINE_BURST_S`), and the last sync ended :data:`INLINE_MIN_GAP_S` ago or
+    more. A slow disk, a burst of many logs or a flood of appends goes to threads.
     """
 
-    __slots__ = ("mean_s", "tokens", "_at", "inline", "threaded")
+    __slots__ = ("mean_s", "tokens", "_at", "inline", "threaded", "last_end")
 
     def __init__(self, now: float):
         #: running mean of sync durations (0 until the first: the first one runs inline
@@ -227,20 +232,24 @@ class InlineSyncPolicy:
         self._at = now
         self.inline = 0
         self.threaded = 0
+        #: when the last sync (inline or threaded) ended
+        self.last_end = -1.0
 
-    def observe(self, secs: float) -> None:
-        """A sync (inline or threaded) took ``secs``."""
+    def observe(self, secs: float, end: float) -> None:
+        """A sync (inline or threaded) took ``secs`` and ended at ``end``."""
         self.mean_s += MEAN_WEIGHT * (secs - self.mean_s)
+        self.last_end = max(self.last_end, end)
 
     def allow(self, now: float) -> bool:
         """May the next sync run inline (at ``now``, monotonic seconds)?"""
         if now > self._at:
             self.tokens = min(INLINE_BURST_S, self.tokens + (now - self._at) * INLINE_MAX_SHARE)
             self._at = now
-        return self.mean_s <= INLINE_MAX_MEAN_S and self.tokens > 0
+        return (self.mean_s <= INLINE_MAX_MEAN_S and self.tokens > 0
+                and now - self.last_end >= INLINE_MIN_GAP_S)
 
-    def ran_inline(self, secs: float) -> None:
-        """An inline sync took ``secs`` of the loop's time."""
+    def ran_inline(self, secs: float, end: float) -> None:
+        """An inline sync took ``secs`` of the loop's time, ending at ``end``."""
         self.tokens -= secs
         self.inline += 1
-        self.observe(secs)
+        self.observe(secs, end)

@@ -180,8 +180,8 @@ def test_a_failed_sync_is_reported_and_the_periodic_flush_lets_the_hw_move(tmp_p
 def test_syncs_run_inline_only_where_nothing_overlaps_them(tmp_path):
     """A leader alone in its ISR and a follower sync on the event loop, so the append
     returns with its record on disk (no hand-off to a thread and back); a leader with
-    followers in its ISR syncs in a worker thread, overlapping their fetches; a slow
-    disk sends every sync to a thread."""
+    followers in its ISR syncs in a worker thread, overlapping their fetches; so do a
+    sync right after another (a flood of appends) and every sync of a slow disk."""
     import io
 
     import trio
@@ -205,12 +205,15 @@ def test_syncs_run_inline_only_where_nothing_overlaps_them(tmp_path):
     alone, shared = make("alone", 1, (1,)), make("shared", 1, (1, 2, 3))
     follower = make("follower", 2, (1, 2, 3))
     policy = logs.syncs.policy
+    now = [1000.0]  # the policy's clock: moved by the test only
+    logs.syncs.clock = lambda: now[0]
 
     async def main():
         async with trio.open_nursery() as nursery:
             logs.syncs.start(nursery)
             alone.append_as_leader(encode_batch([b"a"]), 1 << 20)
             assert alone.log.flushed_offset == 1 and alone.high_watermark == 1  # at once
+            now[0] += 0.01  # (syncs back to back would mean a flood: below)
             follower.append_as_follower(encode_batch([b"f"], base_offset=0))
             assert follower.log.flushed_offset == 1
             assert (policy.inline, policy.threaded) == (2, 0)
@@ -218,11 +221,21 @@ def test_syncs_run_inline_only_where_nothing_overlaps_them(tmp_path):
             assert shared.log.flushed_offset == 0  # its sync runs in a thread
             assert await shared.committer.wait_flushed(1)
             assert (policy.inline, policy.threaded) == (2, 1)
-            policy.mean_s = 0.01  # a slow disk
+            now[0] += 0.01
             alone.append_as_leader(encode_batch([b"b"]), 1 << 20)
-            assert alone.log.flushed_offset == 1 and alone.high_watermark == 1
-            assert await alone.committer.wait_flushed(2)
-            assert alone.high_watermark == 2 and policy.threaded == 2
+            assert alone.log.flushed_offset == 2 and policy.inline == 3
+            # a flood: the next append comes right after that sync ended (the clock
+            # did not move) -> a thread
+            alone.append_as_leader(encode_batch([b"c"]), 1 << 20)
+            assert alone.log.flushed_offset == 2 and alone.high_watermark == 2
+            assert await alone.committer.wait_flushed(3)
+            assert alone.high_watermark == 3 and policy.threaded == 2
+            now[0] += 0.01
+            policy.mean_s = 0.01  # a slow disk
+            alone.append_as_leader(encode_batch([b"d"]), 1 << 20)
+            assert alone.log.flushed_offset == 3 and alone.high_watermark == 3
+            assert await alone.committer.wait_flushed(4)
+            assert alone.high_watermark == 4 and policy.threaded == 3
             nursery.cancel_scope.cancel()
 
     trio.run(main)

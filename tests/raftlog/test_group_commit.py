@@ -158,22 +158,27 @@ def test_a_failed_inline_sync_is_reported_and_moves_nothing():
     run(main)
 
 
-def test_inline_policy_needs_fast_syncs_and_a_bounded_share_of_the_loop():
+def test_inline_policy_needs_fast_sparse_syncs_and_a_bounded_share_of_the_loop():
     p = InlineSyncPolicy(now=0.0)
     assert p.allow(0.0)  # nothing measured yet: the first runs inline and measures
-    for _ in range(30):
-        p.observe(0.005)  # a slow disk (5 ms syncs)
+    for i in range(30):
+        p.observe(0.005, end=0.1 + i * 0.01)  # a slow disk (5 ms syncs)
     assert not p.allow(1.0)
-    for _ in range(30):
-        p.observe(0.0001)
+    for i in range(30):
+        p.observe(0.0001, end=1.1 + i * 0.01)
     assert p.allow(2.0)
-    # inline syncs of 0.2 ms back to back: the burst allows ~50, then the share (20%
-    # of the loop's time) limits them to one per 1 ms of elapsed time
-    now, ran = 2.0, 0
-    while p.allow(now) and ran < 1000:
-        p.ran_inline(0.0002)
+    # a sync that ended 0.2 ms ago: the node is busy (a flood), the next goes to a thread
+    p.observe(0.0001, end=2.0)
+    assert not p.allow(2.0002) and p.allow(2.0006)
+    # inline syncs of 0.2 ms, each 0.5 ms after the last ended (1,400 syncs/s, 28% of
+    # the loop): each takes 0.06 ms more than its interval refills, so the 10 ms burst
+    # lasts ~167 of them, then the share (20% of the loop's time) holds them back
+    now, ran = 2.001, 0
+    while ran < 1000 and p.allow(now):
+        p.ran_inline(0.0002, end=now + 0.0002)
         ran += 1
-    assert 40 <= ran <= 60, ran
+        now += 0.0007
+    assert 150 <= ran <= 180, ran
     assert not p.allow(now)
-    assert p.allow(now + 0.002)  # 2 ms later: 0.4 ms of tokens back
+    assert p.allow(now + 0.005)  # 5 ms later: 1 ms of tokens back
     assert p.inline == ran
