@@ -22,7 +22,7 @@ from .assignors import assignment_from_wire
 from .conn import BrokerConnection, Cluster
 from .errors import BrokerNotAvailableError, GroupNotEmptyError, api_error
 from .offsets import list_offsets, list_offsets_strict, requests_by_leader
-from .options import check_options
+from .options import check_option_types, check_options
 from .security import ClientSecurity
 from .types import TopicPartition
 
@@ -341,6 +341,7 @@ class Admin(TransactionsAdmin):
     ):
         """``security_options``: kafka-python's names (see client/security.py)."""
         self.timeout_s = request_timeout_ms / 1000
+        check_option_types(Admin, locals())
         check_options(Admin, security_options)  # a misspelt option: named, with the nearest
         self.security = ClientSecurity.from_options(**security_options)
         self._cluster = Cluster(bootstrap_servers, self.timeout_s, security=self.security)

@@ -37,7 +37,7 @@ from .errors import (
 )
 from .fetch_session import ClientFetchSession
 from .offsets import list_offsets_strict, requests_by_leader
-from .options import check_options
+from .options import check_option_types, check_options
 from .security import ClientSecurity
 from .stale import IO_METADATA_TIMEOUT_S, Recheck, ResponseClock, moved
 from .types import ConsumerGroupMetadata, OffsetAndTimestamp, TopicPartition
@@ -110,6 +110,7 @@ class Consumer:
         fetch_sessions: bool = True,
         **security_options,
     ):
+        check_option_types(Consumer, locals())
         check_options(Consumer, security_options)
         if isolation_level not in ("read_committed", "read_uncommitted"):
             raise ValueError(f"isolation_level must be 'read_committed' or "

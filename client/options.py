@@ -18,6 +18,11 @@ class UnknownOptionError(ClientError, TypeError):
     unexpected keyword argument)."""
 
 
+class InvalidOptionError(ClientError, TypeError):
+    """An option given a value of the wrong kind (``fetch_sessions="no"``, which Python
+    would take as true)."""
+
+
 def option_names(cls: type) -> frozenset:
     """Every keyword option ``cls`` takes: its named parameters and the security options."""
     params = inspect.signature(cls.__init__).parameters.values()
@@ -34,3 +39,17 @@ def check_options(cls: type, given: Mapping) -> None:
     if unknown:
         what = "; ".join(f"unknown option {name!r}{did_you_mean(name, valid)}" for name in unknown)
         raise UnknownOptionError(f"{cls.__name__}: {what}")
+
+
+def check_option_types(cls: type, values: Mapping) -> None:
+    """Raise InvalidOptionError for a yes/no option (annotated ``bool``, or ``bool |
+    None`` where None picks the default) given anything but True, False, 0 or 1: a
+    string such as ``"false"`` is truthy, so it would turn the option on silently."""
+    for p in inspect.signature(cls.__init__).parameters.values():
+        if p.annotation in ("bool", bool, "bool | None") and p.name in values:
+            v = values[p.name]
+            if v is None and p.annotation == "bool | None":
+                continue  # (None: the default chosen from other options)
+            if not isinstance(v, (bool, int)) or v not in (0, 1):
+                raise InvalidOptionError(
+                    f"{cls.__name__}: option {p.name!r} takes True or False, not {v!r}")

@@ -39,7 +39,7 @@ from .errors import (
     api_error,
 )
 from .future import RecordFuture
-from .options import check_options
+from .options import check_option_types, check_options
 from .partitioner import StickyPartitioner, partition_for_key
 from .security import ClientSecurity
 from .stale import IO_METADATA_TIMEOUT_S, Recheck, ResponseClock, moved
@@ -134,6 +134,7 @@ class Producer:
         """``security_options``: kafka-python's security_protocol, ssl_cafile,
         ssl_certfile, ssl_keyfile, ssl_password, ssl_check_hostname, sasl_mechanism,
         sasl_plain_username, sasl_plain_password (see client/security.py)."""
+        check_option_types(Producer, locals())
         check_options(Producer, security_options)  # a misspelt option: named, with the nearest
         self.security = ClientSecurity.from_options(**security_options)
         self.acks = _acks(acks)

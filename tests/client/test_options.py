@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from raftlog.client import Admin, Consumer, Producer
-from raftlog.client.options import UnknownOptionError, option_names
+from raftlog.client.options import InvalidOptionError, UnknownOptionError, option_names
 from raftlog.config import LogConfig
 from raftlog.errors import ConfigError, did_you_mean
 
@@ -30,6 +30,27 @@ def test_an_unknown_option_is_named_with_the_nearest_valid_one(make, kw, message
     assert str(e.value) == message
     assert "security option" not in str(e.value)
     assert isinstance(e.value, TypeError)  # as Python's own unexpected keyword argument
+
+
+@pytest.mark.parametrize("make, kw", [
+    (Consumer, {"fetch_sessions": "yes"}),
+    (Consumer, {"enable_auto_commit": "false"}),  # a truthy string: would commit
+    (Producer, {"enable_idempotence": "false"}),
+    (Producer, {"enable_idempotence": "yes"}),
+])
+def test_a_yes_no_option_takes_true_or_false_only(make, kw):
+    ((name, value),) = kw.items()
+    with pytest.raises(InvalidOptionError) as e:
+        make(NOWHERE, **kw)
+    assert str(e.value) == (f"{make.__name__}: option {name!r} takes True or False, "
+                            f"not {value!r}")
+    assert isinstance(e.value, TypeError)
+
+
+def test_a_yes_no_option_takes_bools_and_0_or_1():
+    for v in (True, False, 0, 1):
+        Consumer(NOWHERE, fetch_sessions=v, enable_auto_commit=v).close()
+    Producer(NOWHERE, enable_idempotence=None).close()  # None: chosen from acks
 
 
 def test_every_unknown_option_is_named_at_once():
