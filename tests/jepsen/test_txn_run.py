@@ -29,28 +29,21 @@ def test_txn_run_with_kills_and_pauses_is_valid(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_txn_run_catches_lso_ignoring_open_transactions(tmp_path):
-    """bug-lso-ignores-open-txn (read_committed reads up to the high watermark): the
-    consumers read records of transactions still open, some of them aborted later."""
+@pytest.mark.parametrize("flag, anomalies", [
+    # read_committed reads up to the high watermark: the consumers read records of
+    # transactions still open, some of them aborted later
+    ("bug-lso-ignores-open-txn", ("aborted-read", "intermediate-read")),
+    # leaders append a transactional batch without KIP-890's check: the workload's sends
+    # to partitions its transactions never added (TXN_UNADDED_SHARE) are appended, no
+    # marker closes them, and committed writes behind them are never read_committed
+    # (on a correct node those sends are refused and their transactions abort: the
+    # valid run above has them too)
+    ("bug-skip-txn-verification", ("lost-write", "aborted-read")),
+])
+def test_txn_run_catches_a_planted_bug(tmp_path, flag, anomalies):
     rc, results, err = run_harness(
         tmp_path / "run", "--workload", "txn", "--nemesis", "none", "--time", "10",
-        "--rate", "50", "--seed", "7", "--node-flag", "bug-lso-ignores-open-txn")
+        "--rate", "50", "--seed", "7", "--node-flag", flag)
     assert rc == 1 and results["valid"] is False, err
     counts = results["stats"]["anomaly_counts"]
-    assert counts.get("aborted-read", 0) + counts.get("intermediate-read", 0) > 0, counts
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(240)
-def test_txn_run_catches_unverified_transactional_appends(tmp_path):
-    """bug-skip-txn-verification (leaders append a transactional batch without KIP-890's
-    check): the workload's sends to partitions its transactions never added
-    (TXN_UNADDED_SHARE) are appended, no marker closes them, and the committed writes
-    behind them are never read_committed (on a correct node those sends are refused
-    and their transactions abort: the valid run above has them too)."""
-    rc, results, err = run_harness(
-        tmp_path / "run", "--workload", "txn", "--nemesis", "none", "--time", "10",
-        "--rate", "50", "--seed", "7", "--node-flag", "bug-skip-txn-verification")
-    assert rc == 1 and results["valid"] is False, err
-    counts = results["stats"]["anomaly_counts"]
-    assert counts.get("lost-write", 0) + counts.get("aborted-read", 0) > 0, counts
+    assert sum(counts.get(a, 0) for a in anomalies) > 0, counts
