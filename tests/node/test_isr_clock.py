@@ -188,17 +188,24 @@ class _UnknownOutcomeStore:
         return self.committed
 
 
-async def _outcome(store, part) -> None:
+async def _outcome(store, part, settled=None) -> None:
     """Wait (bounded) for the proposal and for the duty to have dealt with its outcome:
     the proposal and the read run in worker threads, which the autojump clock does not
-    wait for, so the test stays runnable (the clock holds) while they run."""
+    wait for, so the test stays runnable (the clock holds) while they run. ``settled``:
+    the state the duty must reach (default: the read was made). The wait is bounded in
+    real time, not in ticks: a loaded machine may take a while to hand a worker
+    thread's answer back (a CI run saw the old 20-tick wait end first)."""
+    import time
+
     for _ in range(3000):  # (virtual time: the duty proposes within a check period)
         if store.proposed:
             break
         await trio.sleep(0.01)
-    for _ in range(200_000):
-        if part.pending_isr is None or part.isr_refused is not None and store.reads:
-            break
+    if settled is None:
+        def settled():
+            return part.pending_isr is None or part.isr_refused is not None and store.reads
+    deadline = time.monotonic() + 30
+    while not settled() and time.monotonic() < deadline:
         await trio.sleep(0)
     for _ in range(20):
         await trio.sleep(0)
@@ -252,7 +259,7 @@ async def test_an_isr_change_of_unknown_outcome_that_did_not_commit_is_dropped(
     part, isr = _leader_adding_2(tmp_path, store)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(isr.run)
-        await _outcome(store, part)
+        await _outcome(store, part, settled=lambda: part.pending_isr is None)
         assert part.pending_isr is None  # settled: it never committed
         part.append_as_leader(encode_batch([b"c", b"d"]), 1 << 20)
         part.on_follower_fetch(3, 4)
