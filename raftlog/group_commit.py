@@ -131,20 +131,13 @@ class GroupCommitter:
         try:
             flushed = sync_now()
         except Exception as e:  # a disk error: as _run
-            st.failed()
-            self._wake()
-            if self._on_error is not None:
-                self._on_error(e)
+            self._failed(e)
             return False
         if flushed is None:
             st.in_flight = None
             st.syncs -= 1
             return None
-        before = st.flushed
-        st.done(flushed)
-        self._wake()
-        if st.flushed > before and self._on_flushed is not None:
-            self._on_flushed(st.flushed)
+        self._done(flushed)
         return True
 
     def truncated(self, end: int, flushed: int) -> None:
@@ -164,18 +157,28 @@ class GroupCommitter:
             try:
                 flushed = await self._sync()
             except Exception as e:  # a disk error: reported, retried at the next append
-                st.failed()
-                self._wake()
-                if self._on_error is not None:
-                    self._on_error(e)
+                self._failed(e)
                 return
-            before = st.flushed
-            again = st.done(flushed)
-            self._wake()
-            if st.flushed > before and self._on_flushed is not None:
-                self._on_flushed(st.flushed)
-            if not again:
+            if not self._done(flushed):
                 return
+
+    def _done(self, flushed: int) -> bool:
+        """The sync in flight returned at ``flushed``: wake the waiters, tell the owner.
+        True when another sync is due at once."""
+        st = self.state
+        before = st.flushed
+        again = st.done(flushed)
+        self._wake()
+        if st.flushed > before and self._on_flushed is not None:
+            self._on_flushed(st.flushed)
+        return again
+
+    def _failed(self, e: Exception) -> None:
+        """The sync in flight failed: nothing more is on disk; waiters and owner told."""
+        self.state.failed()
+        self._wake()
+        if self._on_error is not None:
+            self._on_error(e)
 
     def _wake(self) -> None:
         ev, self._moved = self._moved, trio.Event()
