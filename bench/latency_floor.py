@@ -1,7 +1,8 @@
 """The node's own end-to-end latency floor: no SDK, no client threads.
 
     python bench/latency_floor.py [--bootstrap HOST:PORT] [--rate 1000] [--n 8000]
-                                  [--relay] [--json]
+                                  [--relay] [--json] [--replication-factor 1|3]
+                                  [--acks 1|all] [--write-caching false|true|both] [--pairs N]
 
 One process sends one PRODUCE (acks=1, one 100-byte record) at a time on a blocking
 socket; another long-polls FETCH on its own socket; both use the sans-IO codec
@@ -13,6 +14,17 @@ of the same frames: stamp, os.write, ack, answer the pending fetch) in the same 
 node first, and reports the ratios: what the node costs above the floor of a Python
 broker on this machine (JSON: relay_p50_ms, relay_p99_ms, node_over_relay_p50,
 node_over_relay_p99).
+
+``--replication-factor 3`` starts three nodes (an RF3 topic, acks=all by default) and, with
+``--relay``, a leader relay with two follower relays (bench/relay.py: followers long-poll
+the leader, the high watermark is the least offset all three hold). ``--write-caching``
+sets the topic's ``write.caching`` (false, the node's default: acknowledged once on disk)
+and makes the relay fdatasync the same way (a follower before it fetches again, the leader
+in a worker thread, one sync in flight); ``both`` runs each setting, alternated over
+``--pairs`` rounds, and reports medians and the durable / cached ratios of the node and of
+the relay: what durability costs a minimal Python broker on this machine, beside what it
+costs the node (JSON: modes.{false,true}, durable_over_cached_p50/p99 and
+relay_durable_over_cached_p50/p99).
 """
 
 from __future__ import annotations
@@ -32,7 +44,8 @@ from raftlog.client import Admin
 from raftlog.protocol import Api, ClientConnection
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from throughput import latency_summary, start_node  # noqa: E402  (bench/, beside this file)
+from pacing import precise_timers  # noqa: E402  (bench/, beside this file)
+from throughput import latency_summary, start_cluster, start_node  # noqa: E402
 
 VALUE_BYTES = 100
 
@@ -55,7 +68,8 @@ def _call(s, c, api, fields, body=b""):
     return frame
 
 
-def producer(bootstrap: str, topic: str, n: int, rate: int) -> None:
+def producer(bootstrap: str, topic: str, n: int, rate: int, acks: int = 1) -> None:
+    precise_timers()
     s, c = _connect(bootstrap)
     pad = b"x" * (VALUE_BYTES - 8)
     start = time.perf_counter()
@@ -64,8 +78,11 @@ def producer(bootstrap: str, topic: str, n: int, rate: int) -> None:
         if ahead > 0:
             time.sleep(ahead)
         batch = records.encode_batch([time.monotonic_ns().to_bytes(8, "little") + pad], timestamp=0)
-        _call(s, c, Api.PRODUCE, {"acks": 1, "timeout_ms": 5000,
-                                  "parts": [[topic, 0, len(batch)]]}, batch)
+        part = _call(s, c, Api.PRODUCE, {"acks": acks, "timeout_ms": 5000,
+                                         "parts": [[topic, 0, len(batch)]]}, batch
+                     ).header["parts"][0]
+        if part.error:
+            raise SystemExit(f"produce failed: error {part.error} {part.message}")
 
 
 def consumer(bootstrap: str, topic: str, n: int, ready: str) -> dict:
@@ -85,15 +102,20 @@ def consumer(bootstrap: str, topic: str, n: int, ready: str) -> dict:
     return latency_summary(lat)
 
 
-def measure(bootstrap: str, n: int, rate: int, create_topic: bool = True) -> dict:
+def measure(bootstrap: str, n: int, rate: int, create_topic: bool = True, rf: int = 1,
+            acks: int = 1, write_caching: str | None = None) -> dict:
     """One run of the producer and consumer processes against ``bootstrap``."""
     topic = f"floor-{time.time_ns()}"
     if create_topic:
         with Admin(bootstrap) as admin:
-            admin.create_topic(topic, partitions=1, replication_factor=1)
+            config = {"write.caching": write_caching} if write_caching else None
+            admin.create_topic(topic, partitions=1, replication_factor=rf, config=config)
+            leader = _wait_isr(admin, topic, rf)
+            bootstrap = next(f"{b.host}:{b.port}" for b in admin.describe_cluster().brokers
+                             if b.id == leader)  # (the clients talk to the leader only)
     ready = tempfile.mktemp(prefix="raftlog-floor-ready-")
     common = [sys.executable, __file__, "--bootstrap", bootstrap, "--topic", topic,
-              "--n", str(n), "--rate", str(rate)]
+              "--n", str(n), "--rate", str(rate), "--acks", str(acks)]
     cons = subprocess.Popen([*common, "--role", "consumer", "--ready", ready],
                             stdout=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
@@ -105,14 +127,48 @@ def measure(bootstrap: str, n: int, rate: int, create_topic: bool = True) -> dic
     return json.loads(out)
 
 
-def start_relay() -> tuple[subprocess.Popen, str]:
-    relay = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "relay.py")],
-                             stdout=subprocess.PIPE, text=True)
-    port = relay.stdout.readline().strip()
+def _wait_isr(admin, topic: str, rf: int) -> int:
+    """Wait for the full ISR; the partition's leader."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        parts = admin.describe_topic(topic).partitions
+        if parts and all(len(p.isr) == rf and p.leader >= 0 for p in parts):
+            return parts[0].leader
+        time.sleep(0.05)
+    raise SystemExit(f"topic {topic}: the ISR did not reach {rf} replicas in 30 s")
+
+
+def start_relay(replicas: int = 1, sync: bool = False) -> tuple[list, str]:
+    """A relay leader (and ``replicas - 1`` follower relays long-polling it)."""
+    script = os.path.join(os.path.dirname(__file__), "relay.py")
+    flags = ["--sync"] if sync else []
+    procs = [subprocess.Popen([sys.executable, script, "--replicas", str(replicas), *flags],
+                              stdout=subprocess.PIPE, text=True)]
+    port = procs[0].stdout.readline().strip()
     if not port:
-        relay.kill()
+        procs[0].kill()
         raise SystemExit("bench/relay.py did not start")
-    return relay, f"127.0.0.1:{port}"
+    addr = f"127.0.0.1:{port}"
+    for i in range(1, replicas):
+        procs.append(subprocess.Popen([sys.executable, script, "--follow", addr,
+                                       "--replica-id", str(i), *flags],
+                                      stdout=subprocess.PIPE, text=True))
+        if not procs[-1].stdout.readline().strip():
+            stop(procs)
+            raise SystemExit("a follower of bench/relay.py did not start")
+    return procs, addr
+
+
+def stop(procs: list) -> None:
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        p.wait(30)
+
+
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
 
 
 def main() -> None:
@@ -123,46 +179,91 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--relay", action="store_true",
                     help="also measure bench/relay.py in the same run and report the ratios")
+    ap.add_argument("--replication-factor", type=int, default=1, choices=[1, 2, 3, 4, 5],
+                    help="start this many nodes (and relays) and an RF N topic")
+    ap.add_argument("--acks", choices=["1", "all", "-1"],
+                    help="the producer's acks (default: all with replication, else 1)")
+    ap.add_argument("--write-caching", choices=["false", "true", "both"], default="false",
+                    help="the topic's write.caching (false: the node's default); the relay "
+                         "fdatasyncs when false; both: each, alternated")
+    ap.add_argument("--pairs", type=int, default=1,
+                    help="rounds of every setting, alternated (medians reported)")
     ap.add_argument("--role", help=argparse.SUPPRESS)
     ap.add_argument("--topic", help=argparse.SUPPRESS)
     ap.add_argument("--ready", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    rf = args.replication_factor
+    acks = 1 if args.acks is None and rf == 1 else -1 if args.acks in (None, "all", "-1") else 1
     if args.role == "producer":
-        producer(args.bootstrap, args.topic, args.n, args.rate)
+        producer(args.bootstrap, args.topic, args.n, args.rate, acks)
         return
     if args.role == "consumer":
         print(json.dumps(consumer(args.bootstrap, args.topic, args.n, args.ready)))
         return
-    node, data_dir = None, None
+    if args.pairs < 1:
+        raise SystemExit("--pairs must be >= 1")
+    modes = ["true", "false"] if args.write_caching == "both" else [args.write_caching]
+    nodes, data_dir = [], None
     if args.bootstrap is None:
-        node, args.bootstrap, data_dir = start_node()
+        if rf > 1:
+            nodes, args.bootstrap, data_dir = start_cluster(rf)
+        else:
+            node, args.bootstrap, data_dir = start_node()
+            nodes = [node]
+    runs: dict = {m: {"node": [], "relay": []} for m in modes}
     try:
-        result = {"rate": args.rate, **measure(args.bootstrap, args.n, args.rate)}
+        for _ in range(args.pairs):
+            for m in modes:
+                runs[m]["node"].append(measure(args.bootstrap, args.n, args.rate, rf=rf,
+                                               acks=acks, write_caching=m))
+                if args.relay:
+                    relay, relay_addr = start_relay(rf, sync=m == "false")
+                    try:
+                        runs[m]["relay"].append(measure(relay_addr, args.n, args.rate,
+                                                        create_topic=False, acks=acks))
+                    finally:
+                        stop(relay)
     finally:
-        if node is not None:
-            node.terminate()
-            node.wait(30)
+        stop(nodes)
+        if data_dir:
             shutil.rmtree(data_dir, ignore_errors=True)
-    if args.relay:
-        relay, relay_addr = start_relay()
-        try:
-            r = measure(relay_addr, args.n, args.rate, create_topic=False)
-        finally:
-            relay.terminate()
-            relay.wait(30)
-        result.update(relay_p50_ms=r["lat_p50_ms"], relay_p99_ms=r["lat_p99_ms"],
-                      node_over_relay_p50=result["lat_p50_ms"] / r["lat_p50_ms"],
-                      node_over_relay_p99=result["lat_p99_ms"] / r["lat_p99_ms"])
+    result = {"rate": args.rate, "replication_factor": rf, "acks": acks, "pairs": args.pairs,
+              "modes": {}}
+    for m in modes:
+        node = {k: _median([r[k] for r in runs[m]["node"]]) for k in runs[m]["node"][0]}
+        if args.relay:
+            node.update(relay_p50_ms=_median([r["lat_p50_ms"] for r in runs[m]["relay"]]),
+                        relay_p99_ms=_median([r["lat_p99_ms"] for r in runs[m]["relay"]]))
+            node.update(node_over_relay_p50=node["lat_p50_ms"] / node["relay_p50_ms"],
+                        node_over_relay_p99=node["lat_p99_ms"] / node["relay_p99_ms"])
+        result["modes"][m] = node
+    result.update(result["modes"][modes[-1]])  # (the single setting's figures at the top)
+    if len(modes) == 2:
+        d, c = result["modes"]["false"], result["modes"]["true"]
+        result.update(durable_over_cached_p50=d["lat_p50_ms"] / c["lat_p50_ms"],
+                      durable_over_cached_p99=d["lat_p99_ms"] / c["lat_p99_ms"])
+        if args.relay:
+            result.update(relay_durable_over_cached_p50=d["relay_p50_ms"] / c["relay_p50_ms"],
+                          relay_durable_over_cached_p99=d["relay_p99_ms"] / c["relay_p99_ms"])
     if args.json:
         print(json.dumps(result))
-    else:
-        print(f"{result['lat_records']} records at {args.rate}/s: p50 {result['lat_p50_ms']:.3f} ms"
-              f"  p99 {result['lat_p99_ms']:.3f}  p99.9 {result['lat_p999_ms']:.3f}"
-              f"  max {result['lat_max_ms']:.3f}")
+        return
+    for m in modes:
+        r = result["modes"][m]
+        print(f"write.caching={m}: {r['lat_records']:.0f} records at {args.rate}/s, RF{rf}, "
+              f"acks={acks}: p50 {r['lat_p50_ms']:.3f} ms  p99 {r['lat_p99_ms']:.3f}  "
+              f"p99.9 {r['lat_p999_ms']:.3f}  max {r['lat_max_ms']:.3f}")
         if args.relay:
-            print(f"relay (bench/relay.py), same clients: p50 {result['relay_p50_ms']:.3f} ms"
-                  f"  p99 {result['relay_p99_ms']:.3f}   node/relay: p50 "
-                  f"{result['node_over_relay_p50']:.2f}x  p99 {result['node_over_relay_p99']:.2f}x")
+            print(f"  relay (bench/relay.py{', --sync' if m == 'false' else ''}), same clients: "
+                  f"p50 {r['relay_p50_ms']:.3f} ms  p99 {r['relay_p99_ms']:.3f}   node/relay: "
+                  f"p50 {r['node_over_relay_p50']:.2f}x  p99 {r['node_over_relay_p99']:.2f}x")
+    if len(modes) == 2:
+        print(f"durable / cached: node p50 {result['durable_over_cached_p50']:.2f}x  "
+              f"p99 {result['durable_over_cached_p99']:.2f}x", end="")
+        if args.relay:
+            print(f"; relay p50 {result['relay_durable_over_cached_p50']:.2f}x  "
+                  f"p99 {result['relay_durable_over_cached_p99']:.2f}x", end="")
+        print()
 
 
 if __name__ == "__main__":

@@ -63,6 +63,45 @@ def test_the_relay_acknowledges_produces_and_answers_a_waiting_fetch():
         relay.wait(10)
 
 
+def test_the_replicated_relay_acknowledges_acks_all_once_its_follower_holds_it(tmp_path):
+    """bench/relay.py --replicas 2 --sync (latency_floor.py's RF3 floor): an acks=all
+    produce and a consumer wait until the follower has fetched (and synced) the batch."""
+    script = os.path.join(BENCH, "relay.py")
+    leader = subprocess.Popen([sys.executable, script, "--replicas", "2", "--sync"],
+                              stdout=subprocess.PIPE, text=True)
+    follower = None
+    try:
+        port = int(leader.stdout.readline())
+        prod = socket.create_connection(("127.0.0.1", port), timeout=10)
+        cons = socket.create_connection(("127.0.0.1", port), timeout=10)
+        pp, cp = ClientConnection(), ClientConnection()
+        batch = records.encode_batch([b"a", b"b"], timestamp=0)
+        _, data = pp.send_request(Api.PRODUCE, {"acks": -1, "parts": [["t", 0, len(batch)]]},
+                                  batch)
+        prod.sendall(data)
+        # no follower yet: the consumer sees nothing below the high watermark (0)
+        f = _call(cons, cp, Api.FETCH, {"max_wait_ms": 300, "parts": [["t", 0, 0, 1 << 20, -1]]})
+        assert f.header["parts"][0].length == 0 and f.header["parts"][0].high_watermark == 0
+        follower = subprocess.Popen([sys.executable, script, "--follow", f"127.0.0.1:{port}",
+                                     "--replica-id", "1", "--sync"],
+                                    stdout=subprocess.PIPE, text=True)
+        while (frame := pp.next_response()) is None:  # answered once the follower holds it
+            chunk = prod.recv(1 << 16)
+            assert chunk, "the relay closed the connection"
+            pp.receive_data(chunk)
+        assert frame.header["parts"][0].error == 0
+        f = _call(cons, cp, Api.FETCH, {"max_wait_ms": 5000, "parts": [["t", 0, 0, 1 << 20, -1]]})
+        assert f.header["parts"][0].high_watermark == 2
+        assert [r.value for r in records.decode_batches(f.body)] == [b"a", b"b"]
+        prod.close()
+        cons.close()
+    finally:
+        for p in (follower, leader):
+            if p is not None:
+                p.terminate()
+                p.wait(10)
+
+
 def test_rates_parse_as_a_list():
     assert throughput.parse_rates("1000") == [1000]
     assert throughput.parse_rates("1000,5000,20000") == [1000, 5000, 20000]
