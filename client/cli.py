@@ -344,6 +344,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="SASL_SSL on every listener, SCRAM user admin, ACLs: TLS material "
                          "from `raftlog tls init DATA_DIR/tls` (made if missing); writes "
                          "DATA_DIR/client.properties for --command-config")
+    up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a node config key for every node (repeatable), e.g. --set "
+                         "write.caching.default=true; written to each node's "
+                         "server.properties")
     up.set_defaults(fn=cmd_up)
 
     node = sub.add_parser(

@@ -61,6 +61,50 @@ def validate(args) -> str | None:
                     f"not start at {first}")
     if not args.wait_timeout >= 0:  # (also NaN)
         return f"--wait-timeout must be 0 or more seconds, not {args.wait_timeout}"
+    try:
+        extra_properties(args)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+#: Node config keys ``up`` sets itself, and the flag that chooses each instead.
+OWNED_KEYS = {
+    "node.id": "--nodes", "broker.id": "--nodes", "listeners": "--host/--port",
+    "log.dirs": "--data-dir", "log.dir": "--data-dir", "data.dir": "--data-dir",
+    "controller.quorum.voters": "--nodes/--controllers", "process.roles": "--controllers",
+    "raft.password": "DATA_DIR/raft.password (made by up)",
+    "metrics.listener": "--metrics-port", "kafka.listener": "--kafka-port",
+    "kafka.brokers": "--kafka-port",
+}
+
+
+def extra_properties(args) -> dict[str, str]:
+    """``--set KEY=VALUE`` items as properties (ValueError: one sentence saying what to
+    do). The values themselves are checked with each node's whole config (check_config)."""
+    props: dict[str, str] = {}
+    for item in getattr(args, "set", None) or []:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE, e.g. --set "
+                             "write.caching.default=true")
+        if key in OWNED_KEYS:
+            raise ValueError(f"--set {key}: raftlog up sets {key} itself; use "
+                             f"{OWNED_KEYS[key]}")
+        props[key] = value.strip()
+    return props
+
+
+def check_config(props: dict[str, str]) -> str | None:
+    """What is wrong with one node's properties (the node's own check), or None."""
+    from raftlog.errors import ConfigError
+    from raftlog.node.config import NodeConfig
+
+    try:
+        NodeConfig.from_properties(props)
+    except ConfigError as e:
+        return str(e)
     return None
 
 
@@ -296,6 +340,7 @@ def _spawn_nodes(args, data_dir: str, security: dict) -> tuple[list, list[NodeOu
         config = os.path.join(node_dir, "server.properties")
         props = node_properties(args, i, node_dir, controllers, secret)
         props.update(security.get(i, {}))  # (up --security: SASL_SSL, the admin's secret)
+        props.update(extra_properties(args))
         write_properties(config, props)
         log_path = os.path.join(node_dir, "node.log")
         out = NodeOutput(log_path)
@@ -316,6 +361,12 @@ def _run(args, data_dir: str) -> int:
                                                     port=args.port, kafka_port=args.kafka_port)
         admin_options = load_command_config(client_props)
         client_security = ClientSecurity.from_options(**admin_options)
+    first = {**node_properties(args, 1, os.path.join(data_dir, "node-1"), args.nodes,
+                               "x" * 16), **security.get(1, {}), **extra_properties(args)}
+    problem = check_config(first)
+    if problem is not None:  # (before any node starts: a wrong --set value)
+        print(f"raftlog up: --set: {problem}", file=sys.stderr)
+        return 2
     procs, outputs = _spawn_nodes(args, data_dir, security)
     stop_echo = threading.Event()
     echo = threading.Thread(target=_echo_loop, args=(outputs, stop_echo), daemon=True,

@@ -291,12 +291,17 @@ class NodeConfig:
                 continue
             setter = _NODE_KEYS.get(key)
             if setter is None:
-                raise ConfigError(f"unknown config key {key!r}{did_you_mean(key, _NODE_KEYS)}")
+                raise ConfigError(f"unknown config key {key!r}{_nearest_key(key)}")
             setter(kw, key, value)
         if "write_caching_default" in kw:
             log_defaults.setdefault("write.caching", str(kw["write_caching_default"]).lower())
         if log_defaults:
+            from raftlog.config import KEYS as TOPIC_KEYS
             from raftlog.config import LogConfig
+
+            for k in log_defaults:
+                if k not in TOPIC_KEYS:
+                    raise ConfigError(f"unknown config key 'log.{k}'{_nearest_key(k)}")
 
             LogConfig.from_dict(log_defaults)  # validates: raises ConfigError naming the key
         kw["log_defaults"] = log_defaults
@@ -457,6 +462,18 @@ SECRET_KEYS = ("raft.password", "inter.broker.sasl.password", "ssl.key.password"
                "metrics.basic.auth.password", "metrics.ssl.key.password")
 #: Where the metrics listener binds when metrics.listener gives a port only.
 METRICS_DEFAULT_HOST = "127.0.0.1"
+
+
+def _nearest_key(key: str) -> str:
+    """The hint for an unknown node key: the nearest node key, or the nearest topic
+    default (``log.`` + a topic config: ``retention.hours`` -> ``log.retention.ms``)."""
+    from raftlog.config import KEYS as TOPIC_KEYS
+
+    hint = did_you_mean(key.removeprefix("log."), TOPIC_KEYS)
+    if hint:
+        return did_you_mean("log." + key.removeprefix("log."),
+                            [f"log.{k}" for k in TOPIC_KEYS])
+    return did_you_mean(key, _NODE_KEYS)
 
 
 def _bracket(host: str) -> str:

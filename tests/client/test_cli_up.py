@@ -157,3 +157,33 @@ def _free(port: int) -> bool:
             return True
         except OSError:
             return False
+
+
+def test_up_set_gives_every_node_a_config_key_and_refuses_a_wrong_one(tmp_path):
+    """`up --set KEY=VALUE`: into every node's server.properties (the node runs it); a
+    wrong key or value, or a key `up` sets itself, is refused before any node starts."""
+    data_dir, port = str(tmp_path / "data"), free_port()
+    for bad, says in [("retention.hours=5", "did you mean 'log.retention.ms'?"),
+                      ("write.caching.default=maybe", "is not a boolean"),
+                      ("listeners=127.0.0.1:1", "raftlog up sets listeners itself; use "
+                                                "--host/--port"),
+                      ("novalue", "expected KEY=VALUE")]:
+        r = subprocess.run(_up_args(data_dir, port, "--set", bad), capture_output=True,
+                           timeout=30)
+        assert r.returncode == 2 and says in r.stderr.decode(), r.stderr.decode()
+        assert not os.path.exists(os.path.join(data_dir, "node-1", "node.log"))
+    proc = _up(data_dir, port, "--set", "write.caching.default=true",
+               "--set", "log.retention.ms=3600000")
+    try:
+        assert proc.stdout.readline().startswith(b"raftlog is up")
+        props = open(os.path.join(data_dir, "node-1", "server.properties")).read()
+        assert "write.caching.default=true\n" in props
+        with Admin(f"127.0.0.1:{port}") as admin:
+            admin.create_topic("t")
+            config = {c.name: (c.value, c.source) for c in admin.describe_configs(topic="t")}
+        assert config["write.caching"] == ("true", "static")
+        assert config["retention.ms"] == ("3600000", "static")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert proc.returncode == 0

@@ -46,7 +46,11 @@ broker.rack=eu-west-1a
         ("listeners=999.1.1.1:9092", "not a valid IP address"),
         ("listeners=127.0.0.1:99999", "above the maximum"),
         ("log.retention.ms=soon", "retention.ms"),
-        ("log.no.such=1", "unknown topic config"),
+        ("log.no.such=1", "unknown config key 'log.no.such'"),
+        # a topic config without its log. prefix (Kafka's broker keys have it)
+        ("retention.hours=5", r"unknown config key 'retention.hours' "
+                              r"\(did you mean 'log.retention.ms'\?\)"),
+        ("log.retension.ms=5", r"did you mean 'log.retention.ms'\?"),
         ("auto.create.topics.enable=maybe", "not a boolean"),
         ("broker.rack=", "broker.rack: must not be empty"),
         ("broker.rack=" + "r" * 256, "1-255 printable characters"),
@@ -101,6 +105,7 @@ def test_node_exits_with_one_clear_line(tmp_path):
     assert r.returncode == 2
     lines = r.stderr.decode().strip().splitlines()
     assert len(lines) == 1 and "unknown config key 'retention.ms'" in lines[0]
+    assert "did you mean 'log.retention.ms'?" in lines[0]
 
 
 def test_node_port_in_use_is_a_clear_error(node):
