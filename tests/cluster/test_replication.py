@@ -299,7 +299,10 @@ def test_leader_with_corrupt_segment_hands_over_and_repairs_from_replicas(cluste
     preferred = cluster.node(p.replicas[0])
     preferred.stop()
     seg_dir = os.path.join(preferred.data_dir, "rot-0")
-    closed = sorted(f for f in os.listdir(seg_dir) if f.endswith(".log"))[0]
+    # a closed segment (not the last) holding at least 400 bytes: how the producer
+    # batched the records decides the sizes (a first segment may hold one small batch)
+    segs = sorted(f for f in os.listdir(seg_dir) if f.endswith(".log"))[:-1]
+    closed = next(f for f in segs if os.path.getsize(os.path.join(seg_dir, f)) >= 400)
     with open(os.path.join(seg_dir, closed), "r+b") as f:  # flip one bit in a record value
         f.seek(200)
         b = f.read(1)
