@@ -229,10 +229,9 @@ class InlineSyncPolicy:
     A sync handed to a worker thread costs the event loop two wake-ups (a task, then the
     thread's answer: ~0.2-0.35 ms of CPU each on a 2-core machine, more than a fast
     fdatasync) and the waiter a trip through the scheduler; run inline, it costs the
-    fdatasync alone but stops the loop while it runs. The node runs a sync inline when
-    its loop has nothing else to do meanwhile (a follower's round, a leader alone in its
-    ISR, a leader once it has answered its followers: node/log_manager.py), and only
-    while syncs are short and sparse: the running
+    fdatasync alone but stops the loop while it runs. The node runs inline only the
+    syncs nothing else could overlap with (a follower's round, a leader alone in its
+    ISR: node/log_manager.py), and only while they are short and sparse: the running
     mean of every sync's duration (inline or threaded) at most :data:`INLINE_MAX_MEAN_S`,
     inline syncs at most :data:`INLINE_MAX_SHARE` of the loop's time (a token bucket of
     :data:`INLINE_BURST_S`), and the last sync ended :data:`INLINE_MIN_GAP_S` ago or
