@@ -42,15 +42,9 @@ class SyncRunner:
     in both the sync is all the waiter has to do, so a worker thread adds its two
     hand-offs and nothing overlaps with it. Such an append runs its sync at once, on the
     event loop (:meth:`sync_now`), while :class:`~raftlog.group_commit.InlineSyncPolicy`
-    allows (fast and sparse syncs, a bounded share of the loop).
-
-    A leader with followers in its ISR must not sync before it has answered them: its
-    sync is to overlap their fetch, append and sync (an inline sync at the append, before
-    the answers, halved RF3 throughput). Its append is :meth:`defer`red instead: the
-    followers' parked fetches are completed and written in the turn of the append
-    (node/purgatory.py), and the deferred syncs run on the loop in the scheduler's next
-    pass -- while the followers work on theirs -- if the policy still allows, else in a
-    thread. A flood of appends (the policy's gap rule) goes to threads at once.
+    allows (fast and sparse syncs, a bounded share of the loop). A leader with followers
+    in its ISR syncs in a thread: its sync overlaps the followers' fetch and sync, which need the
+    loop (measured: inline there halved RF3 throughput).
     """
 
     def __init__(self, manager: LogManager):
@@ -60,10 +54,6 @@ class SyncRunner:
         #: the policy's clock (monotonic seconds; tests replace it)
         self.clock = time.monotonic
         self.policy = InlineSyncPolicy(self.clock())
-        #: leaders' logs whose sync waits for the scheduler's next pass (defer), and
-        #: whether the task that runs them is started
-        self._deferred: dict = {}
-        self._deferred_started = False
 
     def committer(self, part) -> GroupCommitter:
         """The group commit of ``part``'s log (a Partition, node/partition.py)."""
@@ -108,37 +98,6 @@ class SyncRunner:
         t1 = clock()
         self.policy.ran_inline(t1 - t0, t1)
         return True
-
-    def defer(self, part) -> bool:
-        """Run the sync ``part``'s append made due after this turn (a leader with
-        followers: see the class). False when it cannot wait (no runner yet, a sync of
-        the log in flight, or the policy would send it to a thread anyway): the caller
-        starts it in a thread now."""
-        c = part.committer
-        if self.nursery is None or c is None or c.in_flight:
-            return False
-        if not self.policy.allow(self.clock()):
-            return False
-        c.defer(part.log.log_end_offset)  # (waiters wait for it; no thread starts)
-        self._deferred[part] = None
-        if not self._deferred_started:  # (a new task runs in the scheduler's next pass)
-            self._deferred_started = True
-            self.nursery.start_soon(self._run_deferred)
-        return True
-
-    async def _run_deferred(self) -> None:
-        """The deferred syncs, one pass of the scheduler after their appends."""
-        self._deferred_started = False
-        parts, self._deferred = self._deferred, {}
-        for part in parts:
-            c = part.committer
-            if c is None:
-                continue
-            c.undefer()
-            if self.manager.partitions.get(part.key) is not part:
-                continue  # deleted meanwhile
-            if not self.sync_now(part):
-                c.kick()  # (in a thread; nothing if a periodic flush covered it)
 
     def after_flush(self, parts) -> None:
         """After the periodic flush (trio thread): the group commits of the durable

@@ -116,18 +116,15 @@ class Partition:
 
     def _appended(self) -> None:
         """After an append of a durable topic: its group commit (the sync runs in a
-        worker thread, on the loop when nothing could overlap it, or -- a leader with
-        followers -- on the loop after the followers are answered: node/log_manager.py)."""
+        worker thread, or inline when nothing could overlap it: node/log_manager.py)."""
         c = self.committer
         if c is not None and c.nursery is not None:
-            if self._syncs is not None:
-                if not self.is_leader or self.hw_isr == (self.node_id,):
-                    # a follower's round and a lone leader's acks wait for this sync
-                    # and for nothing else: it runs on the loop while fast
-                    if self._syncs.sync_now(self):
-                        return
-                elif self._syncs.defer(self):
-                    return  # (after the followers are answered: node/log_manager.py)
+            # a follower's round and a lone leader's acks wait for this sync and for
+            # nothing else: it runs on the loop while fast (node/log_manager.py)
+            if (self._syncs is not None
+                    and (not self.is_leader or self.hw_isr == (self.node_id,))
+                    and self._syncs.sync_now(self)):
+                return
             c.appended(self.log.log_end_offset)
         else:  # (tools, unit tests, a node not running yet: no worker; sync now)
             try:

@@ -119,19 +119,6 @@ class GroupCommitter:
         :meth:`sync_inline` or :meth:`kick`) before it waits for anything."""
         self.state.append(end)
 
-    def defer(self, end: int) -> None:
-        """The log now ends at ``end``; its sync is claimed by the caller, who runs it
-        soon (after :meth:`undefer`): meanwhile waiters wait for it and appends only
-        accumulate (no thread starts)."""
-        self.state.append(end)
-        self.state.in_flight = -1
-
-    def undefer(self) -> None:
-        """Drop the claim of :meth:`defer`; the caller then runs the sync
-        (:meth:`sync_inline`) or :meth:`kick`s it."""
-        if self.state.in_flight == -1:
-            self.state.in_flight = None
-
     def sync_inline(self, sync_now) -> bool | None:
         """Run the due sync on the calling (trio) thread: ``sync_now()`` is the blocking
         sync, returning the flushed offset, or None when it could not start at once (a

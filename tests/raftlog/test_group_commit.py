@@ -142,39 +142,6 @@ def test_inline_sync_runs_on_the_caller_and_leaves_a_busy_log_to_a_thread():
     run(main)
 
 
-def test_a_deferred_sync_holds_waiters_and_appends_until_its_owner_runs_it():
-    """defer (a leader with followers: the node runs its sync a scheduler pass later):
-    meanwhile a waiter waits (it is not told "no sync runs"), and appends accumulate
-    without starting a thread; undefer + sync_inline then covers all of them."""
-    log = FakeLog()
-
-    async def main():
-        async with trio.open_nursery() as nursery:
-            gc = GroupCommitter(log.sync, 0, nursery=nursery)
-            log.end = 1
-            gc.defer(1)
-            assert gc.in_flight
-            released = []
-
-            async def waiter():
-                released.append(await gc.wait_flushed(2))
-
-            nursery.start_soon(waiter)
-            log.end = 2
-            gc.appended(2)  # during the deferral: accumulates, no thread
-            await trio.sleep(5)
-            assert log.starts == [] and released == []
-            gc.undefer()
-            assert not gc.in_flight
-            assert gc.sync_inline(lambda: 2) is True  # covers both appends
-            await trio.sleep(0)
-            assert released == [True] and gc.flushed == 2 and log.starts == []
-            gc.undefer()  # (no claim: nothing changes)
-            assert not gc.in_flight
-
-    run(main)
-
-
 def test_a_failed_inline_sync_is_reported_and_moves_nothing():
     errors = []
 
