@@ -241,3 +241,68 @@ def test_syncs_run_inline_only_where_nothing_overlaps_them(tmp_path):
     trio.run(main)
     for p in (alone, shared, follower):
         p.close()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_every_append_of_a_leader_ends_up_synced(tmp_path, seed):
+    """Leaders (one alone in its ISR, syncing inline; one with followers, in threads)
+    under a random mix of appends (some in one turn), turns, periodic flushes, clock
+    steps and a slow disk: whatever the order, everything appended is synced in the end
+    and no append is left waiting for a sync that never runs."""
+    import io
+    import random
+
+    import trio
+
+    from raftlog.node.config import NodeConfig
+    from raftlog.node.log_manager import LogManager
+    from raftlog.node.logfmt import EventLog
+
+    rnd = random.Random(seed)
+    partitions: dict = {}
+    logs = LogManager(NodeConfig(data_dir=str(tmp_path / "data")),
+                      EventLog(1, stream=io.StringIO()), partitions)
+    parts = []
+    for name, isr in (("a", (1,)), ("b", (1, 2, 3))):
+        part = Partition(name, 0, logs.open_log(name, 0, LogConfig()), node_id=1,
+                         unflushed=logs.unflushed, syncs=logs.syncs)
+        part.disk = logs.disk
+        partitions[part.key] = part
+        part.update_metadata(1, 1, (1, 2, 3), isr, 0)
+        parts.append(part)
+    policy = logs.syncs.policy
+    now = [1000.0]
+    logs.syncs.clock = lambda: now[0]
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            logs.syncs.start(nursery)
+            for _ in range(300):
+                op = rnd.random()
+                if op < 0.5:
+                    for _ in range(rnd.choice((1, 1, 3))):
+                        rnd.choice(parts).append_as_leader(encode_batch([b"x"]), 1 << 20)
+                elif op < 0.75:
+                    await trio.sleep(0)
+                elif op < 0.85:
+                    now[0] += rnd.choice((0.0001, 0.001, 0.01))
+                elif op < 0.92:
+                    await trio.to_thread.run_sync(logs.flush_all)
+                else:
+                    policy.mean_s = rnd.choice((0.0, 0.01))  # a fast or a slow disk
+            with trio.fail_after(30):
+                for part in parts:
+                    end = part.log.log_end_offset
+                    while part.log.flushed_offset < end:
+                        assert await part.wait_flushed(end) or part.committer.in_flight \
+                            or part.log.flushed_offset >= end, "no sync runs for it"
+                        await trio.sleep(0)
+            for part in parts:
+                assert part.committer.flushed == part.log.log_end_offset
+                assert not part.committer.in_flight
+            assert policy.inline and policy.threaded  # (both ways were taken)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    for p in parts:
+        p.close()
