@@ -27,8 +27,10 @@ def _admin(args):
     return Admin(args.bootstrap_server, **security_kwargs(args))
 
 
-def parse_additions(items: list[str] | None) -> dict[str, str]:
-    """``--add KEY=VALUE`` items as a dict (the value may be empty or contain ``=``).
+def parse_additions(items: list[str] | None, flag: str = "--add",
+                    example: str = "retention.ms=86400000") -> dict[str, str]:
+    """``--add KEY=VALUE`` items (or another ``flag``'s) as a dict (the value may be
+    empty or contain ``=``).
 
     Raises:
         UsageError: an item without ``=`` or without a key, or a key given twice.
@@ -38,10 +40,10 @@ def parse_additions(items: list[str] | None) -> dict[str, str]:
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise UsageError(f"--add {item!r} is not KEY=VALUE "
-                             "(for example --add retention.ms=86400000)")
+            raise UsageError(f"{flag} {item!r} is not KEY=VALUE "
+                             f"(for example {flag} {example})")
         if key in out:
-            raise UsageError(f"--add names {key!r} twice")
+            raise UsageError(f"{flag} names {key!r} twice")
         out[key] = value.strip()
     return out
 

@@ -82,17 +82,13 @@ OWNED_KEYS = {
 def extra_properties(args) -> dict[str, str]:
     """``--set KEY=VALUE`` items as properties (ValueError: one sentence saying what to
     do). The values themselves are checked with each node's whole config (check_config)."""
-    props: dict[str, str] = {}
-    for item in getattr(args, "set", None) or []:
-        key, sep, value = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ValueError(f"--set {item!r}: expected KEY=VALUE, e.g. --set "
-                             "write.caching.default=true")
+    from .cli_configs import parse_additions
+
+    props = parse_additions(getattr(args, "set", None), "--set", "write.caching.default=true")
+    for key in props:
         if key in OWNED_KEYS:
             raise ValueError(f"--set {key}: raftlog up sets {key} itself; use "
                              f"{OWNED_KEYS[key]}")
-        props[key] = value.strip()
     return props
 
 

@@ -167,7 +167,7 @@ def test_up_set_gives_every_node_a_config_key_and_refuses_a_wrong_one(tmp_path):
                       ("write.caching.default=maybe", "is not a boolean"),
                       ("listeners=127.0.0.1:1", "raftlog up sets listeners itself; use "
                                                 "--host/--port"),
-                      ("novalue", "expected KEY=VALUE")]:
+                      ("novalue", "is not KEY=VALUE")]:
         r = subprocess.run(_up_args(data_dir, port, "--set", bad), capture_output=True,
                            timeout=30)
         assert r.returncode == 2 and says in r.stderr.decode(), r.stderr.decode()
