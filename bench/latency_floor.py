@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import shutil
 import socket
 import subprocess
@@ -68,21 +69,60 @@ def _call(s, c, api, fields, body=b""):
     return frame
 
 
-def producer(bootstrap: str, topic: str, n: int, rate: int, acks: int = 1) -> None:
+def producer(bootstrap: str, topic: str, n: int, rate: int, acks: int = 1,
+             open_loop: bool = False) -> None:
+    """One record per request at ``rate``: each waits for its answer (closed loop), or,
+    with ``open_loop``, goes out on schedule while earlier ones wait (the SDK's shape:
+    bench/throughput.py's paced producer), answers read as they come."""
     precise_timers()
     s, c = _connect(bootstrap)
     pad = b"x" * (VALUE_BYTES - 8)
-    start = time.perf_counter()
+    start = time.monotonic()
+    waiting = 0
     for i in range(n):
-        ahead = start + i / rate - time.perf_counter()
-        if ahead > 0:
+        due = start + i / rate
+        while True:
+            ahead = due - time.monotonic()
+            if not open_loop or ahead <= 0:
+                break
+            waiting -= _answers(s, c, ahead)
+        if not open_loop and ahead > 0:
             time.sleep(ahead)
-        batch = records.encode_batch([time.monotonic_ns().to_bytes(8, "little") + pad], timestamp=0)
-        part = _call(s, c, Api.PRODUCE, {"acks": acks, "timeout_ms": 5000,
-                                         "parts": [[topic, 0, len(batch)]]}, batch
-                     ).header["parts"][0]
-        if part.error:
-            raise SystemExit(f"produce failed: error {part.error} {part.message}")
+        # open loop: stamped with its scheduled time (a producer behind schedule shows)
+        stamp = int(due * 1e9) if open_loop else time.monotonic_ns()
+        batch = records.encode_batch([stamp.to_bytes(8, "little") + pad], timestamp=0)
+        fields = {"acks": acks, "timeout_ms": 5000, "parts": [[topic, 0, len(batch)]]}
+        if not open_loop:
+            _check(_call(s, c, Api.PRODUCE, fields, batch))
+            continue
+        _, data = c.send_request(Api.PRODUCE, fields, batch)
+        s.sendall(data)
+        waiting += 1
+    deadline = time.monotonic() + 60
+    while waiting and time.monotonic() < deadline:
+        waiting -= _answers(s, c, 1.0)
+    if waiting:
+        raise SystemExit(f"{waiting} produces unanswered after 60 s")
+
+
+def _answers(s, c, timeout_s: float) -> int:
+    """Read what answers arrive within ``timeout_s``; how many were complete."""
+    done = 0
+    if select.select([s], [], [], timeout_s)[0]:
+        chunk = s.recv(1 << 20)
+        if not chunk:
+            raise SystemExit("the node closed the connection")
+        c.receive_data(chunk)
+        while (frame := c.next_response()) is not None:
+            _check(frame)
+            done += 1
+    return done
+
+
+def _check(frame) -> None:
+    part = frame.header["parts"][0]
+    if part.error:
+        raise SystemExit(f"produce failed: error {part.error} {part.message}")
 
 
 def consumer(bootstrap: str, topic: str, n: int, ready: str) -> dict:
@@ -103,7 +143,7 @@ def consumer(bootstrap: str, topic: str, n: int, ready: str) -> dict:
 
 
 def measure(bootstrap: str, n: int, rate: int, create_topic: bool = True, rf: int = 1,
-            acks: int = 1, write_caching: str | None = None) -> dict:
+            acks: int = 1, write_caching: str | None = None, open_loop: bool = False) -> dict:
     """One run of the producer and consumer processes against ``bootstrap``."""
     topic = f"floor-{time.time_ns()}"
     if create_topic:
@@ -116,6 +156,8 @@ def measure(bootstrap: str, n: int, rate: int, create_topic: bool = True, rf: in
     ready = tempfile.mktemp(prefix="raftlog-floor-ready-")
     common = [sys.executable, __file__, "--bootstrap", bootstrap, "--topic", topic,
               "--n", str(n), "--rate", str(rate), "--acks", str(acks)]
+    if open_loop:
+        common.append("--open-loop")
     cons = subprocess.Popen([*common, "--role", "consumer", "--ready", ready],
                             stdout=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
@@ -186,6 +228,9 @@ def main() -> None:
     ap.add_argument("--write-caching", choices=["false", "true", "both"], default="false",
                     help="the topic's write.caching (false: the node's default); the relay "
                          "fdatasyncs when false; both: each, alternated")
+    ap.add_argument("--open-loop", action="store_true",
+                    help="send on schedule without waiting for each answer (as the SDK's "
+                         "paced producer in bench/throughput.py does)")
     ap.add_argument("--pairs", type=int, default=1,
                     help="rounds of every setting, alternated (medians reported)")
     ap.add_argument("--role", help=argparse.SUPPRESS)
@@ -195,7 +240,7 @@ def main() -> None:
     rf = args.replication_factor
     acks = 1 if args.acks is None and rf == 1 else -1 if args.acks in (None, "all", "-1") else 1
     if args.role == "producer":
-        producer(args.bootstrap, args.topic, args.n, args.rate, acks)
+        producer(args.bootstrap, args.topic, args.n, args.rate, acks, args.open_loop)
         return
     if args.role == "consumer":
         print(json.dumps(consumer(args.bootstrap, args.topic, args.n, args.ready)))
@@ -215,12 +260,14 @@ def main() -> None:
         for _ in range(args.pairs):
             for m in modes:
                 runs[m]["node"].append(measure(args.bootstrap, args.n, args.rate, rf=rf,
-                                               acks=acks, write_caching=m))
+                                               acks=acks, write_caching=m,
+                                               open_loop=args.open_loop))
                 if args.relay:
                     relay, relay_addr = start_relay(rf, sync=m == "false")
                     try:
                         runs[m]["relay"].append(measure(relay_addr, args.n, args.rate,
-                                                        create_topic=False, acks=acks))
+                                                        create_topic=False, acks=acks,
+                                                        open_loop=args.open_loop))
                     finally:
                         stop(relay)
     finally:
@@ -228,7 +275,7 @@ def main() -> None:
         if data_dir:
             shutil.rmtree(data_dir, ignore_errors=True)
     result = {"rate": args.rate, "replication_factor": rf, "acks": acks, "pairs": args.pairs,
-              "modes": {}}
+              "open_loop": args.open_loop, "modes": {}}
     for m in modes:
         node = {k: _median([r[k] for r in runs[m]["node"]]) for k in runs[m]["node"][0]}
         if args.relay:

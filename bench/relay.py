@@ -45,6 +45,8 @@ from raftlog.protocol import (
 )
 
 RECV_BYTES = 1 << 16
+#: Produces of one connection appended and waiting for their answer, at most.
+MAX_PIPELINED = 1024
 
 
 class Relay:
@@ -93,14 +95,12 @@ class Relay:
         while until() < offset:
             await self.hw_moved.wait()
 
-    async def produce(self, req) -> dict:
-        header = self.append(req)
-        end = self.next_offset
-        if req.fields["acks"] == -1:
+    async def acknowledge(self, end: int, acks: int) -> None:
+        """Wait until a produce appended below ``end`` may be answered."""
+        if acks == -1:
             await self._wait_hw(end, lambda: self.hw)
-        elif req.fields["acks"] == 1 and self.sync:
+        elif acks == 1 and self.sync:
             await self._wait_hw(end, lambda: self.flushed)
-        return header
 
     def append(self, req) -> dict:
         parts, body, pos = [], req.body, 0
@@ -144,14 +144,35 @@ class Relay:
         return {"parts": [[topic, partition, 0, self.hw, 0, len(body), ""]]}, body
 
     async def serve(self, stream: trio.SocketStream) -> None:
-        """One client; a malformed frame closes its connection, never the relay."""
+        """One client; a malformed frame closes its connection, never the relay.
+
+        Produces are appended as they are read and answered in order by a second task
+        (up to MAX_PIPELINED waiting), so a client may pipeline acks=all produces as the
+        node lets it; a FETCH is answered before the next request is read."""
+        lock = trio.Lock()
+
+        async def send(data: bytes) -> None:
+            async with lock:
+                await stream.send_all(data)
+
+        acks_in, acks_out = trio.open_memory_channel(MAX_PIPELINED)
         try:
-            await self._serve(stream)
-        except (RemoteProtocolError, trio.BrokenResourceError, CorruptRecordError) as e:
-            print(f"relay: closing a connection: {e}", file=sys.stderr, flush=True)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._answer_produces, acks_out, send)
+                await self._serve(stream, acks_in, send)
+                nursery.cancel_scope.cancel()  # (the client left: its waiting acks too)
+        except* (RemoteProtocolError, trio.BrokenResourceError, CorruptRecordError) as eg:
+            print(f"relay: closing a connection: {eg.exceptions[0]}", file=sys.stderr,
+                  flush=True)
             await stream.aclose()
 
-    async def _serve(self, stream: trio.SocketStream) -> None:
+    async def _answer_produces(self, queue, send) -> None:
+        async for req_id, header, end, acks in queue:
+            await self.acknowledge(end, acks)
+            header.update(id=req_id, error=0)
+            await send(encode_frame(header))
+
+    async def _serve(self, stream: trio.SocketStream, acks, send) -> None:
         decoder = FrameDecoder()
         while True:
             data = await stream.receive_some(RECV_BYTES)
@@ -162,19 +183,17 @@ class Relay:
                 try:
                     req = parse_request(frame)
                 except BadRequest as e:
-                    await stream.send_all(encode_frame(error_response(e.request_id, e.code,
-                                                                      e.message)))
+                    await send(encode_frame(error_response(e.request_id, e.code, e.message)))
                     continue
                 if req.api == Api.PRODUCE:
-                    header = await self.produce(req)
-                    header.update(id=req.id, error=0)
-                    await stream.send_all(encode_frame(header))
+                    header = self.append(req)
+                    await acks.send((req.id, header, self.next_offset, req.fields["acks"]))
                 elif req.api == Api.FETCH:
                     header, body = await self.fetch(req)
                     header.update(id=req.id, error=0)
-                    await stream.send_all(encode_frame_head(header, len(body)) + body)
+                    await send(encode_frame_head(header, len(body)) + body)
                 else:
-                    await stream.send_all(encode_frame(
+                    await send(encode_frame(
                         {"id": req.id, "error": 35, "message": f"{req.api.name} not served"}))
 
 

@@ -102,6 +102,26 @@ def test_the_replicated_relay_acknowledges_acks_all_once_its_follower_holds_it(t
                 p.wait(10)
 
 
+def test_the_open_loop_floor_producer_pipelines_and_every_produce_is_answered():
+    """latency_floor.py --open-loop: produces go out on schedule while earlier ones wait
+    for their answers (the relay answers them in order); all are answered, all appended."""
+    import latency_floor
+
+    relay = subprocess.Popen([sys.executable, os.path.join(BENCH, "relay.py")],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(relay.stdout.readline())
+        latency_floor.producer(f"127.0.0.1:{port}", "t", 300, 5000, acks=1, open_loop=True)
+        cons = socket.create_connection(("127.0.0.1", port), timeout=10)
+        f = _call(cons, ClientConnection(), Api.FETCH, {"parts": [["t", 0, 0, 1 << 20, -1]]})
+        assert f.header["parts"][0].high_watermark == 300
+        assert len(list(records.decode_batches(f.body))) == 300
+        cons.close()
+    finally:
+        relay.terminate()
+        relay.wait(10)
+
+
 def test_rates_parse_as_a_list():
     assert throughput.parse_rates("1000") == [1000]
     assert throughput.parse_rates("1000,5000,20000") == [1000, 5000, 20000]
