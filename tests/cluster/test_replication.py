@@ -293,14 +293,16 @@ def test_leader_with_corrupt_segment_hands_over_and_repairs_from_replicas(cluste
     with cluster.admin() as a:
         a.create_topic("rot", partitions=1, replication_factor=3, config={"segment.bytes": "4096"})
     p = cluster.wait_isr("rot", 0, {1, 2, 3})
-    with Producer(cluster.bootstrap, acks="all", linger_ms=1) as prod:
+    # batches of 1 KiB at most: several closed 4 KiB segments, however the sends are
+    # batched (under load the first record went alone and the other 299 in one 20 KiB
+    # batch: one tiny closed segment, everything else in the active one)
+    with Producer(cluster.bootstrap, acks="all", linger_ms=1, batch_size=1024) as prod:
         futs = [prod.send("rot", b"v%04d" % i + b"." * 60, partition=0) for i in range(300)]
         assert [f.result(30).offset for f in futs] == list(range(300))
     preferred = cluster.node(p.replicas[0])
     preferred.stop()
     seg_dir = os.path.join(preferred.data_dir, "rot-0")
-    # a closed segment (not the last) holding at least 400 bytes: how the producer
-    # batched the records decides the sizes (a first segment may hold one small batch)
+    # a closed segment (not the last) holding at least 400 bytes
     segs = sorted(f for f in os.listdir(seg_dir) if f.endswith(".log"))[:-1]
     closed = next(f for f in segs if os.path.getsize(os.path.join(seg_dir, f)) >= 400)
     with open(os.path.join(seg_dir, closed), "r+b") as f:  # flip one bit in a record value
