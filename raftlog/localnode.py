@@ -47,7 +47,8 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
                 if len(socks) == n:
                     break
                 port = rnd.randint(lo, hi)
-                if port in _RECENT or any(sk.getsockname()[1] == port for sk in socks):
+                if (port in _RECENT or port in RESERVED_PORTS
+                        or any(sk.getsockname()[1] == port for sk in socks)):
                     continue
                 sk = socket.socket()
                 try:
@@ -67,6 +68,11 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
         for sk in socks:
             sk.close()
 
+
+#: Ports never handed out: the README's literal ones in the span (its Kafka listener,
+#: ``--kafka-port 19092`` for up to nine nodes), which tests/docs/test_readme_blocks.py
+#: needs free while the other test worker starts nodes on ports from here.
+RESERVED_PORTS = frozenset(range(19092, 19101))
 
 #: Ports this process handed out lately (not handed out again while here).
 _RECENT: collections.deque = collections.deque(maxlen=2000)

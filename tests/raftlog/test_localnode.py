@@ -41,3 +41,16 @@ def test_a_node_that_cannot_start_is_reported_at_once(tmp_path):
         proc.wait(20)
         assert not wait_listening("127.0.0.1", port, 20, proc)
     assert proc.returncode != 0 and os.path.getsize(log) > 0
+
+
+def test_free_ports_never_hands_out_the_readmes_ports(monkeypatch):
+    """The README's blocks run on its literal ports (tests/docs/test_readme_blocks.py) while
+    the other test worker starts nodes: free_ports keeps off them, even when they are all
+    its span holds besides one port."""
+    from raftlog.localnode import RESERVED_PORTS
+
+    assert 19092 in RESERVED_PORTS
+    lo = min(RESERVED_PORTS)
+    monkeypatch.setenv("RAFTLOG_PORT_SPAN", f"{lo}-{lo + len(RESERVED_PORTS)}")
+    ports = {free_ports(1)[0] for _ in range(3)}
+    assert not ports & RESERVED_PORTS
