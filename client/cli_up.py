@@ -326,7 +326,8 @@ def cmd_up(args) -> int:
         return _run(args, data_dir)
 
 
-def _spawn_nodes(args, data_dir: str, security: dict) -> tuple[list, list[NodeOutput]]:
+def _spawn_nodes(args, data_dir: str, security: dict,
+                 extra: dict[str, str]) -> tuple[list, list[NodeOutput]]:
     controllers = args.nodes if args.controllers is None else args.controllers
     secret = password(data_dir) if args.nodes > 1 else None
     procs, outputs = [], []
@@ -336,7 +337,7 @@ def _spawn_nodes(args, data_dir: str, security: dict) -> tuple[list, list[NodeOu
         config = os.path.join(node_dir, "server.properties")
         props = node_properties(args, i, node_dir, controllers, secret)
         props.update(security.get(i, {}))  # (up --security: SASL_SSL, the admin's secret)
-        props.update(extra_properties(args))
+        props.update(extra)  # (up --set)
         write_properties(config, props)
         log_path = os.path.join(node_dir, "node.log")
         out = NodeOutput(log_path)
@@ -357,13 +358,14 @@ def _run(args, data_dir: str) -> int:
                                                     port=args.port, kafka_port=args.kafka_port)
         admin_options = load_command_config(client_props)
         client_security = ClientSecurity.from_options(**admin_options)
+    extra = extra_properties(args)
     first = {**node_properties(args, 1, os.path.join(data_dir, "node-1"), args.nodes,
-                               "x" * 16), **security.get(1, {}), **extra_properties(args)}
+                               "x" * 16), **security.get(1, {}), **extra}
     problem = check_config(first)
     if problem is not None:  # (before any node starts: a wrong --set value)
         print(f"raftlog up: --set: {problem}", file=sys.stderr)
         return 2
-    procs, outputs = _spawn_nodes(args, data_dir, security)
+    procs, outputs = _spawn_nodes(args, data_dir, security, extra)
     stop_echo = threading.Event()
     echo = threading.Thread(target=_echo_loop, args=(outputs, stop_echo), daemon=True,
                             name="raftlog-up-echo")
