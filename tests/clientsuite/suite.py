@@ -18,10 +18,13 @@ without Kafka installed).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
 import xml.etree.ElementTree as ET
+
+from . import kafka_trace
 
 #: The suite: kafka-python's sdist on PyPI, by version and hash.
 NAME, VERSION = "kafka-python", "3.0.12"
@@ -89,28 +92,37 @@ def prepare(tarball: str, work_dir: str) -> str:
     with open(os.path.join(root, "test", "service.py"), "w") as f:
         f.write(SERVICE_PY)
     os.makedirs(os.path.join(root, "no-kafka"), exist_ok=True)  # (KAFKA_ROOT must exist)
+    shutil.copy(os.path.join(os.path.dirname(__file__), "kafka_trace.py"), root)
     return root
 
 
 def command(root: str, junit: str) -> list[str]:
     return [sys.executable, "-m", "pytest", "test/integration", "-p", "no:cacheprovider",
             "-p", "no:randomly", f"--timeout={TEST_TIMEOUT_S}", "--timeout-method=signal",
-            "-q", "--tb=short", "-o", "log_level=WARNING", f"--junitxml={junit}"]
+            "-q", "--tb=short", "-o", "log_level=WARNING", f"--junitxml={junit}",
+            "-p", "kafka_trace"]
 
 
-def environment(root: str, kafka_uri: str) -> dict[str, str]:
+def environment(root: str, kafka_uri: str, trace_dir: str = "") -> dict[str, str]:
+    """The suite's environment: its broker, and where kafka_trace.py writes the client's
+    DEBUG trace of a failed test (none when ``trace_dir`` is empty)."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_", "KAFKA_", "ZOOKEEPER_"))}
+           if not k.startswith(("PYTEST_", "KAFKA_", "ZOOKEEPER_", kafka_trace.TRACE_DIR_ENV))}
+    if trace_dir:
+        env[kafka_trace.TRACE_DIR_ENV] = trace_dir
     env.update({"KAFKA_URI": kafka_uri, "KAFKA_VERSION": KAFKA_VERSION,
                 "KAFKA_ROOT": os.path.join(root, "no-kafka"), "PYTHONDONTWRITEBYTECODE": "1"})
     return env
 
 
-def run(root: str, kafka_uri: str, junit: str, timeout_s: float, log_path: str) -> int:
+def run(root: str, kafka_uri: str, junit: str, timeout_s: float, log_path: str,
+        trace_dir: str = "") -> int:
     """Run the suite against ``kafka_uri`` ("PLAINTEXT://host:port"); returns pytest's
-    exit code (the outcomes are in ``junit``). Raises TimeoutExpired past ``timeout_s``."""
+    exit code (the outcomes are in ``junit``; a failed test's client trace in
+    ``trace_dir``, see :func:`trace`). Raises TimeoutExpired past ``timeout_s``."""
+    env = environment(root, kafka_uri, trace_dir)
     with open(log_path, "wb") as log:
-        return subprocess.run(command(root, junit), cwd=root, env=environment(root, kafka_uri),
+        return subprocess.run(command(root, junit), cwd=root, env=env,
                               stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s).returncode
 
 
@@ -130,6 +142,32 @@ def outcomes(junit_xml: str) -> dict[str, str]:
         else:
             result.setdefault(tid, "passed")
     return result
+
+
+def trace(trace_dir: str, tid: str, max_chars: int = 8000) -> str:
+    """The end of the client trace kafka_trace.py wrote for failed test ``tid`` ("" if
+    none): its last ``max_chars`` characters."""
+    try:
+        with open(os.path.join(trace_dir, kafka_trace.file_name(tid)),
+                  encoding="utf-8", errors="replace") as f:
+            return f.read()[-max_chars:]
+    except FileNotFoundError:
+        return ""
+
+
+def node_lines(log_paths: list[str], tid: str, max_lines: int = 30) -> str:
+    """The last ``max_lines`` lines of each node log that name the topic of failed test
+    ``tid`` (the suite names a test's topic after the test: its name's first characters)."""
+    needle = tid.rpartition("::")[2].split("[")[0][:30]
+    out = []
+    for path in log_paths:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                hits = [line for line in f if needle in line]
+        except FileNotFoundError:
+            continue
+        out.append(f"{path}: {len(hits)} lines name {needle!r}\n" + "".join(hits[-max_lines:]))
+    return "".join(out)
 
 
 def compare(results: dict[str, str], expected: dict[str, str]) -> tuple[list[str], list[str]]:

@@ -67,8 +67,9 @@ def test_kafka_python_integration_suite(tmp_path):
     root = suite.prepare(_fetch(), str(tmp_path / "suite"))
     nodes, kafka = _cluster(tmp_path)
     junit, log = str(tmp_path / "junit.xml"), str(tmp_path / "suite.log")
+    traces = str(tmp_path / "traces")
     try:
-        suite.run(root, f"PLAINTEXT://{kafka[0]}", junit, SUITE_TIMEOUT_S, log)
+        suite.run(root, f"PLAINTEXT://{kafka[0]}", junit, SUITE_TIMEOUT_S, log, traces)
     finally:
         for n in nodes:
             n.stop()
@@ -80,7 +81,11 @@ def test_kafka_python_integration_suite(tmp_path):
         {t: o for t, o in results.items() if t not in MAY_FAIL}, EXPECTED)
     with open(log, encoding="utf-8", errors="replace") as f:
         tail = f.read()[-6000:]
+    client = "".join(f"\n--- {t}: the client's DEBUG trace (end) ---\n{suite.trace(traces, t)}"
+                     f"\n--- {t}: the nodes ---\n"
+                     f"{suite.node_lines([n.log_path for n in nodes], t)}"
+                     for t in unexpected[:3])
     assert not unexpected, (f"{len(unexpected)} unexpected failure(s) of {suite.NAME}'s "
-                            f"suite: {unexpected}; log {log}:\n{tail}")
+                            f"suite: {unexpected}; log {log}:\n{tail}{client}")
     assert not stale, (f"expected to fail but did not (drop them from "
                        f"tests/clientsuite/expected_failures.py): {stale}")

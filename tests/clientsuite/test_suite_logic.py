@@ -3,7 +3,11 @@ with the expected-failure list that fails the run both ways."""
 
 from __future__ import annotations
 
-from . import suite
+import os
+import shutil
+import subprocess
+
+from . import kafka_trace, suite
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
 <testcase classname="test.integration.test_admin_integration" name="test_a"/>
@@ -33,3 +37,62 @@ def test_compare_fails_both_ways():
     unexpected, stale = suite.compare(results, {"m::a": "why", "m::b": "why", "m::gone": "why"})
     assert unexpected == ["m::c"]
     assert stale == ["m::a", "m::gone"]  # (passing, and no longer in the suite)
+
+
+def test_trace_ids_are_the_junit_ids():
+    assert kafka_trace.suite_test_id(
+        "test/integration/test_admin_integration.py::test_b") == "test_admin_integration::test_b"
+    assert kafka_trace.suite_test_id(
+        "test/integration/test_ssl_integration.py::TestSSL::test_c") == (
+        "test_ssl_integration.TestSSL::test_c")
+    assert kafka_trace.suite_test_id(
+        "test/integration/test_sasl_integration.py::test_d[PLAIN]") == (
+        "test_sasl_integration::test_d[PLAIN]")
+
+
+FAKE_SUITE = '''
+import logging
+
+log = logging.getLogger("kafka.consumer.fetcher")
+
+
+def test_quiet():
+    log.debug("sent ListOffsets %s to node %d", "quiet", 1)
+
+
+def test_stalls():
+    log.debug("sent ListOffsets %s to node %d", "stalls", 2)
+    logging.getLogger("other").debug("not the client's")
+    assert False, "got nothing"
+'''
+
+
+def test_a_failed_tests_client_trace_is_kept_and_a_passing_ones_is_not(tmp_path):
+    """The plugin in a real pytest run of a suite shaped as kafka-python's (without a
+    broker): the failed test's kafka.* DEBUG records (and only its) land in its file,
+    which suite.trace reads back by the junit id."""
+    root = tmp_path / "suite"
+    (root / "test" / "integration").mkdir(parents=True)
+    (root / "test" / "integration" / "test_fake.py").write_text(FAKE_SUITE)
+    shutil.copy(kafka_trace.__file__, root)
+    traces, junit = str(tmp_path / "traces"), str(tmp_path / "junit.xml")
+    cmd = [c for c in suite.command(str(root), junit) if not c.startswith("--timeout")]
+    env = suite.environment(str(root), "PLAINTEXT://127.0.0.1:1", traces)
+    done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert suite.outcomes(junit) == {"test_fake::test_quiet": "passed",
+                                     "test_fake::test_stalls": "failed"}
+    text = suite.trace(traces, "test_fake::test_stalls")
+    assert "kafka.consumer.fetcher DEBUG sent ListOffsets stalls to node 2" in text
+    assert "quiet" not in text and "not the client's" not in text
+    assert suite.trace(traces, "test_fake::test_quiet") == ""
+    assert os.listdir(traces) == [kafka_trace.file_name("test_fake::test_stalls")]
+
+
+def test_node_lines_name_the_failed_tests_topic(tmp_path):
+    log = tmp_path / "node.log"
+    log.write_text("a partition roles: test_kafka_consumer_max_bytes_simple_ab12-0 leader\n"
+                   "b other_topic-1 leader\n")
+    text = suite.node_lines([str(log), str(tmp_path / "gone.log")],
+                            "test_consumer_integration::test_kafka_consumer_max_bytes_simple")
+    assert "1 lines name" in text and "a partition roles" in text and "other_topic" not in text

@@ -1,0 +1,104 @@
+"""A pytest plugin for kafka-python's own suite (tests/clientsuite/suite.py copies it into
+the suite's root and loads it with ``-p kafka_trace``): what the client did in a test that
+failed.
+
+The suite runs at log level WARNING (upstream's DEBUG makes it much slower), which leaves
+a failure such as "a consumer got nothing for 9 s" without a trace of which request the
+client sent last, or did not send. This plugin keeps the ``kafka.*`` loggers' DEBUG
+records of the running test in a bounded ring, unformatted (nothing is formatted unless
+the test fails), and on a failure writes them to ``$RAFTLOG_KAFKA_TRACE_DIR/<test id>.log``
+(the id as :func:`test_id` spells it, as the junit outcomes name tests). Without that
+variable it does nothing."""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import time
+
+import pytest
+
+#: The environment variable naming the directory of the traces.
+TRACE_DIR_ENV = "RAFTLOG_KAFKA_TRACE_DIR"
+#: Records kept per test (the oldest go first).
+MAX_RECORDS = 20000
+#: Characters kept of one message (requests and responses print whole).
+MAX_MESSAGE = 400
+
+
+class Ring(logging.Handler):
+    """Keeps the last ``maxlen`` records as they are (appending to a deque is atomic: no
+    lock, whatever thread logs)."""
+
+    def __init__(self, maxlen: int = MAX_RECORDS) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: collections.deque = collections.deque(maxlen=maxlen)
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        self.records.append(record)
+        return True
+
+    def emit(self, record: logging.LogRecord) -> None:  # (handle does it)
+        self.records.append(record)
+
+
+def suite_test_id(nodeid: str) -> str:
+    """A pytest node id of the suite as its junit outcome names it:
+    ``test/integration/test_x.py::TestC::test_y`` -> ``test_x.TestC::test_y``."""
+    parts = nodeid.split("::")
+    module = parts[0].removeprefix("test/integration/").removesuffix(".py").replace("/", ".")
+    return ".".join([module, *parts[1:-1]]) + "::" + parts[-1]
+
+
+def file_name(tid: str) -> str:
+    return tid.replace("/", "_").replace("::", "__") + ".log"
+
+
+def format_record(record: logging.LogRecord, t0: float) -> str:
+    try:
+        message = record.getMessage()
+    except Exception as e:  # (a bad format string in the client: keep the raw one)
+        message = f"{record.msg!r} % {record.args!r} ({e})"
+    if len(message) > MAX_MESSAGE:
+        message = message[:MAX_MESSAGE] + f"... (+{len(message) - MAX_MESSAGE})"
+    clock = time.strftime("%H:%M:%S", time.gmtime(record.created))
+    return (f"{clock}.{int(record.msecs):03d} +{(record.created - t0) * 1000:8.1f}ms "
+            f"{record.threadName} {record.name} {record.levelname} {message}")
+
+
+_ring: Ring | None = None
+_t0 = 0.0
+
+
+def pytest_configure(config) -> None:
+    global _ring
+    if not os.environ.get(TRACE_DIR_ENV):
+        return
+    _ring = Ring()
+    logger = logging.getLogger("kafka")
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(_ring)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item) -> None:
+    global _t0
+    if _ring is not None:
+        _ring.records.clear()
+        _t0 = time.time()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if _ring is None or not report.failed:
+        return
+    directory = os.environ[TRACE_DIR_ENV]
+    os.makedirs(directory, exist_ok=True)
+    lines = [format_record(r, _t0) for r in list(_ring.records)]
+    with open(os.path.join(directory, file_name(suite_test_id(item.nodeid))), "a",
+              encoding="utf-8") as f:
+        f.write(f"# {item.nodeid} failed in {report.when}: {len(lines)} records\n")
+        f.write("\n".join(lines) + "\n")
