@@ -180,8 +180,10 @@ def _wait_isr(admin, topic: str, rf: int) -> int:
     raise SystemExit(f"topic {topic}: the ISR did not reach {rf} replicas in 30 s")
 
 
-def start_relay(replicas: int = 1, sync: bool = False) -> tuple[list, str]:
-    """A relay leader (and ``replicas - 1`` follower relays long-polling it)."""
+def start_relay(replicas: int = 1, sync: bool = False,
+                overlap: bool = False) -> tuple[list, str]:
+    """A relay leader (and ``replicas - 1`` follower relays long-polling it; with
+    ``overlap`` and ``sync`` they fetch again before their fdatasync)."""
     script = os.path.join(os.path.dirname(__file__), "relay.py")
     flags = ["--sync"] if sync else []
     procs = [subprocess.Popen([sys.executable, script, "--replicas", str(replicas), *flags],
@@ -193,7 +195,8 @@ def start_relay(replicas: int = 1, sync: bool = False) -> tuple[list, str]:
     addr = f"127.0.0.1:{port}"
     for i in range(1, replicas):
         procs.append(subprocess.Popen([sys.executable, script, "--follow", addr,
-                                       "--replica-id", str(i), *flags],
+                                       "--replica-id", str(i), *flags,
+                                       *(["--overlap"] if overlap and sync else [])],
                                       stdout=subprocess.PIPE, text=True))
         if not procs[-1].stdout.readline().strip():
             stop(procs)
@@ -231,6 +234,9 @@ def main() -> None:
     ap.add_argument("--open-loop", action="store_true",
                     help="send on schedule without waiting for each answer (as the SDK's "
                          "paced producer in bench/throughput.py does)")
+    ap.add_argument("--relay-overlap", action="store_true",
+                    help="the relay's durable followers fetch again before their fdatasync "
+                         "and report it after (bench/relay.py --overlap)")
     ap.add_argument("--pairs", type=int, default=1,
                     help="rounds of every setting, alternated (medians reported)")
     ap.add_argument("--role", help=argparse.SUPPRESS)
@@ -263,7 +269,8 @@ def main() -> None:
                                                acks=acks, write_caching=m,
                                                open_loop=args.open_loop))
                 if args.relay:
-                    relay, relay_addr = start_relay(rf, sync=m == "false")
+                    relay, relay_addr = start_relay(rf, sync=m == "false",
+                                                     overlap=args.relay_overlap)
                     try:
                         runs[m]["relay"].append(measure(relay_addr, args.n, args.rate,
                                                         create_topic=False, acks=acks,
@@ -275,7 +282,7 @@ def main() -> None:
         if data_dir:
             shutil.rmtree(data_dir, ignore_errors=True)
     result = {"rate": args.rate, "replication_factor": rf, "acks": acks, "pairs": args.pairs,
-              "open_loop": args.open_loop, "modes": {}}
+              "open_loop": args.open_loop, "relay_overlap": args.relay_overlap, "modes": {}}
     for m in modes:
         node = {k: _median([r[k] for r in runs[m]["node"]]) for k in runs[m]["node"][0]}
         if args.relay:
@@ -301,7 +308,7 @@ def main() -> None:
               f"acks={acks}: p50 {r['lat_p50_ms']:.3f} ms  p99 {r['lat_p99_ms']:.3f}  "
               f"p99.9 {r['lat_p999_ms']:.3f}  max {r['lat_max_ms']:.3f}")
         if args.relay:
-            print(f"  relay (bench/relay.py{', --sync' if m == 'false' else ''}), same clients: "
+            print(f"  relay (bench/relay.py{(', --sync' + (' --overlap' if args.relay_overlap else '')) if m == 'false' else ''}), same clients: "
                   f"p50 {r['relay_p50_ms']:.3f} ms  p99 {r['relay_p99_ms']:.3f}   node/relay: "
                   f"p50 {r['node_over_relay_p50']:.2f}x  p99 {r['node_over_relay_p99']:.2f}x")
     if len(modes) == 2:

@@ -127,7 +127,10 @@ class Relay:
         topic, partition, offset, _max, _epoch = req.fields["parts"][0]
         replica = req.fields["replica_id"]
         if replica >= 0:  # a follower: its offset is what it holds; it reads to the end
-            self.followers[replica] = offset
+            # (--overlap followers fetch before their sync: they say what is on disk)
+            flushed = req.fields.get("flushed")
+            held = max(f[2] for f in flushed) if flushed else offset
+            self.followers[replica] = max(self.followers.get(replica, 0), held)
             self._advance_hw()
             limit = lambda: self.next_offset  # noqa: E731
             moved = lambda: self.arrived  # noqa: E731
@@ -197,35 +200,67 @@ class Relay:
                         {"id": req.id, "error": 35, "message": f"{req.api.name} not served"}))
 
 
-async def follow(leader: str, replica_id: int, sync: bool, path: str) -> None:
+async def follow(leader: str, replica_id: int, sync: bool, path: str,
+                 overlap: bool = False, wait_ms: int = 500) -> None:
     """A follower: long-poll the leader from its own end, append what comes (and
-    fdatasync it with ``sync``) before the next fetch tells the leader it holds it."""
+    fdatasync it with ``sync``) before the next fetch tells the leader it holds it.
+
+    With ``overlap`` (and ``sync``) the next fetch goes out before the fdatasync (data
+    that reaches the leader meanwhile is on its way), and once the sync returns a
+    report (a FETCH that waits for nothing) tells the leader what is on disk over a
+    second connection; each fetch also names the flushed offset (``flushed``)."""
     fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600)
     host, port = leader.rsplit(":", 1)
     stream = await trio.open_tcp_stream(host, int(port))  # (TCP_NODELAY: trio's default)
-    conn, offset = ClientConnection(), 0
+    conn, offset, flushed = ClientConnection(), 0, 0
+
+    def fetch(at: int, wait_ms: int) -> bytes:
+        fields = {"replica_id": replica_id, "max_wait_ms": wait_ms, "min_bytes": 1,
+                  "max_bytes": 1 << 20, "parts": [["relay", 0, at, 1 << 20, -1]]}
+        if overlap:
+            fields["flushed"] = [["relay", 0, flushed]]
+        return conn.send_request(Api.FETCH, fields)[1]
+
+    async def reports(stream, rconn) -> None:  # (their answers, read and dropped)
+        while (chunk := await stream.receive_some(RECV_BYTES)):
+            rconn.receive_data(chunk)
+            while rconn.next_response() is not None:
+                pass
+
     try:
-        while True:
-            _, data = conn.send_request(Api.FETCH, {
-                "replica_id": replica_id, "max_wait_ms": 500, "min_bytes": 1,
-                "max_bytes": 1 << 20, "parts": [["relay", 0, offset, 1 << 20, -1]]})
-            await stream.send_all(data)
-            while (frame := conn.next_response()) is None:
-                chunk = await stream.receive_some(RECV_BYTES)
-                if not chunk:
-                    raise SystemExit("relay follower: the leader closed the connection")
-                conn.receive_data(chunk)
-            body = bytes(frame.body)
-            if not body:
-                continue
-            os.write(fd, body)
-            if sync:
-                os.fdatasync(fd)  # (inline: the follower's next fetch waits for it anyway)
-            pos = 0
-            while pos < len(body):
-                h = records.read_header(body, pos)
-                offset = h.base_offset + h.last_offset_delta + 1
-                pos += h.size
+        async with trio.open_nursery() as nursery:
+            report, rconn = None, ClientConnection()
+            if overlap:
+                report = await trio.open_tcp_stream(host, int(port))
+                nursery.start_soon(reports, report, rconn)
+            await stream.send_all(fetch(offset, wait_ms))
+            while True:
+                while (frame := conn.next_response()) is None:
+                    chunk = await stream.receive_some(RECV_BYTES)
+                    if not chunk:
+                        raise SystemExit("relay follower: the leader closed the connection")
+                    conn.receive_data(chunk)
+                body = bytes(frame.body)
+                if body:
+                    os.write(fd, body)
+                    pos = 0
+                    while pos < len(body):
+                        h = records.read_header(body, pos)
+                        offset = h.base_offset + h.last_offset_delta + 1
+                        pos += h.size
+                if overlap:
+                    await stream.send_all(fetch(offset, wait_ms))
+                if body and sync:
+                    os.fdatasync(fd)  # (inline: the follower's next fetch waits for it anyway)
+                    flushed = offset
+                    if overlap:
+                        _, data = rconn.send_request(Api.FETCH, {
+                            "replica_id": replica_id, "max_wait_ms": 0, "min_bytes": 1,
+                            "max_bytes": 0, "parts": [["relay", 0, 1 << 60, 0, -1]],
+                            "flushed": [["relay", 0, flushed]]})
+                        await report.send_all(data)
+                if not overlap:
+                    await stream.send_all(fetch(offset, wait_ms))
     finally:
         os.close(fd)
         os.unlink(path)
@@ -253,7 +288,12 @@ def main() -> None:
                     help="as leader: wait for N-1 followers (--follow) before the HW moves")
     ap.add_argument("--sync", action="store_true",
                     help="fdatasync before a record counts (write.caching=false's shape)")
+    ap.add_argument("--overlap", action="store_true",
+                    help="as a --sync follower: fetch again before the fdatasync and report "
+                         "what is on disk once it returns (over a second connection)")
     ap.add_argument("--follow", metavar="HOST:PORT", help="run as a follower of this leader")
+    ap.add_argument("--fetch-wait-ms", type=int, default=500,
+                    help="as a follower: the long poll of its fetches")
     ap.add_argument("--replica-id", type=int, default=1)
     args = ap.parse_args()
     if args.replicas < 1:
@@ -263,7 +303,8 @@ def main() -> None:
         if args.follow:
             print(0, flush=True)
             await follow(args.follow, args.replica_id, args.sync,
-                         tempfile.mktemp(prefix="raftlog-relay-follower-"))
+                         tempfile.mktemp(prefix="raftlog-relay-follower-"), args.overlap,
+                         args.fetch_wait_ms)
             return
         async with trio.open_nursery() as n:
             port = await n.start(_main, args.port, args.replicas, args.sync)

@@ -63,9 +63,14 @@ def test_the_relay_acknowledges_produces_and_answers_a_waiting_fetch():
         relay.wait(10)
 
 
-def test_the_replicated_relay_acknowledges_acks_all_once_its_follower_holds_it(tmp_path):
+@pytest.mark.parametrize("overlap", [[], ["--overlap"]], ids=["sync", "overlap"])
+def test_the_replicated_relay_acknowledges_acks_all_once_its_follower_holds_it(tmp_path,
+                                                                            overlap):
     """bench/relay.py --replicas 2 --sync (latency_floor.py's RF3 floor): an acks=all
-    produce and a consumer wait until the follower has fetched (and synced) the batch."""
+    produce and a consumer wait until the follower has fetched (and synced) the batch.
+    With --overlap the follower's next fetch says nothing is on disk yet: only its
+    report after the sync moves the high watermark (its fetches wait 60 s: the
+    produce's answer, within the socket's 10 s, cannot come from the next fetch)."""
     script = os.path.join(BENCH, "relay.py")
     leader = subprocess.Popen([sys.executable, script, "--replicas", "2", "--sync"],
                               stdout=subprocess.PIPE, text=True)
@@ -83,7 +88,8 @@ def test_the_replicated_relay_acknowledges_acks_all_once_its_follower_holds_it(t
         f = _call(cons, cp, Api.FETCH, {"max_wait_ms": 300, "parts": [["t", 0, 0, 1 << 20, -1]]})
         assert f.header["parts"][0].length == 0 and f.header["parts"][0].high_watermark == 0
         follower = subprocess.Popen([sys.executable, script, "--follow", f"127.0.0.1:{port}",
-                                     "--replica-id", "1", "--sync"],
+                                     "--replica-id", "1", "--sync", "--fetch-wait-ms", "60000",
+                                     *overlap],
                                     stdout=subprocess.PIPE, text=True)
         while (frame := pp.next_response()) is None:  # answered once the follower holds it
             chunk = prod.recv(1 << 16)
