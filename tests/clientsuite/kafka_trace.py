@@ -15,7 +15,9 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import reprlib
 import time
+import traceback
 
 import pytest
 
@@ -27,20 +29,47 @@ MAX_RECORDS = 20000
 MAX_MESSAGE = 400
 
 
+_REPR = reprlib.Repr()
+_REPR.maxstring, _REPR.maxother, _REPR.maxlevel = 200, MAX_MESSAGE, 3
+_SCALARS = (int, float, bool, type(None))
+
+
+def _short(a):
+    if isinstance(a, _SCALARS):
+        return a
+    return a[:MAX_MESSAGE] if isinstance(a, str) else _REPR.repr(a)
+
+
+def shrink(record: logging.LogRecord) -> logging.LogRecord:
+    """``record`` with its arguments that are not numbers made short strings: a kept
+    record must not hold a client's request or response (a fetch's records) alive."""
+    args = record.args
+    if isinstance(args, tuple) and args:
+        record.args = tuple(_short(a) for a in args)
+    elif isinstance(args, dict):
+        record.args = {k: _short(v) for k, v in args.items()}
+    if not isinstance(record.msg, str):
+        record.msg = _REPR.repr(record.msg)
+    if record.exc_info and not record.exc_text:  # (its frames would hold everything)
+        record.exc_text = "".join(traceback.format_exception(*record.exc_info))[-2000:]
+    record.exc_info = None
+    return record
+
+
 class Ring(logging.Handler):
-    """Keeps the last ``maxlen`` records as they are (appending to a deque is atomic: no
-    lock, whatever thread logs)."""
+    """Keeps the last ``maxlen`` records, their arguments shortened (:func:`shrink`;
+    appending to a deque is atomic: no lock, whatever thread logs)."""
 
     def __init__(self, maxlen: int = MAX_RECORDS) -> None:
         super().__init__(logging.DEBUG)
         self.records: collections.deque = collections.deque(maxlen=maxlen)
 
     def handle(self, record: logging.LogRecord) -> bool:
-        self.records.append(record)
+        self.records.append(shrink(logging.makeLogRecord(record.__dict__)))
         return True
 
     def emit(self, record: logging.LogRecord) -> None:  # (handle does it)
-        self.records.append(record)
+        self.handle(record)
 
 
 def suite_test_id(nodeid: str) -> str:
@@ -63,6 +92,8 @@ def format_record(record: logging.LogRecord, t0: float) -> str:
     if len(message) > MAX_MESSAGE:
         message = message[:MAX_MESSAGE] + f"... (+{len(message) - MAX_MESSAGE})"
     clock = time.strftime("%H:%M:%S", time.gmtime(record.created))
+    if record.exc_text:
+        message += "\n" + record.exc_text
     return (f"{clock}.{int(record.msecs):03d} +{(record.created - t0) * 1000:8.1f}ms "
             f"{record.threadName} {record.name} {record.levelname} {message}")
 

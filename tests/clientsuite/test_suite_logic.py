@@ -3,6 +3,7 @@ with the expected-failure list that fails the run both ways."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -96,3 +97,39 @@ def test_node_lines_name_the_failed_tests_topic(tmp_path):
     text = suite.node_lines([str(log), str(tmp_path / "gone.log")],
                             "test_consumer_integration::test_kafka_consumer_max_bytes_simple")
     assert "1 lines name" in text and "a partition roles" in text and "other_topic" not in text
+
+
+def test_a_kept_record_holds_no_client_object():
+    """The ring keeps records with their non-number arguments as short strings (a
+    fetch response's bytes are not kept alive), formatted as the client wrote them."""
+    class Response:
+        def __init__(self):
+            self.records = b"x" * 100_000
+
+        def __repr__(self):
+            return f"FetchResponse(records={self.records!r})"
+
+    ring = kafka_trace.Ring(maxlen=2)
+    logger = logging.getLogger("kafka.test_ring")
+    logger.addHandler(ring)
+    logger.setLevel(logging.DEBUG)
+    try:
+        logger.debug("Response %d from node %s: %s", 7, "2", Response())
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            logger.debug("failed", exc_info=True)
+        logger.debug("three")
+    finally:
+        logger.removeHandler(ring)
+    first, second = list(ring.records)  # (the ring keeps the last two)
+    assert first.exc_info is None and "ValueError: boom" in first.exc_text
+    assert kafka_trace.format_record(second, second.created).endswith("three")
+    ring.records.appendleft(kafka_trace.shrink(logging.makeLogRecord({
+        "msg": "Response %d from node %s: %s", "args": (7, "2", Response())})))
+    kept = ring.records[0]
+    assert all(isinstance(a, (int, str)) for a in kept.args)
+    assert len(kept.args[2]) <= kafka_trace.MAX_MESSAGE
+    text = kafka_trace.format_record(kept, kept.created)
+    assert "Response 7 from node 2: FetchResponse(records=b'xxx" in text
+    assert len(text) < kafka_trace.MAX_MESSAGE + 200
