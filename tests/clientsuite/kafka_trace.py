@@ -5,8 +5,8 @@ failed.
 The suite runs at log level WARNING (upstream's DEBUG makes it much slower), which leaves
 a failure such as "a consumer got nothing for 9 s" without a trace of which request the
 client sent last, or did not send. This plugin keeps the ``kafka.*`` loggers' DEBUG
-records of the running test in a bounded ring, unformatted (nothing is formatted unless
-the test fails), and on a failure writes them to ``$RAFTLOG_KAFKA_TRACE_DIR/<test id>.log``
+records of the running test in a bounded ring, their arguments shortened but the
+messages not formatted unless the test fails, and on a failure writes them to ``$RAFTLOG_KAFKA_TRACE_DIR/<test id>.log``
 (the id as :func:`test_id` spells it, as the junit outcomes name tests). Without that
 variable it does nothing."""
 
