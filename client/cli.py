@@ -507,8 +507,25 @@ def _kafka_tool_hint(argv: list[str]) -> str | None:
     return None
 
 
+#: Connection options a command takes that a user may also put before the command, as
+#: Kafka's tools and rpk take them anywhere (`raftlog --bootstrap-server H topics list`).
+LEADING_OPTIONS = ("--bootstrap-server", "--command-config")
+
+
+def hoist_leading_options(argv: list[str]) -> list[str]:
+    """``argv`` with the LEADING_OPTIONS given before the command moved after it (argparse
+    takes a subcommand's options only after its name)."""
+    moved, i = [], 0
+    while i < len(argv) and argv[i].split("=", 1)[0] in LEADING_OPTIONS:
+        step = 1 if "=" in argv[i] else 2
+        moved += argv[i:i + step]
+        i += step
+    return argv[i:] + moved if moved and i <= len(argv) else argv
+
+
 def main(argv: list[str] | None = None) -> int:
-    hint = _kafka_tool_hint(sys.argv[1:] if argv is None else argv)
+    argv = hoist_leading_options(sys.argv[1:] if argv is None else list(argv))
+    hint = _kafka_tool_hint(argv)
     if hint is not None:
         print(hint, file=sys.stderr)
         return 2

@@ -208,6 +208,30 @@ def test_bootstrap_env_var_reaches_the_node(node, home):
     assert out.returncode == 0 and "by-env" in out.stdout.decode().split(), out.stderr
 
 
+def test_connection_options_may_come_before_the_command():
+    """`raftlog --bootstrap-server H topics list`, as Kafka's tools and rpk take their
+    options anywhere (argparse alone: "invalid choice: 'H'")."""
+    hoist = cli_module.hoist_leading_options
+    assert hoist(["--bootstrap-server", "h:1", "topics", "list"]) == [
+        "topics", "list", "--bootstrap-server", "h:1"]
+    assert hoist(["--command-config=c.properties", "--bootstrap-server", "h:1", "consume",
+                  "t"]) == ["consume", "t", "--command-config=c.properties",
+                            "--bootstrap-server", "h:1"]
+    assert hoist(["topics", "list", "--bootstrap-server", "h:1"]) == [
+        "topics", "list", "--bootstrap-server", "h:1"]
+    assert hoist(["--bootstrap-server"]) == ["--bootstrap-server"]  # (argparse says why)
+    args = cli_module.build_parser().parse_args(hoist(["--bootstrap-server", "h:2", "groups",
+                                                       "list"]))
+    assert args.bootstrap_server == "h:2"
+
+
+def test_a_leading_bootstrap_server_reaches_the_node(node, home):
+    Admin(node.bootstrap).create_topic("by-leading-flag")
+    out = subprocess.run(_argv("--bootstrap-server", node.bootstrap, "topics", "list"),
+                         capture_output=True, timeout=120, env=_env(home))
+    assert out.returncode == 0 and "by-leading-flag" in out.stdout.decode().split(), out.stderr
+
+
 def test_version(home):
     from importlib import metadata
 
