@@ -185,9 +185,26 @@ def _topic_hint(cmd):
             if "unknown topic" not in str(e):  # (a partition that does not exist)
                 raise
             raise ValueError(
-                f"no topic {args.topic!r} ({e.code.name}): `raftlog topics list` shows the "
-                f"topics; `raftlog topics create {args.topic}` makes it") from None
+                f"no topic {args.topic!r} ({e.code.name}){_nearest_topic(args)}: `raftlog "
+                f"topics list` shows the topics; `raftlog topics create {args.topic}` makes "
+                f"it") from None
     return run
+
+
+def _nearest_topic(args) -> str:
+    """``; did you mean 'orders'?`` when a topic of the cluster is close to the one
+    named (a typo), else "" (also when the cluster cannot be asked)."""
+    import difflib
+
+    from .admin import Admin
+
+    try:
+        with Admin(args.bootstrap_server, **security_kwargs(args)) as admin:
+            names = admin.list_topics()
+    except Exception:  # (only a hint: the error itself is what matters)
+        return ""
+    close = difflib.get_close_matches(args.topic, names, n=1, cutoff=0.75)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 # --------------------------------------------------------------------------- produce

@@ -380,6 +380,9 @@ def test_produce_and_consume_bad_input_loses_nothing(node, home):
     assert b"raftlog topics create no-such-topic" in unknown.stderr
     nowhere = run(node, home, "produce", "no-such-topic", stdin=b"x\n")
     assert nowhere.returncode == 1 and b"raftlog topics create no-such-topic" in nowhere.stderr
+    typo = run(node, home, "consume", "bad-inn", "--timeout-ms", "1000")  # (a typo of bad-in)
+    assert typo.returncode == 1 and b"no topic 'bad-inn'" in typo.stderr
+    assert b"did you mean 'bad-in'?" in typo.stderr and b"did you mean" not in unknown.stderr
     none = run(node, home, "consume", "--max-messages", "1")
     assert none.returncode == 2 and b"which topic?" in none.stderr
     two = run(node, home, "produce", "bad-in", "--topic", "hdr", stdin=b"x\n")
@@ -388,7 +391,7 @@ def test_produce_and_consume_bad_input_loses_nothing(node, home):
     assert both.returncode == 2 and b"at most one of --offset, --from-end" in both.stderr
     grp = run(node, home, "consume", "--topic", "bad-in", "--group", "g", "--offset", "0")
     assert grp.returncode == 2 and b"--offset cannot be used with it" in grp.stderr
-    for out in (bad, part, comp, fmt, unknown, nowhere, none, two, both, grp):
+    for out in (bad, part, comp, fmt, unknown, nowhere, typo, none, two, both, grp):
         assert b"Traceback" not in out.stderr
 
 
