@@ -185,7 +185,7 @@ def _topic_hint(cmd):
             if "unknown topic" not in str(e):  # (a partition that does not exist)
                 raise
             raise ValueError(
-                f"no topic {args.topic!r} ({e.code.name}){_nearest_topic(args)}: `raftlog "
+                f"no topic {args.topic!r} ({e.code.name}){_nearest_topic(args)} -- `raftlog "
                 f"topics list` shows the topics; `raftlog topics create {args.topic}` makes "
                 f"it") from None
     return run
