@@ -72,8 +72,14 @@ def test_unknown_users_get_the_same_fake_salt_on_every_node_and_across_restarts(
         assert server_first(nodes[0].port, "mallory") == first[1]  # stable, not per exchange
         other = server_first(nodes[0].port, "trudy")
         assert other["salt"] != first[1]["salt"]  # per user, like real salts
-        alice = {n.node_id: server_first(n.port, "alice") for n in nodes}
-        assert alice[1] == alice[2] and alice[1]["salt"] != first[1]["salt"]
+        # (a node answers alice's real salt once it has replayed her creation, which the
+        # controller acknowledged: until then it knows no alice and answers a fake one)
+        def alice_everywhere():
+            alice = {n.node_id: server_first(n.port, "alice") for n in nodes}
+            return alice if alice[1] == alice[2] else None
+
+        alice = until(alice_everywhere, timeout_s=30)
+        assert alice[1]["salt"] != first[1]["salt"]
         for n in nodes:
             n.restart()
         assert {n.node_id: server_first(n.port, "mallory") for n in nodes} == first
