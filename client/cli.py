@@ -15,7 +15,7 @@ import sys
 from raftlog.errors import ErrorCode, RaftlogError
 
 from .cli_up import cmd_up, unready_brokers  # noqa: F401 (unready_brokers: tests)
-from .security import DEFAULT_COMMAND_CONFIG, security_kwargs
+from .security import DEFAULT_COMMAND_CONFIG
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 #: The environment variable that replaces DEFAULT_BOOTSTRAP (--bootstrap-server wins).
@@ -45,9 +45,9 @@ def cmd_node(args) -> int:
 
 
 def _admin(args):
-    from .admin import Admin
+    from .cli_common import admin_for
 
-    return Admin(args.bootstrap_server, **security_kwargs(args))
+    return admin_for(args)
 
 
 def _parse_kv(items: list[str], what: str) -> dict:

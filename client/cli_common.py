@@ -34,3 +34,12 @@ class InterruptFlag:
 
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
+
+
+def admin_for(args):
+    """The Admin client of a CLI command: its ``--bootstrap-server`` and the security
+    settings of its ``--command-config`` (or the default client.properties)."""
+    from .admin import Admin
+    from .security import security_kwargs
+
+    return Admin(args.bootstrap_server, **security_kwargs(args))

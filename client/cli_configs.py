@@ -13,7 +13,6 @@ import json
 import sys
 
 from .cli_common import UsageError
-from .security import security_kwargs
 
 #: What ``configs alter --broker`` answers: broker configs are read at start only.
 BROKER_READ_ONLY = ("broker configs are read-only: set log.KEY=VALUE in the node's "
@@ -22,9 +21,9 @@ BROKER_READ_ONLY = ("broker configs are read-only: set log.KEY=VALUE in the node
 
 
 def _admin(args):
-    from .admin import Admin
+    from .cli_common import admin_for
 
-    return Admin(args.bootstrap_server, **security_kwargs(args))
+    return admin_for(args)
 
 
 def parse_additions(items: list[str] | None, flag: str = "--add",

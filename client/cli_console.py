@@ -14,7 +14,7 @@ import os
 import sys
 import time
 
-from .cli_common import InterruptFlag, UsageError
+from .cli_common import InterruptFlag, UsageError, admin_for
 from .security import security_kwargs
 
 #: Exit status after Ctrl-C (128 + SIGINT), as shells report it.
@@ -196,10 +196,8 @@ def _nearest_topic(args) -> str:
     named (a typo), else "" (also when the cluster cannot be asked)."""
     import difflib
 
-    from .admin import Admin
-
     try:
-        with Admin(args.bootstrap_server, **security_kwargs(args)) as admin:
+        with admin_for(args) as admin:
             names = admin.list_topics()
     except Exception:  # (only a hint: the error itself is what matters)
         return ""

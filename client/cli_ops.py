@@ -10,7 +10,6 @@ import time
 from raftlog.errors import RaftlogError
 
 from . import dumplog
-from .security import security_kwargs
 from .status import build_status, format_status, human_bytes, table
 
 #: DescribeLogDirs answer time allowed per node in ``cluster status`` (a paused node
@@ -20,9 +19,9 @@ CLEAR_SCREEN = "\x1b[H\x1b[2J"
 
 
 def _admin(args):
-    from .admin import Admin
+    from .cli_common import admin_for
 
-    return Admin(args.bootstrap_server, **security_kwargs(args))
+    return admin_for(args)
 
 
 # --------------------------------------------------------------------------- cluster status

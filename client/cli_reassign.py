@@ -9,7 +9,6 @@ import time
 from raftlog.errors import ErrorCode
 
 from .reassign import PlanError, decommission, generate, parse_plan, plan_json, progress
-from .security import security_kwargs
 
 #: How often a waiting command asks for the reassignments in progress.
 POLL_S = 0.5
@@ -83,10 +82,10 @@ def _wait(admin, plan: dict, timeout_s: float) -> bool:
 
 
 def cmd_partitions(args) -> int:
-    from .admin import Admin
+    from .cli_common import admin_for
 
     try:
-        with Admin(args.bootstrap_server, **security_kwargs(args)) as admin:
+        with admin_for(args) as admin:
             if args.generate:
                 if not args.brokers:
                     raise PlanError("--generate needs --brokers 1,2,3")
@@ -132,14 +131,14 @@ def cmd_partitions(args) -> int:
 
 def cmd_decommission(args) -> int:
     """Move every replica off ``--node``, wait, then unregister it."""
-    from .admin import Admin
+    from .cli_common import admin_for
 
     node = args.node
     if node is None:
         print("raftlog cluster decommission: --node N is required", file=sys.stderr)
         return 2
     try:
-        with Admin(args.bootstrap_server, **security_kwargs(args)) as admin:
+        with admin_for(args) as admin:
             brokers = _brokers(admin)
             if node not in brokers:
                 raise PlanError(f"broker {node} is not registered (brokers: {brokers})")

@@ -6,15 +6,13 @@ from __future__ import annotations
 import getpass
 import sys
 
-from .security import security_kwargs
-
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 def _admin(args):
-    from .admin import Admin
+    from .cli_common import admin_for
 
-    return Admin(args.bootstrap_server, **security_kwargs(args))
+    return admin_for(args)
 
 
 def _password(args) -> str:

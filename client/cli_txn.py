@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 
 from .cli_common import UsageError
-from .security import security_kwargs
 
 
 def _admin(args):
-    from .admin import Admin
+    from .cli_common import admin_for
 
-    return Admin(args.bootstrap_server, **security_kwargs(args))
+    return admin_for(args)
 
 
 def _table(headers: list[str], rows: list[list]) -> str:
