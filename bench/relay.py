@@ -214,12 +214,12 @@ async def follow(leader: str, replica_id: int, sync: bool, path: str,
     stream = await trio.open_tcp_stream(host, int(port))  # (TCP_NODELAY: trio's default)
     conn, offset, flushed = ClientConnection(), 0, 0
 
-    def fetch(at: int, wait_ms: int) -> bytes:
+    def fetch(c: ClientConnection, at: int, wait_ms: int, max_bytes: int = 1 << 20) -> bytes:
         fields = {"replica_id": replica_id, "max_wait_ms": wait_ms, "min_bytes": 1,
-                  "max_bytes": 1 << 20, "parts": [["relay", 0, at, 1 << 20, -1]]}
+                  "max_bytes": max_bytes, "parts": [["relay", 0, at, max_bytes, -1]]}
         if overlap:
             fields["flushed"] = [["relay", 0, flushed]]
-        return conn.send_request(Api.FETCH, fields)[1]
+        return c.send_request(Api.FETCH, fields)[1]
 
     async def reports(stream, rconn) -> None:  # (their answers, read and dropped)
         while (chunk := await stream.receive_some(RECV_BYTES)):
@@ -233,7 +233,7 @@ async def follow(leader: str, replica_id: int, sync: bool, path: str,
             if overlap:
                 report = await trio.open_tcp_stream(host, int(port))
                 nursery.start_soon(reports, report, rconn)
-            await stream.send_all(fetch(offset, wait_ms))
+            await stream.send_all(fetch(conn, offset, wait_ms))
             while True:
                 while (frame := conn.next_response()) is None:
                     chunk = await stream.receive_some(RECV_BYTES)
@@ -249,18 +249,14 @@ async def follow(leader: str, replica_id: int, sync: bool, path: str,
                         offset = h.base_offset + h.last_offset_delta + 1
                         pos += h.size
                 if overlap:
-                    await stream.send_all(fetch(offset, wait_ms))
+                    await stream.send_all(fetch(conn, offset, wait_ms))
                 if body and sync:
                     os.fdatasync(fd)  # (inline: the follower's next fetch waits for it anyway)
                     flushed = offset
-                    if overlap:
-                        _, data = rconn.send_request(Api.FETCH, {
-                            "replica_id": replica_id, "max_wait_ms": 0, "min_bytes": 1,
-                            "max_bytes": 0, "parts": [["relay", 0, 1 << 60, 0, -1]],
-                            "flushed": [["relay", 0, flushed]]})
-                        await report.send_all(data)
+                    if overlap:  # (a report: from past any end, waiting for nothing)
+                        await report.send_all(fetch(rconn, 1 << 60, 0, max_bytes=0))
                 if not overlap:
-                    await stream.send_all(fetch(offset, wait_ms))
+                    await stream.send_all(fetch(conn, offset, wait_ms))
     finally:
         os.close(fd)
         os.unlink(path)
