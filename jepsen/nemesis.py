@@ -55,6 +55,20 @@ the chosen kinds starts, lasts ``hold`` seconds, and is healed. Kinds and their 
   (retention.ms), so the leaders' clocks decide the timestamps and retention runs
   against them; the run checks ListOffsets by timestamp against the records.
 
+Transaction coordinators (the ``txn`` workload's own targets, in its default mix and
+nowhere else; issue 33): ``coordinator`` is the leader of the ``__transaction_state``
+partition of one of the workload's transactional ids (asked afresh when the fault
+starts) for ``kill``, ``pause`` and ``powerloss``; ``coordinator-followers`` are that
+partition's other in-sync replicas (at most a minority) for ``pause``, and for
+``partition`` the links between them and the coordinator (cut both ways; every other
+link flows). Paused or cut off for longer than ``replica.lag.time.max.ms``, they take
+the coordinator's partition below ``min.insync.replicas`` (5 nodes: its two followers),
+so the coordinator's decisions (PrepareCommit/PrepareAbort) cannot become durable while
+the data partitions' leaders still take writes: a coordinator that sends markers before
+its decision is durable (planted bug ``bug-marker-before-prepare-durable``) commits part
+of a transaction that its producer then gives up on and that is aborted -- a torn
+transaction.
+
 Every window is recorded in the history as process ``"nemesis"``: ``start`` (its value
 says what was done to whom) and ``stop``.
 """
@@ -93,30 +107,51 @@ EXTRA_TARGETS = {
 }
 
 
-def targets_for(kinds: list[str], only: list[str] | None = None) -> dict[str, tuple]:
+#: A workload's own targets, in its default mix (they need what only it has: the txn
+#: workload's transactional ids and their coordinators).
+WORKLOAD_TARGETS = {
+    "txn": {"kill": ("coordinator",), "pause": ("coordinator", "coordinator-followers"),
+            "partition": ("coordinator-followers",), "powerloss": ("coordinator",)},
+}
+
+
+def targets_for(kinds: list[str], only: list[str] | None = None,
+                workload: str | None = None) -> dict[str, tuple]:
     """The targets of each kind, restricted to ``only`` (every target of a kind when
-    ``only`` is empty). ValueError when a kind keeps none or a name is unknown."""
+    ``only`` is empty), ``workload``'s own included (WORKLOAD_TARGETS). ValueError when
+    a kind keeps none or a name is unknown."""
+    own = WORKLOAD_TARGETS.get(workload or "", {})
     known = {t for k in KINDS for t in TARGETS[k] + EXTRA_TARGETS[k]}
-    bad = sorted(set(only or ()) - known)
+    others = {t for w in WORKLOAD_TARGETS.values() for ts in w.values() for t in ts}
+    bad = sorted(set(only or ()) - known - {t for ts in own.values() for t in ts})
     if bad:
-        raise ValueError(f"unknown target(s) {bad}; known: {sorted(known)}")
+        elsewhere = sorted(set(bad) & others)
+        if elsewhere:
+            users = sorted(w for w, d in WORKLOAD_TARGETS.items()
+                           if set(elsewhere) & {t for ts in d.values() for t in ts})
+            raise ValueError(f"target(s) {elsewhere} need the {' or '.join(users)} workload "
+                             f"(--workload {users[0]})")
+        raise ValueError(f"unknown target(s) {bad}; known: {sorted(known | others)}")
     out = {}
     for k in kinds:
-        pool = TARGETS[k] + EXTRA_TARGETS[k] if only else TARGETS[k]
+        pool = TARGETS[k] + own.get(k, ())
+        if only:
+            pool += EXTRA_TARGETS[k]
         ts = tuple(t for t in pool if not only or t in only)
         if not ts:
             raise ValueError(f"no target of nemesis {k!r} among {sorted(only or ())} "
-                             f"(its targets: {', '.join(TARGETS[k])})")
+                             f"(its targets: {', '.join(TARGETS[k] + own.get(k, ()))})")
         out[k] = ts
     return out
 
 
 def schedule(seed: int, kinds: list[str], duration_s: float, quiet=(2.0, 4.0),
-             hold=(3.0, 6.0), targets: list[str] | None = None) -> list[dict]:
+             hold=(3.0, 6.0), targets: list[str] | None = None,
+             workload: str | None = None) -> list[dict]:
     """The list of faults: {"at": s, "hold": s, "kind": k, "target": t, "pick": float}.
     ``pick`` seeds the choice of nodes when the fault starts. ``targets`` restricts the
-    targets (e.g. ``["leader", "isolate-leader"]``)."""
-    allowed = targets_for(kinds, targets)
+    targets (e.g. ``["leader", "isolate-leader"]``); ``workload``'s own join the mix."""
+    allowed = targets_for(kinds, targets, workload)
     rnd = random.Random(seed)
     out, t = [], rnd.uniform(*quiet)
     while kinds and t < duration_s - 1.0:
@@ -131,16 +166,19 @@ def schedule(seed: int, kinds: list[str], duration_s: float, quiet=(2.0, 4.0),
 class Nemesis:
     def __init__(self, cluster, history, events: list[dict], leader_of=None, log=print,
                  partition_leader_of=None, partitions: list[tuple[str, int]] = (),
-                 leader_aware: bool = True):
+                 leader_aware: bool = True, coordinator_of=None):
         """``leader_of()`` returns the id of a current leader (a partition leader or the
         controller) or None; ``partition_leader_of()`` that of a workload partition's
-        leader; ``partitions`` are the workload's (topic, partition) pairs, which the
+        leader; ``coordinator_of()`` (the txn workload) a transaction coordinator and
+        the other in-sync replicas of its partition, ``(leader, [followers])``, or None;
+        ``partitions`` are the workload's (topic, partition) pairs, which the
         ``reassign`` nemesis moves."""
         self.cluster = cluster
         self.history = history
         self.events = events
         self.leader_of = leader_of or (lambda: None)
         self.partition_leader_of = partition_leader_of or self.leader_of
+        self.coordinator_of = coordinator_of or (lambda: None)
         self.log = log
         self.stop_flag = threading.Event()
         self.thread = threading.Thread(target=self._run, name="jepsen-nemesis", daemon=True)
@@ -180,6 +218,9 @@ class Nemesis:
 
     def _nodes(self, target: str, rnd: random.Random) -> list[int]:
         ids = [n.id for n in self.cluster.nodes]
+        if target in ("coordinator", "coordinator-followers"):
+            leader, followers = self._coordinator(ids, rnd)
+            return [leader] if target == "coordinator" else followers
         if target in ("leader", "isolate-leader", "partition-leader"):
             ld = None
             try:
@@ -195,6 +236,25 @@ class Nemesis:
         if target == "all":
             return sorted(ids)
         return [rnd.choice(ids)]
+
+    def _coordinator(self, ids: list[int], rnd: random.Random) -> tuple[int, list[int]]:
+        """A transaction coordinator and (at most a minority of) the other in-sync
+        replicas of its partition; a random node and a random minority when none is
+        known (never none: the fault still happens, to someone)."""
+        got = None
+        try:
+            got = self.coordinator_of()
+        except Exception:
+            pass
+        k = max((len(ids) - 1) // 2, 1)
+        if got is None or got[0] not in ids:
+            leader = rnd.choice(ids)
+            return leader, sorted(rnd.sample([i for i in ids if i != leader], k))
+        leader, followers = got
+        fs = sorted(f for f in followers if f in ids and f != leader)
+        if len(fs) > k:
+            fs = sorted(rnd.sample(fs, k))
+        return leader, fs or sorted(rnd.sample([i for i in ids if i != leader], k))
 
     def _minority(self, ids: list[int], rnd: random.Random) -> list[int]:
         """(n-1)//2 nodes, one of them a current leader of a workload partition when
@@ -242,7 +302,13 @@ class Nemesis:
                 if net is None:
                     raise RuntimeError(f"no network control: {self.cluster.net_error}")
                 ids = [n.id for n in self.cluster.nodes]
-                if target in ("isolate-one", "isolate-leader", "isolate-partition-leader"):
+                if target == "coordinator-followers":
+                    c, fs = self._coordinator(ids, rnd)
+                    for f in fs:
+                        net.block(c, f)
+                        net.block(f, c)
+                    desc = f"cut coordinator {c} from {fs}"
+                elif target in ("isolate-one", "isolate-leader", "isolate-partition-leader"):
                     (v,) = self._nodes({"isolate-leader": "leader",
                                         "isolate-partition-leader": "partition-leader"}
                                        .get(target, "one"), rnd)

@@ -10,6 +10,8 @@ import sys
 import threading
 import time
 
+from raftlog.node.transactions import TRANSACTION_STATE_TOPIC
+
 from . import checkers, report
 from .availability import availability
 from .disks import DISK_MB
@@ -197,6 +199,8 @@ class LeaderObserver:
         self.thread = threading.Thread(target=self._run, name="jepsen-observer", daemon=True)
         self.controller: int | None = None
         self.leaders: dict[str, tuple[str, int, int]] = {}  # key -> (topic id, epoch, leader)
+        #: __transaction_state partition -> (epoch, leader, isr) (when ``topic`` is None)
+        self.txn_state: dict[int, tuple[int, int, tuple]] = {}
         self._lock = threading.Lock()  # the observer thread and the nemesis both ask
         self._t0 = time.monotonic_ns()
 
@@ -234,6 +238,18 @@ class LeaderObserver:
         if self.controller is not None and rnd.random() < CONTROLLER_SHARE:
             return self.controller
         return self.partition_leader(rnd)
+
+    def coordinator(self, partitions: list[int], rnd: random.Random | None = None):
+        """``(leader, [other in-sync replicas])`` of one of the ``__transaction_state``
+        ``partitions`` (those of the workload's transactional ids: one of them at
+        random, weighted by how many ids it holds), asked afresh; None when unknown."""
+        self._observe_round()
+        with self._lock:
+            known = [p for p in partitions if p in self.txn_state]
+            if not known:
+                return None
+            _e, leader, isr = self.txn_state[(rnd or random).choice(known)]
+        return leader, [i for i in isr if i != leader]
 
     def leader_legacy(self, rnd: random.Random | None = None) -> int | None:
         """``leader`` as the default mix had it before it was leader-aware (issue 22),
@@ -276,6 +292,11 @@ class LeaderObserver:
         if h.get("controller_id") is not None and h["controller_id"] >= 0:
             self.controller = h["controller_id"]
         for t in h.get("topics") or []:
+            if not t.error and t.name == TRANSACTION_STATE_TOPIC:
+                for p in t.partitions:
+                    seen = self.txn_state.get(p.partition)
+                    if p.leader >= 0 and (seen is None or p.leader_epoch >= seen[0]):
+                        self.txn_state[p.partition] = (p.leader_epoch, p.leader, tuple(p.isr))
             if t.error or (self.topic and t.name != self.topic):
                 continue
             tid = str(t.topic_id)
@@ -496,7 +517,7 @@ def run(args) -> int:
             into[node_config_key(key) if into is node_config else key] = value.strip()
     only = [t for t in args.targets.split(",") if t]
     try:
-        targets_for(kinds, only)
+        targets_for(kinds, only, args.workload)
     except ValueError as e:
         log(str(e))
         return 2
@@ -569,7 +590,8 @@ def run(args) -> int:
     log(f"nodes on {cluster.subnet}.2-{args.nodes + 1}; network faults: "
         f"{cluster.net.kind if cluster.net else 'unavailable: ' + str(cluster.net_error)}")
     try:
-        events = schedule(seed, kinds, args.time, _pair(args.quiet), _pair(args.hold), only)
+        events = schedule(seed, kinds, args.time, _pair(args.quiet), _pair(args.hold), only,
+                          args.workload)
     except ValueError as e:  # a kind was dropped above and the others have no target left
         log(str(e))
         cluster.close()
@@ -602,6 +624,9 @@ def run(args) -> int:
                                              else observer.leader)(rnd), log=log,
                           leader_aware=not legacy,
                           partition_leader_of=lambda: observer.partition_leader(rnd),
+                          coordinator_of=(lambda: observer.coordinator(
+                              workload.coordinator_partitions(), rnd))
+                          if hasattr(workload, "coordinator_partitions") else None,
                           partitions=[split_key(k) for k in workload.keys])
         workload.start()
         nemesis.start()

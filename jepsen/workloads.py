@@ -53,6 +53,7 @@ from raftlog.client import (
     UnknownTopicOrPartitionError,
 )
 from raftlog.errors import ErrorCode
+from raftlog.node.transactions import partition_for as txn_partition_for
 
 QUEUE_TOPIC = "jepsen-queue"
 SEND_TIMEOUT_S = 10.0
@@ -854,6 +855,11 @@ def _send_unadded(producer: Producer, topic: str, partition: int) -> None:
         txn.partitions.add((topic, partition))
 
 
+#: The partitions of the transaction coordinators' log in the workload's node config
+#: (``transaction.state.log.num.partitions``).
+TXN_STATE_PARTITIONS = 3
+
+
 #: Read-process-write processes commit their input offsets for group PREFIX<process>.
 TXN_GROUP_PREFIX = "jtxn-rw-"
 
@@ -890,7 +896,7 @@ class TxnWorkload(QueueWorkload):
     topic = None
     consumer_options = {"isolation_level": "read_committed"}
     node_config = {
-        "transaction.state.log.num.partitions": 3,
+        "transaction.state.log.num.partitions": TXN_STATE_PARTITIONS,
         "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500,
     }
 
@@ -923,6 +929,13 @@ class TxnWorkload(QueueWorkload):
         for j in range(a.consumers):
             self.threads.append(threading.Thread(target=self._consumer, args=(100 + j,),
                                                  name=f"jepsen-poll-{j}", daemon=True))
+
+    def coordinator_partitions(self) -> list[int]:
+        """The ``__transaction_state`` partition of each sender's transactional id (one
+        entry per id: a partition holding two ids is named twice), for the nemesis's
+        ``coordinator`` targets."""
+        return [txn_partition_for(f"jtxn-{i}", TXN_STATE_PARTITIONS)
+                for i in range(self.args.senders)]
 
     def _txn_producer(self, process: int) -> Producer:
         p = Producer(self.cluster.bootstrap, **self.cluster.client_options,

@@ -51,3 +51,48 @@ def test_legacy_targets_for_comparisons():
     ob = _observer({"t-0": 1, "t-1": 3}, controller=1)
     picks = [ob.leader_legacy(random.Random(s)) for s in range(300)]
     assert 0.4 < picks.count(1) / len(picks) < 0.8  # the controller, or leader 1 (its node)
+
+
+def test_coordinator_targets_hit_a_coordinator_and_its_followers():
+    """txn workload: ``coordinator`` is the __transaction_state leader the observer
+    saw, ``coordinator-followers`` the other in-sync replicas (at most a minority)."""
+    nem = Nemesis(_cluster(5), None, [], coordinator_of=lambda: (4, [1, 2]))
+    for seed in range(10):
+        assert nem._nodes("coordinator", random.Random(seed)) == [4]
+        assert nem._nodes("coordinator-followers", random.Random(seed)) == [1, 2]
+    wide = Nemesis(_cluster(5), None, [], coordinator_of=lambda: (4, [1, 2, 3, 5]))
+    assert all(len(wide._nodes("coordinator-followers", random.Random(s))) == 2
+               for s in range(10))
+    # none known (yet): still a fault, on a random node and a random minority
+    blind = Nemesis(_cluster(5), None, [], coordinator_of=lambda: None)
+    leader, fs = blind._coordinator([1, 2, 3, 4, 5], random.Random(3))
+    assert leader in range(1, 6) and len(fs) == 2 and leader not in fs
+
+
+def test_observer_names_the_coordinator_of_a_workload_partition():
+    ob = _observer({}, controller=1)
+    ob.txn_state = {0: (3, 2, (2, 4, 5)), 1: (1, 5, (5, 1, 2))}
+    rnd = random.Random(1)
+    assert ob.coordinator([0], rnd) == (2, [4, 5])
+    picks = [ob.coordinator([0, 1], rnd) for _ in range(40)]
+    assert (2, [4, 5]) in picks and (5, [1, 2]) in picks and len(set(map(str, picks))) == 2
+    assert ob.coordinator([2], rnd) is None  # not seen: the nemesis picks at random
+
+
+def test_coordinator_targets_join_the_txn_workloads_default_mix_only():
+    import pytest
+
+    from raftlog.jepsen.nemesis import schedule, targets_for
+
+    mine = targets_for(["kill", "pause", "partition"], workload="txn")
+    assert "coordinator" in mine["kill"] and "coordinator-followers" in mine["pause"]
+    assert "coordinator-followers" in mine["partition"]
+    queue = targets_for(["kill", "pause"], workload="queue")
+    assert "coordinator" not in queue["kill"] + queue["pause"]
+    with pytest.raises(ValueError, match="--workload txn"):
+        targets_for(["kill"], ["coordinator"], workload="queue")
+    assert targets_for(["pause"], ["coordinator-followers"], workload="txn") == {
+        "pause": ("coordinator-followers",)}
+    picked = {e["target"] for s in range(20)
+              for e in schedule(s, ["kill", "pause"], 120, workload="txn")}
+    assert {"coordinator", "coordinator-followers"} <= picked
