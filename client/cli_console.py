@@ -14,7 +14,7 @@ import os
 import sys
 import time
 
-from .cli_common import InterruptFlag, UsageError, admin_for
+from .cli_common import InterruptFlag, UsageError
 from .security import security_kwargs
 
 #: Exit status after Ctrl-C (128 + SIGINT), as shells report it.
@@ -184,25 +184,11 @@ def _topic_hint(cmd):
         except UnknownTopicOrPartitionError as e:
             if "unknown topic" not in str(e):  # (a partition that does not exist)
                 raise
+            near = f"; did you mean {e.suggestion!r}?" if e.suggestion else ""
             raise ValueError(
-                f"no topic {args.topic!r} ({e.code.name}){_nearest_topic(args)} -- `raftlog "
-                f"topics list` shows the topics; `raftlog topics create {args.topic}` makes "
-                f"it") from None
+                f"no topic {args.topic!r} ({e.code.name}){near} -- `raftlog topics list` "
+                f"shows the topics; `raftlog topics create {args.topic}` makes it") from None
     return run
-
-
-def _nearest_topic(args) -> str:
-    """``; did you mean 'orders'?`` when a topic of the cluster is close to the one
-    named (a typo), else "" (also when the cluster cannot be asked)."""
-    import difflib
-
-    try:
-        with admin_for(args) as admin:
-            names = admin.list_topics()
-    except Exception:  # (only a hint: the error itself is what matters)
-        return ""
-    close = difflib.get_close_matches(args.topic, names, n=1, cutoff=0.75)
-    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 # --------------------------------------------------------------------------- produce

@@ -373,9 +373,29 @@ class Cluster:
             # (LEADER_NOT_AVAILABLE: a topic another node auto-created a moment ago)
             retry = code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE)
             if not retry or final:
-                raise api_error(code, (t.message if t else "") or f"unknown topic {topic!r}")
+                msg = (t.message if t else "") or f"unknown topic {topic!r}"
+                near = (self.nearest_topic(topic)
+                        if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION else None)
+                e = api_error(code, f"{msg}; did you mean {near!r}?" if near else msg)
+                e.suggestion = near
+                raise e
             time.sleep(METADATA_BACKOFF_S)
         return parts
+
+    def nearest_topic(self, topic: str) -> str | None:
+        """The topic of the cluster closest to ``topic`` (a typo), or None -- among
+        those this client may describe (a Metadata of every topic; only asked when a
+        topic is unknown, and only a hint: any error is None)."""
+        import difflib
+
+        try:
+            h = self.any_connection().request(Api.METADATA, {"topics": None},
+                                              timeout_s=self.metadata_timeout_s).header
+        except Exception:
+            return None
+        names = [t.name for t in h["topics"] if not t.error and not t.name.startswith("__")]
+        close = difflib.get_close_matches(topic, names, n=1, cutoff=0.75)
+        return close[0] if close else None
 
     def leader_for(self, topic: str, partition: int) -> int:
         parts = self.partitions_for(topic)

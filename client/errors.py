@@ -57,6 +57,10 @@ class TopicAlreadyExistsError(ApiError):
 
 
 class UnknownTopicOrPartitionError(ApiError):
+    #: the cluster's topic closest to the unknown one named (a typo), if any (its
+    #: message then ends ``; did you mean 'orders'?``)
+    suggestion: str | None = None
+
     def __init__(self, message: str = ""):
         super().__init__(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, message)
 

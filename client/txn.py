@@ -28,8 +28,11 @@ from .conn import BrokerConnection
 from .errors import BrokerNotAvailableError, ProducerFencedError
 
 #: What to do when a call needs another state (the first one it accepts).
-_HINTS = {"in_transaction": ": call begin_transaction() first",
-          "ready": ": commit_transaction() or abort_transaction() the open one first"}
+#: What to do, by the producer's state (when the call needs another).
+_HINTS = {"uninitialized": ": call init_transactions() first",
+          "ready": ": call begin_transaction() first",
+          "in_transaction": ": commit_transaction() or abort_transaction() the open one first",
+          "abortable": ": a send of this transaction failed: abort_transaction() first"}
 #: First pause after CONCURRENT_TRANSACTIONS (doubled each time, up to retry_backoff_ms).
 CONCURRENT_BACKOFF_S = 0.002
 #: Errors after which a coordinator call is sent again (after a backoff).
@@ -167,18 +170,13 @@ class TransactionManager:
             self.pending.clear()
             self.refused.clear()
 
-    def _hint(self, states) -> str:
-        if self.state == "uninitialized":
-            return ": call init_transactions() first"
-        return _HINTS.get(states[0], "")
-
     def check(self, *states: str) -> None:
         if self.state == "fatal":
             raise ProducerFencedError(f"{self.transactional_id!r} was fenced: close this producer")
         if self.state not in states:
             raise ApiError(ErrorCode.INVALID_TXN_STATE,
                            f"transactional producer {self.transactional_id!r} is "
-                           f"{self.state}, not {' or '.join(states)}{self._hint(states)}")
+                           f"{self.state}, not {' or '.join(states)}{_HINTS.get(self.state, '')}")
 
     def want(self, topic: str, partition: int) -> bool:
         """(The caller's thread, at send.) Note ``(topic, partition)`` for the I/O

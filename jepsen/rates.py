@@ -25,7 +25,8 @@ import subprocess
 import sys
 import time
 
-#: The planted replication bugs and the anomaly each one is expected to show.
+#: The planted replication bugs and the anomaly each one is expected to show (or any of
+#: a tuple of them).
 BUGS = {
     "bug-ack-before-replication": "lost",
     "bug-serve-beyond-hw": "read-not-committed",
@@ -37,10 +38,12 @@ BUGS = {
     # transactional batch appended without KIP-890's check (the workload's sends to a
     # partition never added -- TXN_UNADDED_SHARE -- then hang: no marker closes them),
     # read_committed reads past open transactions, markers sent before the
-    # coordinator's decision is durable
+    # coordinator's decision is durable (a transaction committed in part; or, as seen,
+    # an early marker landing after the transaction ended closes the producer's next
+    # one: its committed records aborted, or its aborted ones committed)
     "bug-skip-txn-verification": "lost-write",
     "bug-lso-ignores-open-txn": "intermediate-read",
-    "bug-marker-before-prepare-durable": "torn-transaction",
+    "bug-marker-before-prepare-durable": ("torn-transaction", "aborted-read", "lost-write"),
 }
 #: The workload a bug's runs use unless --workload says otherwise (default: run's own).
 BUG_WORKLOAD = {
@@ -51,6 +54,13 @@ BUG_WORKLOAD = {
 #: Run arguments a bug needs to be exposed (before the caller's extra arguments).
 BUG_RUN_ARGS = {
     "bug-ack-before-fsync": ["--nemesis", "powerloss", "--targets", "all"],
+    # markers sent early, untracked, land late at partitions whose leaders are slow to
+    # answer the coordinator: with 5 nodes the coordinator writes to more leaders at
+    # once, and a marker of one transaction closes the producer's next transaction's
+    # first batch there (measured 2026-11-28: 4/4 seeds on 5 nodes, 0/4 on 3); a 5-node
+    # cluster is also the smallest in which the coordinator-followers faults take the
+    # coordinator's partition below min.insync while a majority of nodes runs
+    "bug-marker-before-prepare-durable": ["--nodes", "5"],
 }
 #: The bugs run when no --bug is given.
 DEFAULT_BUGS = ("bug-ack-before-replication", "bug-serve-beyond-hw", "bug-skip-truncation")
@@ -102,12 +112,16 @@ def run_one(bug: str, seed: int, time_s: float, out: str, extra: list[str],
         return row
     counts = res.get("stats", {}).get("anomaly_counts", {})
     row.update(caught=res.get("valid") is False, anomalies=counts,
-               expected=BUGS[bug] in counts,
+               expected=bool(set(_names(BUGS[bug])) & set(counts)),
                acknowledged=res.get("stats", {}).get("acknowledged_sends"),
                **({"transactions": res["stats"]["transactions"]}
                   if "transactions" in res.get("stats", {}) else {}),
                faults=_faults(out))
     return row
+
+
+def _names(expected) -> tuple:
+    return (expected,) if isinstance(expected, str) else tuple(expected)
 
 
 def _faults(out: str) -> list[str]:

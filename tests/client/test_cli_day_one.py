@@ -413,6 +413,30 @@ def _values(out) -> set[str]:
     return set(out.stdout.decode().split())
 
 
+def test_the_sdk_names_the_topic_a_typo_meant(node, home):
+    """Producer.send, Consumer.partitions_for_topic and Admin.describe_topic of a
+    misspelt topic: UnknownTopicOrPartitionError that names the nearest topic (and
+    none for a name close to nothing); nothing is written."""
+    from raftlog.client import UnknownTopicOrPartitionError
+
+    assert run(node, home, "topics", "create", "invoices").returncode == 0
+    with Producer(node.bootstrap) as p:
+        with pytest.raises(UnknownTopicOrPartitionError,
+                           match=r"did you mean 'invoices'\?") as e:
+            p.send("invoice", b"x")
+        assert e.value.suggestion == "invoices"
+        with pytest.raises(UnknownTopicOrPartitionError) as far:
+            p.send("zzz-nothing-like-it", b"x")
+        assert far.value.suggestion is None and "did you mean" not in str(far.value)
+    c = Consumer(node.bootstrap)
+    try:
+        with pytest.raises(UnknownTopicOrPartitionError, match=r"did you mean 'invoices'"):
+            c.partitions_for_topic("invoces")
+    finally:
+        c.close()
+    assert records(node, "invoices") == []
+
+
 def test_consume_start_positions(node, home):
     second_half = _fill(node, "pos", partitions=2, per_partition=6)
     common = ["--topic", "pos", "--timeout-ms", "20000", "--format", r"%s\n"]

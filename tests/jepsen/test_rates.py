@@ -45,3 +45,10 @@ def test_every_bug_is_a_flag_run_accepts():
     from raftlog.jepsen.runner import PLANTED_BUGS
 
     assert set(rates.BUGS) <= PLANTED_BUGS
+
+
+def test_a_bug_may_expect_any_of_several_anomalies():
+    assert rates._names("lost") == ("lost",)
+    assert "aborted-read" in rates._names(rates.BUGS["bug-marker-before-prepare-durable"])
+    # it runs on 5 nodes: the smallest cluster where its faults bite (rates.BUG_RUN_ARGS)
+    assert rates.BUG_RUN_ARGS["bug-marker-before-prepare-durable"] == ["--nodes", "5"]

@@ -143,6 +143,9 @@ def test_sdk_calls_out_of_order_say_what_to_call_and_send_nothing(txn_node):
         p.begin_transaction()
         with pytest.raises(ApiError, match=r"commit_transaction\(\) or abort_transaction\(\)"):
             p.begin_transaction()
+        # init_transactions() again inside a transaction: same hint
+        with pytest.raises(ApiError, match=r"commit_transaction\(\) or abort_transaction\(\)"):
+            p.init_transactions()
         p.send("t", b"inside", partition=0)
         p.commit_transaction()
     finally:
