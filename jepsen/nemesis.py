@@ -64,10 +64,10 @@ partition's other in-sync replicas (at most a minority) for ``pause``, and for
 link flows). Paused or cut off for longer than ``replica.lag.time.max.ms``, they take
 the coordinator's partition below ``min.insync.replicas`` (5 nodes: its two followers),
 so the coordinator's decisions (PrepareCommit/PrepareAbort) cannot become durable while
-the data partitions' leaders still take writes: a coordinator that sends markers before
-its decision is durable (planted bug ``bug-marker-before-prepare-durable``) commits part
-of a transaction that its producer then gives up on and that is aborted -- a torn
-transaction.
+the cluster runs: its EndTxn waits or fails, and the producers retry, give up or are
+fenced. (Measured 2026-11-28 with ``bug-marker-before-prepare-durable``: the producers'
+commits waited these faults out, so no transaction was torn by them; the bug was caught
+through its untracked early markers landing after the transaction had ended, rates.py.)
 
 Every window is recorded in the history as process ``"nemesis"``: ``start`` (its value
 says what was done to whom) and ``stop``.
