@@ -187,6 +187,8 @@ class Nemesis:
         self.leader_aware = leader_aware
         self.done: list[dict] = []
         self._undo = None
+        #: the coordinator the last coordinator target aimed at (None: none was seen)
+        self.coordinator_seen: int | None = None
 
     def start(self) -> None:
         self.thread.start()
@@ -249,8 +251,10 @@ class Nemesis:
         k = max((len(ids) - 1) // 2, 1)
         if got is None or got[0] not in ids:
             leader = rnd.choice(ids)
+            self.coordinator_seen = None
             return leader, sorted(rnd.sample([i for i in ids if i != leader], k))
         leader, followers = got
+        self.coordinator_seen = leader
         fs = sorted(f for f in followers if f in ids and f != leader)
         if len(fs) > k:
             fs = sorted(rnd.sample(fs, k))
@@ -373,6 +377,9 @@ class Nemesis:
             self.log(f"nemesis: {kind} {target} failed: {e!r}")
             self._undo = None
             return
+        if target.startswith("coordinator"):  # (whom it aimed at: a coordinator seen, or not)
+            desc += (f" (coordinator {self.coordinator_seen})"
+                     if self.coordinator_seen is not None else " (no coordinator seen: random)")
         self._undo = undo
         self.history.ok(op, desc, **extra)
         self.done.append({"kind": kind, "target": target, "what": desc})

@@ -47,3 +47,26 @@ def test_txn_run_catches_a_planted_bug(tmp_path, flag, anomalies):
     assert rc == 1 and results["valid"] is False, err
     counts = results["stats"]["anomaly_counts"]
     assert sum(counts.get(a, 0) for a in anomalies) > 0, counts
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_coordinator_targets_hit_the_coordinator_the_cluster_names(tmp_path):
+    """The txn workload's coordinator targets on a real cluster: the observer finds the
+    __transaction_state leader of a workload id (every fault names it: never the random
+    fallback), a coordinator-followers pause spares the coordinator, and the run stays
+    valid."""
+    import re
+
+    rc, results, err = run_harness(
+        tmp_path / "run", "--workload", "txn", "--nemesis", "kill,pause", "--targets",
+        "coordinator,coordinator-followers", "--time", "12", "--rate", "50", "--seed", "5",
+        "--hold", "1.5,2.5", "--quiet", "1,1.5")
+    assert rc == 0 and results["valid"] is True, (results.get("anomalies"), err)
+    faults = [f["fault"] for f in results["stats"]["nemesis"]]
+    assert len(faults) >= 3, faults
+    for f in faults:
+        m = re.fullmatch(r"(kill|pause) \[([\d, ]+)\] \(coordinator (\d+)\)", f)
+        assert m, faults
+        victims, coordinator = [int(v) for v in m[2].split(", ")], int(m[3])
+        assert victims == [coordinator] or coordinator not in victims, f
