@@ -47,7 +47,7 @@ from raftlog.protocol import (
     parse_request,
 )
 from raftlog.tls import describe_handshake_error, principal_from_cert, server_context
-from raftlog.wire_sniff import KAFKA, SNIFF_BYTES, sniff
+from raftlog.wire_sniff import KAFKA, SNIFF_BYTES, looks_tls, sniff
 
 from .admission import (
     ConnectionQuota,
@@ -69,6 +69,7 @@ from .fetch_session import FetchSession
 from .logfmt import EventLog
 from .metrics import NodeMetrics
 from .outbox import Deferred, Outbox
+from .plaintext_refusal import peek_head, refuse_plaintext
 from .purgatory import Delayed, Purgatory
 from .replica_manager import ReplicaManager
 from .routes import ROUTES, SERVED_APIS, Mode
@@ -567,10 +568,22 @@ class Server:
         when the handshake fails (logged; the socket is closed)."""
         principal = ANONYMOUS
         if listener.protocol.tls:
+            deadline = trio.current_time() + HANDSHAKE_TIMEOUT_S
+            head = b""
+            with trio.move_on_at(deadline):
+                head = await peek_head(sock)
+            if head and not looks_tls(head):  # plaintext: answered with what to do
+                kind, hint = await refuse_plaintext(sock, head, listener.name,
+                                                    listener.protocol.value)
+                self.log_limited(("plaintext_on_tls", peer.rpartition(":")[0]),
+                                 "plaintext_on_tls_listener", peer=peer,
+                                 listener=listener.name, client=kind, hint=hint)
+                sock.close()
+                return None, None
             tls_sock = self._ssl_context.wrap_socket(sock, server_side=True,
                                                      do_handshake_on_connect=False)
             try:
-                with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+                with trio.fail_at(deadline):
                     await tls_handshake(tls_sock)
             except (OSError, trio.TooSlowError) as e:
                 reason = ("timed out" if isinstance(e, trio.TooSlowError)

@@ -57,6 +57,23 @@ def sniff(head: bytes) -> str | None:
     return None
 
 
+#: A TLS connection's first byte: a handshake record (ClientHello).
+TLS_HANDSHAKE_RECORD = 0x16
+
+
+def looks_tls(head: bytes) -> bool:
+    """The bytes start a TLS handshake (``head``: at least one byte)."""
+    return head[:1] == bytes([TLS_HANDSHAKE_RECORD])
+
+
+def plaintext_on_tls_hint(listener_name: str, protocol: str) -> str:
+    """What a client that sent plaintext to a TLS listener is told (and the node logs)."""
+    return (f"listener {listener_name} takes TLS ({protocol}) and this client sent "
+            f"plaintext: give the client the listener's security settings (SDK: "
+            f"security_protocol={protocol!r} with its ssl_*/sasl_* options; CLI: "
+            f"--command-config FILE holding security.protocol={protocol})")
+
+
 def foreign_hint(head: bytes) -> str | None:
     """What a server whose first bytes are no raftlog frame is, as advice for the person
     who pointed a client at it: servers that speak first (the Raft port's challenge, an

@@ -8,6 +8,8 @@ import os
 import socket
 import ssl
 import struct
+import subprocess
+import sys
 import time
 
 import pytest
@@ -184,6 +186,27 @@ def test_garbage_truncated_and_early_frames(env):
     except ConnectionResetError:
         pass
     s.close()
+    assert alive(node, certs)
+
+
+def test_a_plaintext_client_on_the_tls_listener_is_told_what_to_give_it(env, tmp_path):
+    """The day-one mistake with a SASL_SSL node: a client without its security settings
+    gets an error naming them (SDK and CLI), not a connection reset; the node logs one
+    line saying so and serves TLS clients as before."""
+    certs, node = env
+    with pytest.raises(ApiError, match=r"takes TLS \(SASL_SSL\).*security_protocol="
+                                       r"'SASL_SSL'.*--command-config") as e:
+        with Admin(node.bootstrap, request_timeout_ms=5000) as a:
+            a.list_topics()
+    assert e.value.code is ErrorCode.INVALID_REQUEST
+    home = tmp_path / "home"
+    home.mkdir()
+    out = subprocess.run([sys.executable, "-m", "raftlog.client.cli", "topics", "list",
+                          "--bootstrap-server", node.bootstrap], capture_output=True,
+                         timeout=60, env={**os.environ, "HOME": str(home)})
+    assert out.returncode == 1 and b"--command-config FILE holding security.protocol=SASL_SSL" \
+        in out.stderr and b"Traceback" not in out.stderr, out.stderr
+    assert "event=plaintext_on_tls_listener" in node.log_text()
     assert alive(node, certs)
 
 
