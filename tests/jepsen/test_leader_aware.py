@@ -89,6 +89,8 @@ def test_coordinator_targets_join_the_txn_workloads_default_mix_only():
     assert "coordinator-followers" in mine["partition"]
     queue = targets_for(["kill", "pause"], workload="queue")
     assert "coordinator" not in queue["kill"] + queue["pause"]
+    with pytest.raises(ValueError, match="did you mean .coordinator."):
+        targets_for(["kill"], ["coordinater"], workload="txn")
     with pytest.raises(ValueError, match="--workload txn"):
         targets_for(["kill"], ["coordinator"], workload="queue")
     assert targets_for(["pause"], ["coordinator-followers"], workload="txn") == {
