@@ -41,6 +41,12 @@ class AuthenticationError(ClientError):
     the same credentials would fail again."""
 
 
+#: Added to a TLS handshake the node ended: a plaintext listener closes a TLS client's
+#: connection at once (node/server.py, node/kafka/server.py).
+PLAINTEXT_LISTENER_HINT = (" (the node closed the connection: if its listener is plaintext, "
+                           "use security_protocol PLAINTEXT or SASL_PLAINTEXT)")
+
+
 @dataclass(frozen=True)
 class ClientSecurity:
     security_protocol: str = "PLAINTEXT"
@@ -116,13 +122,15 @@ class ClientSecurity:
             return self._context.wrap_socket(sock, server_hostname=host)
         except (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError) as e:
             sock.close()  # the node went away mid-handshake (stopping?): retriable
-            raise BrokerNotAvailableError(describe_handshake_error(e, host)) from None
+            raise BrokerNotAvailableError(describe_handshake_error(e, host)
+                                          + PLAINTEXT_LISTENER_HINT) from None
         except (ssl.SSLError, ssl.CertificateError) as e:
             sock.close()  # a certificate or the TLS parameters were refused: not retried
             raise AuthenticationError(describe_handshake_error(e, host)) from None
         except OSError as e:  # reset or closed during the handshake
             sock.close()
-            raise BrokerNotAvailableError(f"TLS handshake with {host} failed: {e}") from None
+            raise BrokerNotAvailableError(f"TLS handshake with {host} failed: {e}"
+                                          + PLAINTEXT_LISTENER_HINT) from None
 
     def authenticate(self, request) -> None:
         """Run SASL over ``request(api, fields) -> header`` (a connection's blocking call).

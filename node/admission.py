@@ -129,6 +129,13 @@ def kafka_on_native_hint(native: str, kafka: str | None) -> str:
             f"use kafka.listener {kafka}")
 
 
+def tls_on_plaintext_hint(address: str) -> str:
+    """The hint for a TLS client on the plaintext listener ``address`` (host:port)."""
+    return (f"a TLS client connected to the plaintext listener {address}: give the client "
+            f"security_protocol PLAINTEXT (or SASL_PLAINTEXT), or connect it to a TLS "
+            f"listener")
+
+
 def native_on_kafka_hint(kafka: str, native: str) -> str:
     """The hint for a raftlog (native) client on the Kafka listener ``kafka``."""
     return (f"a raftlog client connected to the Kafka listener {kafka}; raftlog clients "

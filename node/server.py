@@ -57,6 +57,7 @@ from .admission import (
     kafka_on_native_hint,
     lift_frame_limit,
     limit_frames_before_auth,
+    tls_on_plaintext_hint,
 )
 from .authn import ANONYMOUS, FailureLimiter, SaslSession
 from .authz import FILTERED_APIS, AclCheck
@@ -649,8 +650,11 @@ class Server:
             decoder.receive_data(data)
             if sniffing and decoder.buffered >= SNIFF_BYTES:
                 sniffing = False
-                if sniff(decoder.head(SNIFF_BYTES)) == KAFKA:
+                head = decoder.head(SNIFF_BYTES)
+                if sniff(head) == KAFKA:
                     raise WrongProtocol(self._kafka_hint(conn.listener))
+                if looks_tls(head):  # (a TLS listener's bytes arrive decrypted here)
+                    raise WrongProtocol(tls_on_plaintext_hint(self.native_address(conn.listener)))
             handled = 0
             while True:
                 frame = next_request_frame(decoder, pre_auth)

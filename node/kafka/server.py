@@ -54,7 +54,7 @@ from raftlog.kafka.wire import (
     encode_response_pieces,
 )
 from raftlog.listeners import Listener, SecurityProtocol
-from raftlog.wire_sniff import NATIVE, SNIFF_BYTES, sniff
+from raftlog.wire_sniff import NATIVE, SNIFF_BYTES, looks_tls, sniff
 
 from ..admission import (
     ConnectionQuota,
@@ -64,6 +64,7 @@ from ..admission import (
     lift_frame_limit,
     limit_frames_before_auth,
     native_on_kafka_hint,
+    tls_on_plaintext_hint,
 )
 from ..authn import FailureLimiter
 from ..authz import AclCheck
@@ -325,8 +326,11 @@ class KafkaServer:
             decoder.receive_data(data)
             if sniffing and decoder.buffered >= SNIFF_BYTES:
                 sniffing = False
-                if sniff(decoder.head(SNIFF_BYTES)) == NATIVE:
+                head = decoder.head(SNIFF_BYTES)
+                if sniff(head) == NATIVE:
                     raise WrongProtocol(self._native_hint())
+                if looks_tls(head):  # (a TLS listener's bytes arrive decrypted here)
+                    raise WrongProtocol(tls_on_plaintext_hint(self._kafka_host_port()))
             while (payload := next_request_frame(decoder, pre_auth)) is not None:
                 while out.deferred >= MAX_IN_FLIGHT:
                     await out.room.wait()  # bounded: a client pipelining past it waits
@@ -509,11 +513,14 @@ class KafkaServer:
             pass
         raise AuthenticationFailed(e.message, counted=e.code is not ErrorCode.BROKER_NOT_AVAILABLE)
 
+    def _kafka_host_port(self) -> str:
+        host, port = self.config.kafka_advertised or self.address or ("", 0)
+        return f"{bracket(host)}:{port}"
+
     def _native_hint(self) -> str:
         native = (self.native.native_address(None) if self.native is not None
                   else "{}:{}".format(*self.config.advertised))
-        host, port = self.config.kafka_advertised or self.address or ("", 0)
-        return native_on_kafka_hint(f"{bracket(host)}:{port}", native)
+        return native_on_kafka_hint(self._kafka_host_port(), native)
 
     def _park(self, conn: _Conn, header, wait: Wait) -> None:
         op = _KafkaParked(self, conn, header, wait)

@@ -442,3 +442,35 @@ def test_kafka_client_on_native_port_and_back_get_one_hint(tmp_path):
         assert len(hints) == 1 and "no Kafka listener is configured: set kafka.listener" in hints[0]
     finally:
         lone.stop()
+
+
+def test_tls_clients_on_plaintext_listeners_are_closed_at_once_with_a_hint(tmp_path):
+    """A client given TLS settings for a plaintext node (the reverse of forgetting
+    them): closed at once -- not left to time out its handshake -- the SDK saying to use
+    PLAINTEXT, the node logging one line per listener."""
+    from raftlog.client import Admin
+    from raftlog.client.errors import BrokerNotAvailableError
+    from tests.certs import make_certs
+
+    certs = make_certs(str(tmp_path / "certs"))
+    node = start(tmp_path, "n")
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(BrokerNotAvailableError, match="use security_protocol PLAINTEXT"):
+            with Admin(f"127.0.0.1:{node.port}", security_protocol="SSL",
+                       ssl_cafile=certs.cafile, request_timeout_ms=10_000) as a:
+                a.list_topics()
+        assert time.monotonic() - t0 < 10  # (the handshake's own timeout is 15 s)
+        hint = "a TLS client connected to the plaintext listener 127.0.0.1:{}"
+        assert any(hint.format(node.port) in h for h in log_lines(node, "event=wrong_protocol"))
+        import ssl
+
+        ctx = ssl.create_default_context(cafile=certs.cafile)
+        with contextlib.closing(connect(node.kport)) as s:  # a Kafka client's handshake
+            with pytest.raises((ssl.SSLError, OSError)):
+                ctx.wrap_socket(s, server_hostname="127.0.0.1")
+        assert any(hint.format(node.kport) in h
+                   for h in log_lines(node, "event=wrong_protocol", "listener=kafka"))
+        assert served(node.port, "127.0.0.1") and kafka_served(node.kport, "127.0.0.1")
+    finally:
+        node.stop()
