@@ -19,6 +19,7 @@ it imports and unit-tests on a machine without pyspark:
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -314,9 +315,40 @@ _PRODUCER_INT_KEYS = {
 }
 
 
+#: The options a reader / a writer takes (Spark's Kafka source's names, case-insensitive),
+#: to name the nearest when one is misspelt.
+_READ_OPTIONS = ("bootstrap.servers", "kafka.bootstrap.servers", "subscribe",
+                 "subscribePattern", "assign", "startingOffsets", "endingOffsets",
+                 "startingTimestamp", "endingTimestamp", "startingOffsetsByTimestamp",
+                 "endingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy",
+                 "failOnDataLoss", "minPartitions", "maxOffsetsPerTrigger", "includeHeaders",
+                 "kafkaConsumer.pollTimeoutMs", "pollTimeoutMs", *_CONSUMER_KEYS)
+_WRITE_OPTIONS = ("bootstrap.servers", "kafka.bootstrap.servers", "topic", "kafka.acks",
+                  "kafka.compression.type", *_PRODUCER_INT_KEYS)
+
+
+def _refuse_misspelt(opts: dict[str, str], names: tuple) -> None:
+    """RaftlogOptionError for an option that is none of ``names`` but close to one.
+    Options nobody reads are ignored (as by Spark's Kafka source), so a misspelt
+    ``startingOffset`` would silently read from the default; options close to none
+    (or security properties, ``_security``) pass."""
+    from .security import option_from_property
+
+    known = {n.lower(): n for n in names}
+    for key in opts:
+        if key in known or option_from_property(
+                key[6:] if key.startswith("kafka.") else key, "") is not None:
+            continue
+        near = difflib.get_close_matches(key, list(known), n=1, cutoff=0.85)
+        if near:
+            raise RaftlogOptionError(f"unknown option {key!r} (did you mean "
+                                     f"{known[near[0]]!r}?)")
+
+
 def parse_read_options(options: Mapping[str, str], streaming: bool = False) -> ReadOptions:
     """Validate reader options; RaftlogOptionError names the bad option."""
     opts = _lower(options)
+    _refuse_misspelt(opts, _READ_OPTIONS)
     if streaming and any(
         k in opts for k in ("endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp")
     ):
@@ -355,6 +387,7 @@ def parse_read_options(options: Mapping[str, str], streaming: bool = False) -> R
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     """Validate writer options. Every task's producer is idempotent with acks=all."""
     opts = _lower(options)
+    _refuse_misspelt(opts, _WRITE_OPTIONS)
     acks = opts.get("kafka.acks", "all").strip().lower()
     if acks not in ("all", "-1"):
         raise RaftlogOptionError(

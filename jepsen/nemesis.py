@@ -382,8 +382,10 @@ class Nemesis:
             self._undo = None
             return
         if target.startswith("coordinator"):  # (whom it aimed at: a coordinator seen, or not)
-            desc += (f" (coordinator {self.coordinator_seen})"
-                     if self.coordinator_seen is not None else " (no coordinator seen: random)")
+            if self.coordinator_seen is None:
+                desc += " (no coordinator seen: random)"
+            elif not desc.startswith("cut coordinator"):
+                desc += f" (coordinator {self.coordinator_seen})"
         self._undo = undo
         self.history.ok(op, desc, **extra)
         self.done.append({"kind": kind, "target": target, "what": desc})

@@ -296,3 +296,27 @@ def test_security_options_pass_through_to_every_client():
     assert parse_read_options(opts).security == want
     assert parse_write_options({**opts, "topic": "t"}).security == want
     assert parse_read_options({"bootstrap.servers": "h:1", "subscribe": "t"}).security == ()
+
+
+@pytest.mark.parametrize("typo, meant", [
+    ("startingOffset", "startingOffsets"), ("subscibe", "subscribe"),
+    ("failOnDataLos", "failOnDataLoss"), ("maxOffsetPerTrigger", "maxOffsetsPerTrigger"),
+])
+def test_a_misspelt_reader_option_names_the_one_meant(typo, meant):
+    """A typo would otherwise be ignored (as by Spark's Kafka source) and read from the
+    default; options close to no known one pass, as do security properties."""
+    base = {"bootstrap.servers": "h:1", "subscribe": "t"}
+    with pytest.raises(RaftlogOptionError, match=f"unknown option {typo.lower()!r} "
+                                                 f"\\(did you mean {meant!r}\\?\\)"):
+        parse_read_options({**base, typo: "earliest"}, streaming=True)
+    opts = parse_read_options({**base, "someOtherEngineOption": "x",
+                               "kafka.security.protocol": "SASL_SSL",
+                               "kafka.sasl.mechanism": "SCRAM-SHA-256"})
+    assert dict(opts.security)["security_protocol"] == "SASL_SSL"
+
+
+def test_a_misspelt_writer_option_names_the_one_meant():
+    with pytest.raises(RaftlogOptionError, match=r"did you mean 'kafka.linger.ms'"):
+        parse_write_options({"bootstrap.servers": "h:1", "kafka.linger.msec": "5"})
+    with pytest.raises(RaftlogOptionError, match=r"did you mean 'topic'"):
+        parse_write_options({"bootstrap.servers": "h:1", "topics": "t"})
