@@ -291,6 +291,23 @@ def _position(c, args, tps) -> None:
             c.seek(tp, max(start[tp], end[tp] - n))
     else:
         c.seek_to_end(*tps)
+        _note_start_at_end(c, args, tps)
+
+
+def _note_start_at_end(c, args, tps) -> None:
+    """One stderr line when a consume starts at the end of partitions that hold records
+    (kafka-console-consumer's default -- kcat and rpk read from the start): how many it
+    will not show and the flag that shows them. Only a note: any error leaves it out."""
+    try:
+        begin, end = c.beginning_offsets(tps), c.end_offsets(tps)
+        earlier = sum(max(end[tp] - begin[tp], 0) for tp in tps)
+    except Exception:  # noqa: BLE001 -- a note, never a failure
+        return
+    if earlier:
+        whom = f"group {args.group!r} has no committed offsets: " if args.group else ""
+        print(f"raftlog consume: {whom}starting at the end of {args.topic!r}, after "
+              f"{earlier} earlier record{'s' if earlier != 1 else ''} (--from-beginning "
+              f"reads them)", file=sys.stderr, flush=True)
 
 
 def _open_consumer(args):
@@ -302,7 +319,10 @@ def _open_consumer(args):
         c = Consumer(args.bootstrap_server, group_id=args.group, auto_offset_reset=reset,
                      client_id="raftlog-cli", **security_kwargs(args))
         try:
-            c.partitions_for_topic(args.topic)  # (an unknown topic: a clear error at once)
+            parts = c.partitions_for_topic(args.topic)  # (an unknown topic: a clear error)
+            tps = [TopicPartition(args.topic, p) for p in sorted(parts)]
+            if not args.from_beginning and all(c.committed(tp) is None for tp in tps):
+                _note_start_at_end(c, args, tps)  # (a new group starts at the end)
             c.subscribe([args.topic])
         except BaseException:
             c.close()
@@ -331,9 +351,10 @@ def cmd_consume(args) -> int:
     out = sys.stdout.buffer
     seen = 0
     c = None
+    flag = InterruptFlag()
     try:
         c = _open_consumer(args)
-        with InterruptFlag() as flag:
+        with flag:
             seen = _consume_loop(c, args, fmt, out, flag)
         out.flush()
         if args.group is not None and not flag.interrupted:
@@ -346,7 +367,7 @@ def cmd_consume(args) -> int:
             _commit_quietly(c)
         print(f"\nraftlog consume: interrupted after {seen} records", file=sys.stderr,
               flush=True)
-        return EXIT_INTERRUPTED
+        return flag.exit_code if flag.interrupted else EXIT_INTERRUPTED
     except BrokenPipeError:  # the reader went away (| head): stop, quietly
         _quiet_stdout()
         return 0

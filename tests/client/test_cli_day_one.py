@@ -476,6 +476,43 @@ def test_ctrl_c_in_consume_says_how_many_and_exits_130(node, home):
     assert "interrupted after 3 records" in err and "Traceback" not in err, err
 
 
+def test_a_consume_that_starts_at_the_end_says_what_it_skips(node, home):
+    """kafka-console-consumer's default (the end) surprises users of kcat and rpk (the
+    start): one stderr line says how many records it will not show and the flag."""
+    _fill(node, "ends", partitions=1, per_partition=3)
+    for extra, says in [((), "starting at the end of 'ends', after 3 earlier records "
+                             "(--from-beginning reads them)"),
+                        (("--group", "eg"), "group 'eg' has no committed offsets: starting "
+                                            "at the end of 'ends', after 3 earlier records")]:
+        out = run(node, home, "consume", "ends", "--timeout-ms", "500", *extra)
+        assert out.returncode == 0 and out.stdout == b"", out
+        assert says.encode() in out.stderr, out.stderr
+    quiet = run(node, home, "consume", "ends", "--from-beginning", "--max-messages", "3")
+    assert quiet.stdout.count(b"\n") == 3 and b"starting at the end" not in quiet.stderr
+
+
+def test_sigterm_in_a_group_consume_leaves_the_group_and_exits_143(node, home):
+    """`kill` or `timeout` on `raftlog consume --group`: it commits, leaves the group at
+    once (no member lingering until its session times out, holding the next consumer's
+    join back) and exits 143."""
+    _fill(node, "termc", partitions=1, per_partition=3)
+    p = popen(node, home, "consume", "--topic", "termc", "--group", "tg", "--from-beginning")
+    try:
+        for _ in range(3):
+            read_line(p.stdout)
+        with Admin(node.bootstrap) as a:
+            assert len(a.describe_group("tg").members) == 1
+            p.send_signal(signal.SIGTERM)
+            assert p.wait(WAIT_S) == 143
+            err = p.stderr.read().decode()
+            g = a.describe_group("tg")
+        assert g.members == [] and g.state == "Empty", g
+        assert [(tp.partition, o.committed) for tp, o in g.offsets.items()] == [(0, 3)], g
+    finally:
+        p.kill()
+    assert "interrupted after 3 records" in err and "Traceback" not in err, err
+
+
 def test_ctrl_c_in_produce_says_how_many_went_through(node, home):
     Admin(node.bootstrap).create_topic("intp")
     p = popen(node, home, "produce", "--topic", "intp", stdin=subprocess.PIPE)
