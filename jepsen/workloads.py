@@ -53,6 +53,7 @@ from raftlog.client import (
     UnknownTopicOrPartitionError,
 )
 from raftlog.errors import ErrorCode
+from raftlog.node.transactions import TRANSACTION_STATE_TOPIC
 from raftlog.node.transactions import partition_for as txn_partition_for
 
 QUEUE_TOPIC = "jepsen-queue"
@@ -917,6 +918,12 @@ class TxnWorkload(QueueWorkload):
         self.keys = [key_of(t, p) for t in TXN_TOPICS for p in range(a.partitions)]
         for t in TXN_TOPICS:
             self._wait_leaders(t, a.partitions)
+        # the transaction coordinators exist before the first fault (asking for the ids'
+        # coordinators creates their log), so a coordinator target always finds one
+        with Admin(self.cluster.bootstrap, **self.cluster.client_options,
+                   request_timeout_ms=10_000) as admin:
+            admin.describe_transactions([f"jtxn-{i}" for i in range(a.senders)])
+        self._wait_leaders(TRANSACTION_STATE_TOPIC, TXN_STATE_PARTITIONS)
         self.values = iter(range(1, 1 << 62))
         self.values_lock = threading.Lock()
         pacer = Pacer(a.rate, a.senders)
