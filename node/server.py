@@ -47,7 +47,7 @@ from raftlog.protocol import (
     parse_request,
 )
 from raftlog.tls import describe_handshake_error, principal_from_cert, server_context
-from raftlog.wire_sniff import KAFKA, SNIFF_BYTES, looks_tls, sniff
+from raftlog.wire_sniff import KAFKA, SNIFF_BYTES, looks_client_hello, looks_tls, sniff
 
 from .admission import (
     ConnectionQuota,
@@ -653,7 +653,7 @@ class Server:
                 head = decoder.head(SNIFF_BYTES)
                 if sniff(head) == KAFKA:
                     raise WrongProtocol(self._kafka_hint(conn.listener))
-                if looks_tls(head):  # (a TLS listener's bytes arrive decrypted here)
+                if looks_client_hello(head):  # (a TLS listener's arrive decrypted here)
                     raise WrongProtocol(tls_on_plaintext_hint(self.native_address(conn.listener)))
             handled = 0
             while True:

@@ -62,8 +62,22 @@ TLS_HANDSHAKE_RECORD = 0x16
 
 
 def looks_tls(head: bytes) -> bool:
-    """The bytes start a TLS handshake (``head``: at least one byte)."""
+    """The bytes may start a TLS handshake (``head``: at least one byte): what a TLS
+    listener checks before its handshake -- loose on purpose, since a TLS client taken
+    for plaintext would be refused, while plaintext taken for TLS only fails the
+    handshake as it always did."""
     return head[:1] == bytes([TLS_HANDSHAKE_RECORD])
+
+
+def looks_client_hello(head: bytes) -> bool:
+    """The bytes start a TLS ClientHello and nothing else (``head``: SNIFF_BYTES): what a
+    plaintext listener checks before closing a connection as a TLS client's -- strict,
+    since a native frame whose length's low byte is 0x16 must never be taken for one.
+    A record header (0x16, version 3.x, length) then handshake type 1, and not a native
+    frame (whose length, header length and CBOR map could match the first bytes)."""
+    assert len(head) >= SNIFF_BYTES
+    return (head[0] == TLS_HANDSHAKE_RECORD and head[1] == 0x03 and head[2] <= 0x04
+            and head[5] == 0x01 and not looks_native(head) and not looks_kafka(head))
 
 
 def plaintext_on_tls_hint(listener_name: str, protocol: str) -> str:

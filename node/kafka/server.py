@@ -54,7 +54,7 @@ from raftlog.kafka.wire import (
     encode_response_pieces,
 )
 from raftlog.listeners import Listener, SecurityProtocol
-from raftlog.wire_sniff import NATIVE, SNIFF_BYTES, looks_tls, sniff
+from raftlog.wire_sniff import NATIVE, SNIFF_BYTES, looks_client_hello, sniff
 
 from ..admission import (
     ConnectionQuota,
@@ -329,7 +329,7 @@ class KafkaServer:
                 head = decoder.head(SNIFF_BYTES)
                 if sniff(head) == NATIVE:
                     raise WrongProtocol(self._native_hint())
-                if looks_tls(head):  # (a TLS listener's bytes arrive decrypted here)
+                if looks_client_hello(head):  # (a TLS listener's arrive decrypted here)
                     raise WrongProtocol(tls_on_plaintext_hint(self._kafka_host_port()))
             while (payload := next_request_frame(decoder, pre_auth)) is not None:
                 while out.deferred >= MAX_IN_FLIGHT:

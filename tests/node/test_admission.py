@@ -3,6 +3,8 @@ node/connection.py's idle watchdog on a virtual clock) and their config keys."""
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 import trio
 from hypothesis import given
@@ -19,7 +21,7 @@ from raftlog.node.admission import (
 from raftlog.node.config import NodeConfig
 from raftlog.node.connection import idle_watchdog
 from raftlog.protocol import Api, ClientConnection, encode_frame
-from raftlog.wire_sniff import KAFKA, NATIVE, SNIFF_BYTES, sniff
+from raftlog.wire_sniff import KAFKA, NATIVE, SNIFF_BYTES, looks_client_hello, looks_tls, sniff
 
 
 def test_quota_per_address_with_overrides():
@@ -70,6 +72,41 @@ def test_sniff_tells_native_frames_from_kafka_requests():
                        max_size=20), st.binary(max_size=600))
 def test_sniff_never_calls_a_native_frame_kafka(header, body):
     assert sniff(encode_frame(header, body)[:SNIFF_BYTES]) != KAFKA
+
+
+def _client_hello() -> bytes:
+    """The first bytes a real TLS client sends (Python's ssl, in memory)."""
+    import ssl
+
+    ctx = ssl.create_default_context()
+    tls = ctx.wrap_bio(ssl.MemoryBIO(), out := ssl.MemoryBIO(), server_hostname="x")
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return out.read()
+
+
+def test_a_client_hello_is_told_from_every_native_frame_head():
+    """A plaintext listener closes a TLS client's connection at once: a ClientHello is
+    recognised, and no native frame is ever taken for one -- not even one whose length's
+    low byte is 0x16 (found in CI: `raftlog transactions find-hanging`'s first frame was
+    such a one, and the node closed it)."""
+    hello = _client_hello()
+    assert looks_tls(hello) and looks_client_hello(hello[:SNIFF_BYTES])
+    assert looks_client_hello(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc")
+    for length in range(5, 1 << 20):  # every frame length a head can show, the worst header
+        if length & 0xFF != 0x16:
+            continue
+        for hlen in (1, 256, 257, 511, length - 4):
+            if 1 <= hlen <= length - 4:
+                head = struct.pack("<II", length, hlen) + b"\xa1"
+                assert not looks_client_hello(head), (length, hlen)
+    assert not looks_client_hello(b"\x16" + b"\x00" * (SNIFF_BYTES - 1))
+
+
+@given(st.dictionaries(st.text(max_size=8), st.integers() | st.text() | st.binary(),
+                       max_size=20), st.binary(max_size=2000))
+def test_no_native_frame_is_taken_for_a_client_hello(header, body):
+    assert not looks_client_hello(encode_frame(header, body)[:SNIFF_BYTES])
 
 
 @given(st.integers(0, 3), st.integers(0, 2**31 - 1), st.text(max_size=300))

@@ -471,6 +471,17 @@ def test_tls_clients_on_plaintext_listeners_are_closed_at_once_with_a_hint(tmp_p
                 ctx.wrap_socket(s, server_hostname="127.0.0.1")
         assert any(hint.format(node.kport) in h
                    for h in log_lines(node, "event=wrong_protocol", "listener=kafka"))
+        # a first native frame whose length's low byte is 0x16 (a TLS record's first
+        # byte) is a request like any other, not a TLS client
+        for k in range(300):
+            fields = {"topics": ["t" * k]}
+            data = ClientConnection().send_request(Api.METADATA, fields)[1]
+            if (len(data) - 4) & 0xFF == 0x16:
+                break
+        assert data[0] == 0x16, data[:4]
+        with contextlib.closing(connect(node.port)) as s:
+            h = native_call(s, ClientConnection(), Api.METADATA, fields)
+            assert h is not None and "brokers" in h, h
         assert served(node.port, "127.0.0.1") and kafka_served(node.kport, "127.0.0.1")
     finally:
         node.stop()
