@@ -325,6 +325,15 @@ _READ_OPTIONS = ("bootstrap.servers", "kafka.bootstrap.servers", "subscribe",
                  "kafkaConsumer.pollTimeoutMs", "pollTimeoutMs", *_CONSUMER_KEYS)
 _WRITE_OPTIONS = ("bootstrap.servers", "kafka.bootstrap.servers", "topic", "kafka.acks",
                   "kafka.compression.type", *_PRODUCER_INT_KEYS)
+#: Spark's and Kafka's own option names that this source and sink do not use but a user
+#: may rightly pass (ignored, as before): never taken for a typo of a near one
+#: (minOffsetsPerTrigger is not a misspelt maxOffsetsPerTrigger).
+_IGNORED_OPTIONS = ("minOffsetsPerTrigger", "maxTriggerDelay", "groupIdPrefix",
+                    "kafka.group.id", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs",
+                    "maxRecordsPerPartition", "kafka.fetch.min.bytes",
+                    "kafka.max.poll.records", "kafka.session.timeout.ms",
+                    "kafka.heartbeat.interval.ms", "kafka.max.request.size",
+                    "kafka.max.block.ms", "kafka.retries", "kafka.client.id")
 
 
 def _refuse_misspelt(opts: dict[str, str], names: tuple) -> None:
@@ -335,8 +344,9 @@ def _refuse_misspelt(opts: dict[str, str], names: tuple) -> None:
     from .security import option_from_property
 
     known = {n.lower(): n for n in names}
+    ignored = {n.lower() for n in _IGNORED_OPTIONS}
     for key in opts:
-        if key in known or option_from_property(
+        if key in known or key in ignored or option_from_property(
                 key[6:] if key.startswith("kafka.") else key, "") is not None:
             continue
         near = difflib.get_close_matches(key, list(known), n=1, cutoff=0.85)

@@ -310,6 +310,7 @@ def test_a_misspelt_reader_option_names_the_one_meant(typo, meant):
                                                  f"\\(did you mean {meant!r}\\?\\)"):
         parse_read_options({**base, typo: "earliest"}, streaming=True)
     opts = parse_read_options({**base, "someOtherEngineOption": "x",
+                               "minOffsetsPerTrigger": "10", "kafka.fetch.min.bytes": "1",
                                "kafka.security.protocol": "SASL_SSL",
                                "kafka.sasl.mechanism": "SCRAM-SHA-256"})
     assert dict(opts.security)["security_protocol"] == "SASL_SSL"
