@@ -75,10 +75,11 @@ says what was done to whom) and ``stop``.
 
 from __future__ import annotations
 
-import difflib
 import random
 import threading
 import time
+
+from raftlog.errors import did_you_mean
 
 KINDS = ("kill", "pause", "partition", "corrupt", "reassign", "powerloss", "diskfull",
          "clock")
@@ -132,10 +133,8 @@ def targets_for(kinds: list[str], only: list[str] | None = None,
                            if set(elsewhere) & {t for ts in d.values() for t in ts})
             raise ValueError(f"target(s) {elsewhere} need the {' or '.join(users)} workload "
                              f"(--workload {users[0]})")
-        near = difflib.get_close_matches(bad[0], sorted(known | others), n=1)
-        raise ValueError(f"unknown target(s) {bad}"
-                         + (f" (did you mean {near[0]!r}?)" if near else "")
-                         + f"; known: {sorted(known | others)}")
+        raise ValueError(f"unknown target(s) {bad}{did_you_mean(bad[0], known | others)}"
+                         f"; known: {sorted(known | others)}")
     out = {}
     for k in kinds:
         pool = TARGETS[k] + own.get(k, ())
