@@ -18,6 +18,13 @@ Benches (``--bench``):
                  harness's raftlog rows, RAFTLOG_BIN and the python of each revision's
                  venv), its results JSON read back
 
+``--node-set SIDE:KEY=VALUE`` (repeatable; SIDE ``a`` or ``b``) gives that revision's nodes a
+node config key (``peers``: every ``raftlog up`` of that side gets ``--set KEY=VALUE``, through
+a wrapper as its RAFTLOG_BIN), so a revision that has a setting can be compared with one that
+predates it on equal terms: ``ab.py 52e12a3 HEAD --bench peers --node-set
+b:write.caching.default=true`` (52e12a3 acknowledges from memory, and has no such key).
+``--a-args`` / ``--b-args "ARGS"`` add bench arguments to one side only.
+
 ``--json`` prints the summary as JSON. Worktrees and venvs live in a temp dir that is
 removed at the end (``--keep`` keeps it).
 """
@@ -27,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -126,6 +134,32 @@ class Revision:
         _git("worktree", "remove", "--force", self.dir, check=False)
 
 
+def parse_node_sets(items: list[str]) -> dict[str, list[str]]:
+    """``SIDE:KEY=VALUE`` items -> {"a": ["KEY=VALUE", ...], "b": [...]}."""
+    out: dict[str, list[str]] = {"a": [], "b": []}
+    for item in items:
+        side, sep, kv = item.partition(":")
+        if not sep or side not in out or "=" not in kv or not kv.split("=", 1)[0]:
+            raise SystemExit(f"ab: --node-set {item!r}: expected a:KEY=VALUE or b:KEY=VALUE")
+        out[side].append(kv)
+    return out
+
+
+def node_wrapper(rev: Revision, sets: list[str], scratch: str) -> str:
+    """RAFTLOG_BIN for ``rev``: its raftlog, with ``--set KEY=VALUE`` after ``up``'s
+    arguments when there are node settings."""
+    exe = os.path.join(rev.venv, "bin", "raftlog")
+    if not sets:
+        return exe
+    path = os.path.join(scratch, f"raftlog-{rev.sha[:12]}")
+    flags = " ".join(f"--set {shlex.quote(kv)}" for kv in sets)
+    with open(path, "w") as f:
+        f.write(f'#!/bin/sh\nif [ "$1" = up ]; then exec {shlex.quote(exe)} "$@" {flags}; fi\n'
+                f'exec {shlex.quote(exe)} "$@"\n')
+    os.chmod(path, 0o755)
+    return path
+
+
 def _git(*args: str, check: bool = True) -> str:
     r = subprocess.run(["git", "-C", REPO, *args], capture_output=True, text=True)
     if check and r.returncode != 0:
@@ -133,14 +167,18 @@ def _git(*args: str, check: bool = True) -> str:
     return r.stdout
 
 
-def run_once(rev: Revision, bench: str, extra: list[str], scratch: str) -> dict[str, float]:
-    """One run of ``bench`` on ``rev``: its figures."""
+def run_once(rev: Revision, bench: str, extra: list[str], scratch: str,
+             node_sets: list[str] = ()) -> dict[str, float]:
+    """One run of ``bench`` on ``rev`` (its nodes given ``node_sets``): its figures."""
     env = dict(os.environ)
+    if node_sets and bench != "peers":
+        raise SystemExit("ab: --node-set works with --bench peers (other benches start "
+                         "their own nodes: give their flags with --a-args/--b-args)")
     if bench == "peers":
         if not os.path.exists(PEERS):
             raise SystemExit(f"ab: the peer harness is not at {PEERS}")
         out = tempfile.mkdtemp(dir=scratch)
-        env["RAFTLOG_BIN"] = os.path.join(rev.venv, "bin", "raftlog")
+        env["RAFTLOG_BIN"] = node_wrapper(rev, list(node_sets), scratch)
         cmd = [rev.python, PEERS, "--peers", "raftlog-r1,raftlog-r3", "--out", out, *extra]
     else:
         cmd = [rev.python, os.path.join(rev.dir, "bench", f"{bench}.py"), *extra, "--json"]
@@ -166,6 +204,10 @@ def main(argv: list[str] | None = None) -> int:
                     default="throughput")
     ap.add_argument("--json", action="store_true", help="print the summary as JSON")
     ap.add_argument("--keep", action="store_true", help="keep the worktrees and venvs")
+    ap.add_argument("--node-set", action="append", default=[], metavar="SIDE:KEY=VALUE",
+                    help="a node config key for one side's nodes (a or b; --bench peers)")
+    ap.add_argument("--a-args", default="", help="bench arguments for A only")
+    ap.add_argument("--b-args", default="", help="bench arguments for B only")
     argv = sys.argv[1:] if argv is None else argv
     cut = argv.index("--") if "--" in argv else len(argv)
     args = ap.parse_args(argv[:cut])
@@ -173,6 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.pairs < PAIRS_MIN:
         ap.error(f"--pairs must be {PAIRS_MIN} or more: fewer cannot tell a difference "
                  "from noise")
+    node_sets = parse_node_sets(args.node_set)
+    if any(node_sets.values()) and args.bench != "peers":
+        ap.error("--node-set works with --bench peers only (give other benches' node flags "
+                 "with --a-args/--b-args)")
+    side_args = [shlex.split(args.a_args), shlex.split(args.b_args)]
     root = tempfile.mkdtemp(prefix="raftlog-ab-")
     revs = [Revision(args.rev_a, root), Revision(args.rev_b, root)]
     try:
@@ -183,11 +230,14 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.pairs):
             for side, rev in enumerate(revs):
                 print(f"ab: pair {i + 1}/{args.pairs}: {rev.rev}", file=sys.stderr, flush=True)
-                runs[side].append(run_once(rev, args.bench, extra, root))
+                runs[side].append(run_once(rev, args.bench, extra + side_args[side], root,
+                                           node_sets["ab"[side]]))
         rows = summarize(*runs)
         if args.json:
             print(json.dumps({"a": args.rev_a, "b": args.rev_b, "pairs": args.pairs,
-                              "bench": args.bench, "args": extra, "figures": rows}, indent=1))
+                              "bench": args.bench, "args": extra,
+                              "node_sets": node_sets, "a_args": side_args[0],
+                              "b_args": side_args[1], "figures": rows}, indent=1))
         else:
             print(render(rows, args.rev_a, args.rev_b, args.pairs))
         return 0

@@ -233,3 +233,39 @@ def test_ab_refuses_fewer_than_three_pairs(capsys):
     with pytest.raises(SystemExit):
         ab.main(["HEAD", "HEAD", "--pairs", "2"])
     assert "--pairs must be 3 or more" in capsys.readouterr().err
+
+
+def test_ab_node_sets_reach_only_that_sides_up(tmp_path):
+    import subprocess
+    import types
+
+    import ab
+
+    assert ab.parse_node_sets(["b:write.caching.default=true"]) == {
+        "a": [], "b": ["write.caching.default=true"]}
+    for bad in ["write.caching.default=true", "c:k=v", "b:novalue", "b:=v"]:
+        with pytest.raises(SystemExit, match="expected a:KEY=VALUE"):
+            ab.parse_node_sets([bad])
+    # a revision whose raftlog prints its arguments
+    bindir = tmp_path / "venv" / "bin"
+    bindir.mkdir(parents=True)
+    (bindir / "raftlog").write_text('#!/bin/sh\necho "$@"\n')
+    (bindir / "raftlog").chmod(0o755)
+    rev = types.SimpleNamespace(venv=str(tmp_path / "venv"), sha="0123456789abcdef")
+    assert ab.node_wrapper(rev, [], str(tmp_path)) == str(bindir / "raftlog")
+    exe = ab.node_wrapper(rev, ["write.caching.default=true", "a.b=x y"], str(tmp_path))
+
+    def out(*argv):
+        return subprocess.run([exe, *argv], capture_output=True, text=True).stdout.strip()
+
+    assert out("up", "--nodes", "3") == (
+        "up --nodes 3 --set write.caching.default=true --set a.b=x y")
+    assert out("--version") == "--version"  # only `up` gets the settings
+
+
+def test_ab_refuses_node_sets_for_benches_that_start_their_own_nodes(capsys):
+    import ab
+
+    with pytest.raises(SystemExit):
+        ab.main(["HEAD", "HEAD", "--bench", "throughput", "--node-set", "b:k=v"])
+    assert "--node-set works with --bench peers only" in capsys.readouterr().err
