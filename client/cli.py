@@ -287,14 +287,21 @@ def _reset_offsets(admin, args) -> int:
         to, shift_by = args.to_datetime, None
     else:
         to, shift_by = None, args.shift_by
+    # Kafka's kafka-consumer-groups: only --execute commits; without it (or with
+    # --dry-run) the plan is printed and nothing changes
+    dry_run = not args.execute
     before = admin.list_group_offsets(args.group)
     plan = admin.reset_group_offsets(
-        args.group, topic, to=to, shift_by=shift_by, partitions=partitions, dry_run=args.dry_run
+        args.group, topic, to=to, shift_by=shift_by, partitions=partitions, dry_run=dry_run
     )
+    if dry_run and not args.dry_run:
+        print("raftlog groups reset-offsets: nothing committed: add --execute to commit "
+              "these offsets (as Kafka's kafka-consumer-groups; --dry-run only shows them)",
+              file=sys.stderr)
     if args.json:
         print(json.dumps({
             "group": args.group,
-            "dry_run": args.dry_run,
+            "dry_run": dry_run,
             "offsets": [
                 {"topic": tp.topic, "partition": tp.partition, "previous": before.get(tp),
                  "new": off}
@@ -306,7 +313,7 @@ def _reset_offsets(admin, args) -> int:
         ["TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"],
         [[tp.topic, tp.partition, before.get(tp), off] for tp, off in sorted(plan.items())],
     ))
-    if args.dry_run:
+    if dry_run:
         print(f"dry run: nothing committed for group {args.group}")
     else:
         print(f"committed {len(plan)} offset(s) for group {args.group}")
@@ -449,7 +456,8 @@ def build_parser() -> argparse.ArgumentParser:
         "reset-offsets",
         help="set the committed offsets of a group without members",
         description="Set the committed offsets of a consumer group. The group must have no "
-                    "active members (stop its consumers first). Commits unless --dry-run.",
+                    "active members (stop its consumers first). Prints the new offsets; "
+                    "commits them only with --execute (as Kafka's kafka-consumer-groups).",
     ))
     g_reset.add_argument("group", metavar="GROUP")
     which = g_reset.add_mutually_exclusive_group(required=True)
@@ -467,8 +475,11 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--shift-by", type=int, metavar="N",
                         help="move the committed offsets by N (negative: back), "
                              "clamped to [earliest, latest]")
-    g_reset.add_argument("--dry-run", action="store_true",
-                         help="show the new offsets, commit nothing")
+    mode = g_reset.add_mutually_exclusive_group()
+    mode.add_argument("--execute", action="store_true",
+                      help="commit the new offsets (without it nothing changes)")
+    mode.add_argument("--dry-run", action="store_true",
+                      help="show the new offsets, commit nothing (the default)")
     g_reset.add_argument("--json", action="store_true", help="one JSON object")
     g_delete = with_bootstrap(gsub.add_parser(
         "delete", help="delete a group without members and its committed offsets"

@@ -213,6 +213,7 @@ def test_cli_parses_group_commands():
     ["groups", "reset-offsets", "g", "--topic", "t", "--to-datetime", "last tuesday"],
     ["groups", "reset-offsets", "g", "--topic", "t:x", "--to-latest"],
     ["groups", "reset-offsets", "g", "--topic", "t", "--shift-by", "two"],
+    ["groups", "reset-offsets", "g", "--topic", "t", "--to-latest", "--execute", "--dry-run"],
 ])
 def test_cli_rejects_bad_group_arguments(argv, capsys):
     with pytest.raises(SystemExit) as e:
@@ -575,14 +576,25 @@ def test_cli_groups(node_factory, capsys):
     assert rc == 0 and "dry run" in out
     assert ["t", "0", "6", "0"] in [line.split() for line in out.splitlines()]
     assert admin.list_group_offsets("cg") == {TP("t", 0): 6, TP("t", 1): 10}
+    # a Kafka operator's habit: no --execute, so nothing is committed, and stderr says so
+    rc, out, err = _run(capsys, "groups", "reset-offsets", "cg", "--topic", "t", "--to-earliest",
+                        *bs)
+    assert rc == 0 and "dry run: nothing committed" in out
+    assert ["t", "0", "6", "0"] in [line.split() for line in out.splitlines()]
+    assert "add --execute to commit" in err and err.count("\n") == 1
+    assert admin.list_group_offsets("cg") == {TP("t", 0): 6, TP("t", 1): 10}
     rc, out, _ = _run(capsys, "groups", "reset-offsets", "cg", "--topic", "t:0", "--shift-by",
                       "-2", "--json", *bs)
+    assert rc == 0 and json.loads(out)["dry_run"] is True
+    assert admin.list_group_offsets("cg") == {TP("t", 0): 6, TP("t", 1): 10}
+    rc, out, _ = _run(capsys, "groups", "reset-offsets", "cg", "--topic", "t:0", "--shift-by",
+                      "-2", "--json", "--execute", *bs)
     assert rc == 0 and json.loads(out) == {"group": "cg", "dry_run": False, "offsets": [
         {"topic": "t", "partition": 0, "previous": 6, "new": 4}]}
     assert admin.list_group_offsets("cg") == {TP("t", 0): 4, TP("t", 1): 10}
-    rc, out, _ = _run(capsys, "groups", "reset-offsets", "cg", "--all-topics", "--to-datetime",
-                      "2999-01-01T00:00:00Z", *bs)
-    assert rc == 0 and "committed 2 offset(s)" in out
+    rc, out, err = _run(capsys, "groups", "reset-offsets", "cg", "--all-topics", "--to-datetime",
+                        "2999-01-01T00:00:00Z", "--execute", *bs)
+    assert rc == 0 and "committed 2 offset(s)" in out and err == ""
     assert admin.list_group_offsets("cg") == {TP("t", 0): 10, TP("t", 1): 10}
 
     rc, out, _ = _run(capsys, "groups", "delete", "cg", *bs)
