@@ -9,6 +9,7 @@ the coordinator accepts them only while the group has no members (Empty).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -20,7 +21,12 @@ from raftlog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Api
 from .admin_txn import TransactionsAdmin
 from .assignors import assignment_from_wire
 from .conn import BrokerConnection, Cluster
-from .errors import BrokerNotAvailableError, GroupNotEmptyError, api_error
+from .errors import (
+    BrokerNotAvailableError,
+    GroupNotEmptyError,
+    UnknownTopicOrPartitionError,
+    api_error,
+)
 from .offsets import list_offsets, list_offsets_strict, requests_by_leader
 from .options import check_option_types, check_options
 from .security import ClientSecurity
@@ -412,13 +418,32 @@ class Admin(TransactionsAdmin):
         if r.error:
             raise api_error(r.error, r.message)
 
+    @contextlib.contextmanager
+    def _nearest_on_unknown(self, topic: str):
+        """An UnknownTopicOrPartitionError of a call about ``topic`` names the cluster's
+        nearest topic, as the producer's and consumer's do (client/conn.py's
+        ``nearest_topic``: one Metadata, on this error path only)."""
+        try:
+            yield
+        except UnknownTopicOrPartitionError as e:
+            if e.suggestion is not None or not topic:
+                raise
+            near = self._cluster.nearest_topic(topic)
+            if near is None or near == topic:
+                raise
+            hinted = api_error(e.code, f"{e.message or f'unknown topic {topic!r}'}; "
+                                       f"did you mean {near!r}?")
+            hinted.suggestion = near
+            raise hinted from None
+
     def delete_topic(self, name: str) -> None:
-        h = self._write(
-            Api.DELETE_TOPICS, {"names": [name], "timeout_ms": int(self.timeout_s * 1000)},
-            result_error=lambda h: h["results"][0].error)
-        r = h["results"][0]
-        if r.error:
-            raise api_error(r.error, r.message)
+        with self._nearest_on_unknown(name):
+            h = self._write(
+                Api.DELETE_TOPICS, {"names": [name], "timeout_ms": int(self.timeout_s * 1000)},
+                result_error=lambda h: h["results"][0].error)
+            r = h["results"][0]
+            if r.error:
+                raise api_error(r.error, r.message)
 
     def list_topics(self, include_internal: bool = False) -> list[str]:
         """Topic names; internal ones (``__consumer_offsets``) only when asked."""
@@ -431,7 +456,8 @@ class Admin(TransactionsAdmin):
                                        "allow_auto_topic_creation": False})
         t = h["topics"][0]
         if t.error:
-            raise api_error(t.error, t.message)
+            with self._nearest_on_unknown(name):
+                raise api_error(t.error, t.message)
         parts = tuple(
             PartitionDescription(p.partition, p.leader, tuple(p.replicas), tuple(p.isr),
                                  p.leader_epoch, tuple(p.offline_replicas))
@@ -528,18 +554,20 @@ class Admin(TransactionsAdmin):
         """Make ``topic``'s own configs exactly ``config`` (Kafka's AlterConfigs: keys
         left out return to their defaults). ``validate_only``: check, change nothing.
         InvalidConfig (INVALID_CONFIG) names a bad key or value."""
-        self._write(Api.ALTER_CONFIGS, {
-            "topic": topic, "config": {k: str(v) for k, v in config.items()},
-            "replace": True, "validate_only": validate_only})
+        with self._nearest_on_unknown(topic):
+            self._write(Api.ALTER_CONFIGS, {
+                "topic": topic, "config": {k: str(v) for k, v in config.items()},
+                "replace": True, "validate_only": validate_only})
 
     def incremental_alter_configs(self, topic: str, ops, *, validate_only: bool = False) -> None:
         """Change ``topic``'s configs key by key (Kafka's IncrementalAlterConfigs):
         ``ops`` is a list of ``(key, op, value)``, op one of "set", "delete" (value
         ignored), "append" and "subtract" (list configs such as cleanup.policy). All
         are checked together and applied only if the result is valid."""
-        self._write(Api.ALTER_CONFIGS, {
-            "topic": topic, "config": {}, "validate_only": validate_only,
-            "ops": [[k, op, None if v is None else str(v)] for k, op, v in ops]})
+        with self._nearest_on_unknown(topic):
+            self._write(Api.ALTER_CONFIGS, {
+                "topic": topic, "config": {}, "validate_only": validate_only,
+                "ops": [[k, op, None if v is None else str(v)] for k, op, v in ops]})
 
     def describe_configs(self, topic: str | None = None,
                          broker_id: int | None = None) -> list:
@@ -556,7 +584,8 @@ class Admin(TransactionsAdmin):
         if (topic is None) == (broker_id is None):
             raise ValueError("describe_configs takes a topic or a broker_id")
         if topic is not None:
-            h = self._call(Api.DESCRIBE_CONFIGS, {"topic": topic})
+            with self._nearest_on_unknown(topic):
+                h = self._call(Api.DESCRIBE_CONFIGS, {"topic": topic})
             return list(h["configs"])
         broker = next((b for b in self.describe_cluster().brokers if b.id == broker_id), None)
         if broker is None:
@@ -609,7 +638,8 @@ class Admin(TransactionsAdmin):
         fields = {"topic": topic, "count": count, "validate_only": validate_only}
         if assignments is not None:
             fields["assignments"] = [list(r) for r in assignments]
-        self._write(Api.CREATE_PARTITIONS, fields)
+        with self._nearest_on_unknown(topic):
+            self._write(Api.CREATE_PARTITIONS, fields)
 
     def delete_records(self, offsets: Mapping, *, rounds: int = 3) -> dict:
         """Delete the records of each partition before an offset (Kafka's

@@ -437,6 +437,37 @@ def test_the_sdk_names_the_topic_a_typo_meant(node, home):
     assert records(node, "invoices") == []
 
 
+def test_admin_calls_and_topic_commands_name_the_topic_a_typo_meant(node, home):
+    """Every Admin call about one topic (describe, delete, configs, partitions) and the
+    CLI commands on them: a misspelt topic's error names the nearest one; nothing
+    changes (the real topic keeps its partitions and configs, and is not deleted)."""
+    from raftlog.client import Admin, UnknownTopicOrPartitionError
+
+    assert run(node, home, "topics", "create", "payments").returncode == 0
+    with Admin(node.bootstrap) as a:
+        calls = [lambda: a.describe_topic("payment"), lambda: a.delete_topic("payment"),
+                 lambda: a.describe_configs(topic="payment"),
+                 lambda: a.alter_configs("payment", {"retention.ms": "5"}),
+                 lambda: a.incremental_alter_configs("payment", [("retention.ms", "set", "5")]),
+                 lambda: a.create_partitions("payment", 4)]
+        for call in calls:
+            with pytest.raises(UnknownTopicOrPartitionError,
+                               match=r"did you mean 'payments'\?") as e:
+                call()
+            assert e.value.suggestion == "payments"
+        with pytest.raises(UnknownTopicOrPartitionError) as far:
+            a.delete_topic("zzz-nothing-like-it")
+        assert far.value.suggestion is None and "did you mean" not in str(far.value)
+        for argv in (["topics", "describe", "payment"], ["topics", "delete", "payment"],
+                     ["topics", "alter", "payment", "--partitions", "4"],
+                     ["configs", "describe", "--topic", "payment"],
+                     ["configs", "alter", "--topic", "payment", "--add", "retention.ms=5"]):
+            r = run(node, home, *argv)
+            assert r.returncode == 1 and b"did you mean 'payments'?" in r.stderr, (argv, r.stderr)
+        d = a.describe_topic("payments")
+        assert len(d.partitions) == 1 and d.config["retention.ms"] == "3600000"  # (the static default)
+
+
 def test_consume_start_positions(node, home):
     second_half = _fill(node, "pos", partitions=2, per_partition=6)
     common = ["--topic", "pos", "--timeout-ms", "20000", "--format", r"%s\n"]
