@@ -500,21 +500,50 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 #: kafka-configs.sh options a Kafka user types out of habit, and what raftlog takes instead
+#: Options of Kafka's tools a Kafka user types by habit: what raftlog takes instead, and
+#: where its help is.
 KAFKA_TOOL_OPTIONS = {
-    "--entity-type": "--topic NAME or --broker N",
-    "--entity-name": "--topic NAME or --broker N",
-    "--add-config": "--add KEY=VALUE (repeatable)",
-    "--delete-config": "--delete KEY (repeatable)",
+    "--entity-type": ("--topic NAME or --broker N", "raftlog configs --help"),
+    "--entity-name": ("--topic NAME or --broker N", "raftlog configs --help"),
+    "--add-config": ("--add KEY=VALUE (repeatable)", "raftlog configs --help"),
+    "--delete-config": ("--delete KEY (repeatable)", "raftlog configs --help"),
+    "--broker-list": ("--bootstrap-server HOST:PORT", "raftlog produce --help"),
+    "--zookeeper": ("--bootstrap-server HOST:PORT (there is no ZooKeeper: a Raft "
+                    "quorum of the nodes holds the metadata)", "raftlog --help"),
+    "--producer-property": ("--acks, --compression, --partition, --header, or client "
+                            "settings in --command-config FILE", "raftlog produce --help"),
+    "--consumer-property": ("--group, --isolation-level, --from-beginning, or client "
+                            "settings in --command-config FILE", "raftlog consume --help"),
+}
+
+#: kafka-console-*'s ``--property NAME=VALUE``: raftlog's flag for each.
+KAFKA_CONSOLE_PROPERTIES = {
+    "print.key": "--print-key", "print.headers": "--print-headers",
+    "print.timestamp": "--print-timestamp", "print.value": "(values are always printed)",
+    "key.separator": "--key-separator SEP", "parse.key": "--key-separator SEP",
+    "print.partition": "--format '%p %s\\n' (kcat's -f)",
+    "print.offset": "--format '%o %s\\n' (kcat's -f)",
 }
 
 
 def _kafka_tool_hint(argv: list[str]) -> str | None:
     """A line saying what to type instead, when ``argv`` uses a Kafka tool's option."""
-    for a in argv:
+    for i, a in enumerate(argv):
         flag = a.split("=", 1)[0]
         if flag in KAFKA_TOOL_OPTIONS:
+            instead, where = KAFKA_TOOL_OPTIONS[flag]
             return (f"raftlog: {flag} is an option of Kafka's tools; raftlog takes "
-                    f"{KAFKA_TOOL_OPTIONS[flag]} (see raftlog configs --help)")
+                    f"{instead} (see {where})")
+        if flag == "--property":
+            value = a.split("=", 1)[1] if "=" in a else (argv[i + 1] if i + 1 < len(argv)
+                                                          else "")
+            name = value.split("=", 1)[0]
+            known = ", ".join(f"{k}: {v}" for k, v in KAFKA_CONSOLE_PROPERTIES.items())
+            instead = KAFKA_CONSOLE_PROPERTIES.get(name)
+            return ("raftlog: --property is an option of Kafka's console tools; "
+                    + (f"for {name} raftlog takes {instead}" if instead else
+                       f"raftlog takes flags instead ({known})")
+                    + " (see raftlog consume --help, raftlog produce --help)")
     return None
 
 

@@ -317,7 +317,8 @@ def _open_consumer(args):
     reset = "earliest" if args.from_beginning else "latest"
     if args.group is not None:
         c = Consumer(args.bootstrap_server, group_id=args.group, auto_offset_reset=reset,
-                     client_id="raftlog-cli", **security_kwargs(args))
+                     client_id="raftlog-cli", isolation_level=args.isolation_level,
+                     **security_kwargs(args))
         try:
             parts = c.partitions_for_topic(args.topic)  # (an unknown topic: a clear error)
             tps = [TopicPartition(args.topic, p) for p in sorted(parts)]
@@ -328,7 +329,8 @@ def _open_consumer(args):
             c.close()
             raise
         return c
-    c = Consumer(args.bootstrap_server, auto_offset_reset=reset, **security_kwargs(args))
+    c = Consumer(args.bootstrap_server, auto_offset_reset=reset,
+                 isolation_level=args.isolation_level, **security_kwargs(args))
     try:
         parts = ([args.partition] if args.partition is not None
                  else sorted(c.partitions_for_topic(args.topic)))
@@ -470,6 +472,11 @@ def add_parsers(sub, with_bootstrap) -> None:
                          help="from the first record at or after MS (ms since the epoch)")
     consume.add_argument("--from-end", type=int, metavar="-N",
                          help="the last N records of each partition, then new ones")
+    consume.add_argument("--isolation-level", choices=["read_committed", "read_uncommitted"],
+                         default="read_committed",
+                         help="read_committed (the default, as the SDK): up to the last "
+                              "stable offset, no aborted records; read_uncommitted: up to "
+                              "the high watermark, open and aborted transactions' records too")
     consume.add_argument("--max-messages", type=int)
     consume.add_argument(
         "--timeout-ms", type=int, default=0, help="stop after this long (0: never)"

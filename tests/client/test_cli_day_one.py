@@ -481,6 +481,45 @@ def test_consume_start_positions(node, home):
                        "--max-messages", "6")) == {f"v{p}-{i}" for p in (0, 1) for i in (3, 4, 5)}
 
 
+def test_consume_isolation_level_shows_aborted_records_only_when_asked(node, home):
+    """kafka-console-consumer's --isolation-level: read_committed (the default) skips an
+    aborted transaction's records, read_uncommitted prints them; with --group too."""
+    assert run(node, home, "topics", "create", "iso").returncode == 0
+    with Producer(node.bootstrap, transactional_id="iso-cli") as p:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send_many("iso", [b"aborted-1", b"aborted-2"], partition=0).result(timeout=30)
+        p.abort_transaction()
+        p.begin_transaction()
+        p.send("iso", b"committed", partition=0)
+        p.commit_transaction()
+    common = ["iso", "--from-beginning", "--timeout-ms", "20000", "--format", r"%s\n"]
+    assert _values(run(node, home, "consume", *common, "--max-messages", "1")) == {"committed"}
+    assert _values(run(node, home, "consume", *common, "--max-messages", "3",
+                       "--isolation-level", "read_uncommitted")) == {
+        "aborted-1", "aborted-2", "committed"}
+    assert _values(run(node, home, "consume", *common, "--max-messages", "3", "--group",
+                       "iso-g", "--isolation-level", "read_uncommitted")) == {
+        "aborted-1", "aborted-2", "committed"}
+    bad = run(node, home, "consume", "iso", "--isolation-level", "committed")
+    assert bad.returncode == 2 and b"invalid choice: 'committed'" in bad.stderr
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["consume", "t", "--property", "print.key=true"], "for print.key raftlog takes --print-key"),
+    (["consume", "t", "--property=print.timestamp=true"], "takes --print-timestamp"),
+    (["produce", "t", "--property", "parse.key=true"], "takes --key-separator SEP"),
+    (["consume", "t", "--property", "frob=1"], "print.headers: --print-headers"),
+    (["produce", "t", "--broker-list", "h:1"], "takes --bootstrap-server HOST:PORT"),
+    (["topics", "list", "--zookeeper", "z:2181"], "there is no ZooKeeper"),
+    (["consume", "t", "--consumer-property", "group.id=g"], "--group, --isolation-level"),
+])
+def test_kafka_console_habits_get_the_raftlog_flag(argv, says, capsys):
+    assert cli_module.main(argv) == 2
+    err = capsys.readouterr().err
+    assert says in err and err.count("\n") == 1 and "Kafka's" in err
+
+
 def test_consume_with_a_group_resumes_from_its_commits(node, home):
     _fill(node, "grp", partitions=2, per_partition=3)
     common = ["--topic", "grp", "--group", "day1", "--timeout-ms", "30000", "--format", r"%s\n"]
