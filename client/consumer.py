@@ -24,7 +24,7 @@ import socket
 import threading
 import time
 
-from raftlog.errors import ApiError, ErrorCode
+from raftlog.errors import ApiError, CorruptRecordError, ErrorCode
 from raftlog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Api
 from raftlog.records import Record, decode_batches, iter_batches
 from raftlog.txn_index import AbortedFilter
@@ -1026,10 +1026,14 @@ def _decode_fetch(frame, tps: list, positions: dict,
             )
         elif n:
             end = -1
-            if part.aborted:
-                recs, end = _decode_committed(data, tp, positions[tp], part.aborted)
-            else:
-                recs = decode_batches(data, tp.topic, tp.partition, start_offset=positions[tp])
+            try:
+                if part.aborted:
+                    recs, end = _decode_committed(data, tp, positions[tp], part.aborted)
+                else:
+                    recs = decode_batches(data, tp.topic, tp.partition,
+                                          start_offset=positions[tp])
+            except CorruptRecordError as e:
+                raise _undecodable(data, tp, e) from None
             if recs:
                 batches.append((tp, recs))
                 if skipped is not None and end > recs[-1].offset + 1:
@@ -1040,6 +1044,24 @@ def _decode_fetch(frame, tps: list, positions: dict,
                 if ends:
                     skipped[tp] = ends[-1]
     return batches, resets, errors
+
+
+def _undecodable(data, tp: TopicPartition, e: CorruptRecordError) -> CorruptRecordError:
+    """The error of a fetched batch that does not decode, naming its offsets and how to
+    read past it (the position stays before it: every poll would meet it again)."""
+    for pos, h in iter_batches(data, verify=False, allow_partial=True):
+        try:
+            decode_batches(data[pos:pos + h.size], tp.topic, tp.partition)
+        except CorruptRecordError:
+            err = CorruptRecordError(
+                f"{tp.topic}-{tp.partition}: the batch at offsets {h.base_offset}-"
+                f"{h.last_offset} does not decode ({e}); its records cannot be read -- to "
+                f"go on past them: consumer.seek(TopicPartition({tp.topic!r}, "
+                f"{tp.partition}), {h.next_offset}) (CLI: raftlog consume {tp.topic} "
+                f"--partition {tp.partition} --offset {h.next_offset})")
+            err.offsets = (h.base_offset, h.next_offset)
+            return err
+    return e
 
 
 def _decode_committed(data, tp: TopicPartition, start: int, aborted) -> tuple[list, int]:

@@ -41,6 +41,8 @@ from .errors import (
 from .future import RecordFuture
 from .options import check_option_types, check_options
 from .partitioner import StickyPartitioner, partition_for_key
+from .record_fields import as_bytes, as_bytes_list
+from .record_fields import headers as record_headers
 from .security import ClientSecurity
 from .stale import IO_METADATA_TIMEOUT_S, Recheck, ResponseClock, moved
 
@@ -229,8 +231,16 @@ class Producer:
         """Queue one record; returns a future whose result is a RecordMetadata.
 
         Durable when the future completes (per ``acks``). Raises ProducerClosedError,
-        BufferFullError, or the topic's metadata error (unknown topic) at once.
+        BufferFullError, or the topic's metadata error (unknown topic) at once, and
+        TypeError for a key or value that is not bytes, str (UTF-8) or None, or headers
+        that are not ``(str, bytes | str | None)`` pairs or a dict.
         """
+        if value is not None and type(value) is not bytes:
+            value = as_bytes(value, "Producer.send: value")
+        if key is not None and type(key) is not bytes:
+            key = as_bytes(key, "Producer.send: key")
+        if headers:
+            headers = record_headers(headers, "Producer.send: headers")
         if partition is None:
             n = self._partition_counts.get(topic) or self._num_partitions(topic)
             partition = (
@@ -272,9 +282,21 @@ class Producer:
         ``keys`` are given without ``partition`` the records are spread by key, and
         when they exceed ``batch_size`` they are split: then a list of BatchFutures.
         """
-        values = list(values)
+        values = as_bytes_list(list(values), "Producer.send_many: values")
         if not values:
             return []
+        if keys is not None:
+            keys = as_bytes_list(list(keys), "Producer.send_many: keys")
+            if len(keys) != len(values):
+                raise ValueError(f"Producer.send_many: {len(keys)} keys for {len(values)} "
+                                 "values (one key per value, None for none)")
+        if headers is not None:
+            headers = list(headers)
+            if len(headers) != len(values):
+                raise ValueError(f"Producer.send_many: {len(headers)} header lists for "
+                                 f"{len(values)} values (one per value, None for none)")
+            headers = [record_headers(h, f"Producer.send_many: headers[{i}]")
+                       for i, h in enumerate(headers)]
         if partition is None and keys is not None:
             return self._send_many_by_key(topic, values, list(keys), headers, timestamp_ms)
         if partition is None:
@@ -284,7 +306,11 @@ class Producer:
             self._check_partition(topic, partition)
         if self._txn is not None:
             self._txn_add(topic, partition)
-        total = sum(map(len, filter(None, values))) + RECORD_OVERHEAD * len(values)
+        try:
+            total = sum(map(len, filter(None, values))) + RECORD_OVERHEAD * len(values)
+        except TypeError:  # (an item with no length: each one looked at, named)
+            values = as_bytes_list(values, "Producer.send_many: values", every=True)
+            total = sum(map(len, filter(None, values))) + RECORD_OVERHEAD * len(values)
         chunks = max(1, -(-total // self.batch_size))
         per = -(-len(values) // chunks)
         futures = []
@@ -663,7 +689,12 @@ class _ProducerIO:
                 self._requeue(batches)
                 return
             chunk, batches = batches[:MAX_BATCHES_PER_REQUEST], batches[MAX_BATCHES_PER_REQUEST:]
-            datas = [self._encode(b) for b in chunk]
+            datas = [self._encode_or_fail(b) for b in chunk]
+            if None in datas:  # (records that do not encode: their batches failed)
+                chunk = [b for b, d in zip(chunk, datas) if d is not None]
+                datas = [d for d in datas if d is not None]
+                if not chunk:
+                    continue
             parts = [[b.topic, b.partition, len(d)] for b, d in zip(chunk, datas)]
             fields = {
                 "transactional_id": self.txn_id,
@@ -699,6 +730,20 @@ class _ProducerIO:
             + (f"; last error: {b.last_error}" if b.last_error is not None else ""),
             b.last_error,
         )
+
+    def _encode_or_fail(self, b: ProducerBatch) -> bytes | None:
+        """:meth:`_encode`, or None after failing ``b`` (its futures get the TypeError,
+        its bytes are given back, so flush() and close() do not wait for it) when one
+        of its records does not encode -- a value that is neither bytes nor None deep in
+        a send_many list. No sequence was used: the next batch takes it."""
+        try:
+            return self._encode(b)
+        except (TypeError, ValueError) as e:
+            self._fail(b, TypeError(
+                f"{b.topic}-{b.partition}: a record of this batch does not encode ({e}): "
+                f"keys and values must be bytes, str or None, header values bytes, str "
+                f"or None"))
+            return None
 
     def _encode(self, b: ProducerBatch) -> bytes:
         """The batch's bytes. With idempotence, the first encoding stamps the producer
