@@ -235,7 +235,7 @@ class Producer:
         TypeError for a key or value that is not bytes, str (UTF-8) or None, or headers
         that are not ``(str, bytes | str | None)`` pairs or a dict.
         """
-        if value is not None and type(value) is not bytes:
+        if type(value) is not bytes and value is not None:  # (bytes: one test)
             value = as_bytes(value, "Producer.send: value")
         if key is not None and type(key) is not bytes:
             key = as_bytes(key, "Producer.send: key")
