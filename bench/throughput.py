@@ -44,6 +44,7 @@ import uuid
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from pacing import paced, precise_timers  # noqa: E402  (bench/, beside this file)
+from reassign import cpu_seconds  # noqa: E402
 
 from raftlog.client import Admin, Consumer, Producer, TopicPartition  # noqa: E402
 from raftlog.localnode import free_port, node_command, spawn, wait_listening  # noqa: E402
@@ -144,6 +145,10 @@ def start_cluster(n: int, kafka_ports: list | None = None, security=None,
     for p in procs:
         p.kill()
     raise SystemExit(f"cluster did not start; see {d}/node-*.log")
+
+
+#: pids of the nodes this run started (their CPU per produced record is reported)
+NODE_PIDS: list[int] = []
 
 
 #: security options of every SDK client of the run (``--security-protocol`` /
@@ -347,7 +352,15 @@ def run_client(args, admin) -> dict:
 
         result.update(kafka_clients.produce(args.bootstrap, topic, args.n, args.acks))
     else:
+        # CPU per record of the flood: this process (the producer, its I/O thread
+        # included) and each node this run started
+        node0, client0 = [cpu_seconds(p) for p in NODE_PIDS], time.process_time()
         result.update(produce(args.bootstrap, topic, args.n, args.acks, args.mode))
+        client1, node1 = time.process_time(), [cpu_seconds(p) for p in NODE_PIDS]
+        result["produce_client_cpu_us_per_rec"] = (client1 - client0) / args.n * 1e6
+        if NODE_PIDS:
+            result["produce_node_cpu_us_per_rec"] = [
+                (b - a) / args.n * 1e6 for a, b in zip(node0, node1)]
     proc = _child(args, "consume", topic)
     out, _ = proc.communicate(timeout=300)
     result.update(json.loads(out))
@@ -466,6 +479,7 @@ def main() -> None:
             node, args.bootstrap, data_dir = start_node(kports[0] if kports else None, security,
                                                         mports[0] if mports else None)
             nodes = [node]
+        NODE_PIDS[:] = [n.pid for n in nodes]
         if mports:
             scraper = _Scraper(mports, args.scrape_interval)
         if kports:
@@ -524,6 +538,10 @@ def print_table(res: dict) -> None:
         shown = f"{v:,.0f}" if v >= 1000 else f"{v:.3f}"
         goal = "" if target is None else f"{op} {target:,}"
         print(f"{label:<18} {shown:>14} {goal:>12}")
+    if "produce_client_cpu_us_per_rec" in res:
+        nodes = res.get("produce_node_cpu_us_per_rec")
+        print(f"produce CPU us/record: producer {res['produce_client_cpu_us_per_rec']:.2f}"
+              + (f", nodes {', '.join(f'{x:.2f}' for x in nodes)}" if nodes else ""))
     targets = LATENCY_TARGETS_REPLICATED if replicated else LATENCY_TARGETS
     print(f"latency (acks={res['acks']}, SDK defaults; first/last window "
           f"{res['latency'][0].get('window_s', 0):g} s)")
