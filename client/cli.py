@@ -526,10 +526,32 @@ KAFKA_CONSOLE_PROPERTIES = {
 }
 
 
+def _command_options(argv: list[str]) -> set[str]:
+    """The option strings the (sub)command ``argv`` names accepts (a Kafka tool's flag
+    that a raftlog command takes too, as ``log-dirs describe --broker-list``, is no habit)."""
+    parser, opts = build_parser(), set()
+    for word in argv:
+        sub = next((a for a in parser._actions
+                    if isinstance(a, argparse._SubParsersAction)), None)
+        if sub is None or word not in sub.choices:
+            break
+        parser = sub.choices[word]
+    for action in parser._actions:
+        opts.update(action.option_strings)
+    return opts
+
+
 def _kafka_tool_hint(argv: list[str]) -> str | None:
-    """A line saying what to type instead, when ``argv`` uses a Kafka tool's option."""
+    """A line saying what to type instead, when ``argv`` uses a Kafka tool's option that
+    its command does not take."""
+    taken = None
     for i, a in enumerate(argv):
         flag = a.split("=", 1)[0]
+        if flag in KAFKA_TOOL_OPTIONS or flag == "--property":
+            if taken is None:
+                taken = _command_options(argv)
+            if flag in taken:
+                continue
         if flag in KAFKA_TOOL_OPTIONS:
             instead, where = KAFKA_TOOL_OPTIONS[flag]
             return (f"raftlog: {flag} is an option of Kafka's tools; raftlog takes "

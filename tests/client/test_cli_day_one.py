@@ -520,6 +520,13 @@ def test_kafka_console_habits_get_the_raftlog_flag(argv, says, capsys):
     assert says in err and err.count("\n") == 1 and "Kafka's" in err
 
 
+def test_a_kafka_flag_a_raftlog_command_takes_is_no_habit():
+    # kafka-log-dirs' --broker-list is raftlog log-dirs describe's own flag (README block)
+    assert cli_module._kafka_tool_hint(
+        ["log-dirs", "describe", "--topic-list", "events", "--broker-list", "1"]) is None
+    assert cli_module._kafka_tool_hint(["produce", "t", "--broker-list", "h:1"]) is not None
+
+
 def test_consume_with_a_group_resumes_from_its_commits(node, home):
     _fill(node, "grp", partitions=2, per_partition=3)
     common = ["--topic", "grp", "--group", "day1", "--timeout-ms", "30000", "--format", r"%s\n"]
