@@ -136,23 +136,3 @@ def test_ports_named_by_runnable_blocks():
     ])
     assert ports_named(extract("X.md", md)) == {
         9192, 9300, 9301, 9302, 9400, 9401, 9402, 19300, 19301, 19302, 9500}
-
-
-def test_the_readme_session_waits_for_its_ports_and_names_who_holds_them():
-    """The README session waits for a port that is being released (an earlier session's
-    node still exiting) instead of skipping at once, and names the holder when it stays."""
-    import os
-    import socket
-    import threading
-
-    from .test_readme_blocks import _holders, wait_for_ports
-
-    held = socket.socket()
-    held.bind(("127.0.0.1", 0))
-    held.listen()
-    port = held.getsockname()[1]
-    assert wait_for_ports([port], 0.3) == [port]
-    assert any(h.split()[0] == str(os.getpid()) for h in _holders([port]))
-    threading.Timer(0.3, held.close).start()  # released during the wait
-    assert wait_for_ports([port], 10.0) == []
-    assert _holders([port]) == []
