@@ -14,8 +14,6 @@ import pytest
 from raftlog.client import Admin, Producer
 from raftlog.client.producer import IN_FLIGHT_POLL_S, PENDING_POLL_S, _ProducerIO
 
-from ..conftest import NodeProcess, free_port
-
 
 def _io(pending, producer_id=7, pid_retry_at=0.0, in_flight=True):
     return types.SimpleNamespace(
@@ -40,14 +38,6 @@ def test_batches_waiting_for_the_window_never_make_a_zero_timeout():
     assert t == pytest.approx(0.001)
     # nothing pending: the in-flight check's interval
     assert _ProducerIO._timeout(_io([]), now, None) == IN_FLIGHT_POLL_S
-
-
-@pytest.fixture
-def node(tmp_path):
-    n = NodeProcess(str(tmp_path / "node-1"), free_port())
-    n.start()
-    yield n
-    n.stop()
 
 
 def test_a_producer_waiting_on_a_full_window_burns_no_cpu(node):
