@@ -298,7 +298,7 @@ class Producer:
             headers = [record_headers(h, f"Producer.send_many: headers[{i}]")
                        for i, h in enumerate(headers)]
         if partition is None and keys is not None:
-            return self._send_many_by_key(topic, values, list(keys), headers, timestamp_ms)
+            return self._send_many_by_key(topic, values, keys, headers, timestamp_ms)
         if partition is None:
             n = self._partition_counts.get(topic) or self._num_partitions(topic)
             partition = self._sticky.partition(topic, n)
