@@ -208,6 +208,29 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group("serial"))
 
 
+def ungrouped(ids: list[str]) -> list[str]:
+    """The collected ids (as an xdist worker reports them) that belong to the serial group
+    but carry no "@group" suffix: loadgroup would hand them to any worker."""
+    return [i for i in ids
+            if len(i.split("/")) > 2 and i.split("/")[1] in SERIAL_DIRS
+            and i.rfind("@") <= i.rfind("]")]
+
+
+@pytest.hookimpl(optionalhook=True)  # (an xdist hook: run on the controller)
+def pytest_xdist_node_collection_finished(node, ids):
+    if node.config.getvalue("dist") != "loadgroup":
+        return
+    lost = ungrouped(ids)
+    if lost:
+        # Seen on pytest 9.2 with xdist 3.8 (pytest-dev/pytest-xdist#1386): the README
+        # blocks then ran on both workers, each with a node of its own on the same ports.
+        pytest.exit(f"pytest-xdist's --dist loadgroup did not group {len(lost)} serial test(s) "
+                    f"(e.g. {lost[0]}) on worker {node.gateway.id}: this pytest "
+                    f"({pytest.__version__}) and pytest-xdist do not work together; install "
+                    f"the versions pyproject.toml's dev extra names (pip install -e '.[dev]')",
+                    returncode=4)
+
+
 #: Seconds of test time per xdist worker and group (the suite's wall time is about the
 #: busiest worker's): printed at the end so the CI log shows the critical path.
 _WORKER_SECONDS: dict = {}
