@@ -341,6 +341,8 @@ class ProducerStateManager:
         """First offset of the earliest transaction that is open, or closed by a marker
         not yet below ``high_watermark``; None when there is none. Prunes the closed
         ones the high watermark has passed (it only grows)."""
+        if not self.unreplicated and not self.ongoing:
+            return None  # (the common case: asked by every read_committed fetch)
         self.unreplicated = [(f, m) for f, m in self.unreplicated if m >= high_watermark]
         firsts = [f for f, _m in self.unreplicated]
         if self.ongoing:

@@ -87,6 +87,8 @@ class TxnIndexes:
     def aborted(self, fetch_offset: int, upper: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of the aborted transactions overlapping
         ``[fetch_offset, upper)``."""
+        if not any(idx.entries for idx in self.indexes.values()):
+            return []  # (the common case, a log without aborts: every read_committed fetch)
         bases = sorted(self.indexes)
         i = max(0, bisect.bisect_right(bases, fetch_offset) - 1)
         return collect_aborted((self.indexes[b] for b in bases[i:]), fetch_offset, upper)
