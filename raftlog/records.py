@@ -601,11 +601,13 @@ def _decode_region(
         headers = _parse_headers(cbor2.loads(region[p : p + hlen]), n)
         p += hlen
     # Validate lengths against what is left before slicing anything.
+    # (a -1 adds -1 to the sum: counted back only when there is one -- array.count
+    # costs four times min and sum together)
     lo = min(value_lens) if n else 0
-    total = sum(value_lens) + value_lens.count(-1) if lo >= -1 else -1
+    total = sum(value_lens) + (value_lens.count(-1) if lo == -1 else 0) if lo >= -1 else -1
     if key_lens is not None:
         klo = min(key_lens) if n else 0
-        ktotal = sum(key_lens) + key_lens.count(-1) if klo >= -1 else -1
+        ktotal = sum(key_lens) + (key_lens.count(-1) if klo == -1 else 0) if klo >= -1 else -1
     else:
         klo, ktotal = 0, 0
     if lo < -1 or klo < -1 or p + ktotal + total != len(region):
