@@ -282,7 +282,8 @@ class Partition:
         self.maybe_increment_high_watermark(hw)
 
     def append_as_leader(self, data: bytes, max_message_bytes: int,
-                         transactional_ok: bool = False) -> tuple[int, int]:
+                         transactional_ok: bool = False,
+                         check_records: bool = True) -> tuple[int, int]:
         """Append client batches; the caller answers the producer.
 
         Durable when it returns: written to the OS (page cache); of a durable topic
@@ -315,7 +316,8 @@ class Partition:
             self.leader_state.before_append(self.log.log_end_offset)
         try:
             base, last, duplicate = self.log.append_as_leader(
-                data, leader_epoch=self.leader_epoch, transactional_ok=transactional_ok)
+                data, leader_epoch=self.leader_epoch, transactional_ok=transactional_ok,
+                check_records=check_records)
         except CorruptRecordError as e:
             raise ApiError(ErrorCode.CORRUPT_MESSAGE, str(e)) from None
         except StorageError as e:

@@ -410,15 +410,19 @@ class ReplicaManager:
     def produce(self, req: Request) -> list:
         """acks 0 or 1: append every batch as leader now; the per-partition results
         (acks=1 of a durable topic waits for the leader's sync: :meth:`produce_append`)."""
-        return [self.produce_one(t, p, data) for (t, p, _), data in _produce_parts(req)]
+        check = not req.fields.get("records_checked")
+        return [self.produce_one(t, p, data, check_records=check)
+                for (t, p, _), data in _produce_parts(req)]
 
     def produce_one(self, topic: str, partition: int, data, acks: int = 1,
-                    waits=None) -> ProducePartResult:
+                    waits=None, check_records: bool = True) -> ProducePartResult:
         """Append one partition's batches as leader (produce and the group coordinator's
         ``__consumer_offsets`` writes). With ``waits``, what the answer waits for is added
         for :meth:`await_replicated` / :meth:`check_high_watermarks`: with acks=-1 the
         HW passing the batch (the ISR has it; on disk, of a durable topic), with acks=1
-        of a durable topic (``write.caching=false``) the leader's own sync."""
+        of a durable topic (``write.caching=false``) the leader's own sync.
+        ``check_records`` False: the caller checked every record of ``data`` (the Kafka
+        listener's conversion, ``records_checked`` in its request's fields)."""
         try:
             if topic not in self.store.topics:
                 self._unknown_topic(topic)
@@ -447,7 +451,7 @@ class ReplicaManager:
                             "AddPartitionsToTxn first (nothing was written)")
                     txn_ok = True
             base, last = part.append_as_leader(data, cfg.max_message_bytes,  # copied once
-                                               txn_ok)
+                                               txn_ok, check_records)
             if self.trace is not None:
                 self.trace.stamp("leader_read", topic, partition, base, last,
                                  self.trace_read_ns)
@@ -485,7 +489,8 @@ class ReplicaManager:
         round for all of them, not one each."""
         waits: list = []
         acks = req.fields["acks"]
-        results = [self.produce_one(t, p, data, acks, waits)
+        check = not req.fields.get("records_checked")
+        results = [self.produce_one(t, p, data, acks, waits, check)
                    for (t, p, _), data in _produce_parts(req)]
         timeout_ms = min(req.fields["timeout_ms"], self.config.request_timeout_ms)
         return results, waits, trio.current_time() + timeout_ms / 1000

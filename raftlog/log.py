@@ -288,14 +288,17 @@ class PartitionLog:
 
     def append_as_leader(
         self, batches, *, leader_epoch: int = 0, now_ms: int | None = None,
-        transactional_ok: bool = False,
+        transactional_ok: bool = False, check_records: bool = True,
     ) -> LeaderAppend:
         """Append client batches as leader: assign offsets from the LEO, stamp the epoch.
 
         One or more batches, or exactly one from an idempotent producer, which is
         checked against :attr:`producers` first: a retry of a batch this log holds
         answers with the original offsets and appends nothing. Each batch is parsed and
-        CRC-checked once, and nothing is written if any is bad. Written with one write.
+        CRC-checked once, its records region checked to parse (``check_records``:
+        ``records.check_records``; off only for batches their caller checked record by
+        record, the Kafka listener's), and nothing is written if any is bad. Written
+        with one write.
         Durable when it returns: in the OS page cache; fsynced per
         ``flush.messages``/``flush.ms`` (see :meth:`maybe_flush`).
 
@@ -312,6 +315,10 @@ class PartitionLog:
         if not headers:
             raise CorruptRecordError("no record batch in the appended bytes")
         first = headers[0][1]
+        if check_records:  # (no consumer may meet a batch it cannot decode)
+            view = batches if isinstance(batches, memoryview) else memoryview(batches)
+            for pos, h in headers:
+                records.check_records(view, pos, h)
         if any(h.attributes & records.ATTR_CONTROL for _, h in headers):
             raise CorruptRecordError("control batches (transaction markers) are written by "
                                      "the transaction coordinator only (WriteTxnMarkers)")

@@ -527,6 +527,25 @@ def decode_records(
     Raises:
         CorruptRecordError: the records region does not parse.
     """
+    return _parse_records(buf, pos, header, topic, partition, True)
+
+
+def check_records(buf, pos: int, header: BatchHeader) -> None:
+    """Check that the records region of the batch at ``buf[pos:]`` (CRC already
+    verified) parses as :func:`decode_records` would parse it, without building the
+    records: what a leader asks of a client's batch before it appends it, so that no
+    consumer ever meets a batch it cannot decode. A few C calls per batch for the SDK's
+    batches (lengths arrays); a compressed one is decompressed (bounded), one with
+    headers or in Kafka's records format is parsed record by record.
+
+    Raises:
+        CorruptRecordError: the records region does not parse.
+    """
+    _parse_records(buf, pos, header, "", 0, False)
+
+
+def _parse_records(buf, pos: int, header: BatchHeader, topic: str, partition: int,
+                   build: bool) -> list[Record]:
     n = header.record_count
     if n > RECORDS_PER_BATCH_MAX:  # (a Python object per record: bounded before any)
         raise CorruptRecordError(f"batch at offset {header.base_offset} holds {n} records, "
@@ -541,14 +560,14 @@ def decode_records(
         return kafka_batch.section_records(region, header, topic, partition)
     if attrs & COMPRESSION_MASK:
         region = _decompress(attrs & COMPRESSION_MASK, region)
-    elif not isinstance(region, bytes):
-        region = bytes(region)
+    elif not isinstance(region, bytes) and (build or attrs & ATTR_HEADERS):
+        region = bytes(region)  # (a check reads a view's arrays in place)
     # Each record needs at least a 4-byte value length: a lying count fails here,
     # before any allocation proportional to it.
     if n * 4 > len(region):
         raise CorruptRecordError(f"record count {n} does not fit a {len(region)}-byte region")
     try:
-        return _decode_region(region, n, header, topic, partition)
+        return _decode_region(region, n, header, topic, partition, build)
     except CorruptRecordError:
         raise
     except (ValueError, TypeError, IndexError, OverflowError, cbor2.CBORDecodeError) as e:
@@ -558,8 +577,10 @@ def decode_records(
 
 
 def _decode_region(
-    region: bytes, n: int, header: BatchHeader, topic: str, partition: int
+    region, n: int, header: BatchHeader, topic: str, partition: int, build: bool = True
 ) -> list[Record]:
+    """The records of a (decompressed) native records region; with ``build`` False,
+    only every check (an empty list)."""
     attrs = header.attributes
     p = 0
     base = header.base_offset
@@ -614,6 +635,8 @@ def _decode_region(
         raise CorruptRecordError(
             f"record lengths do not add up to the records region ({len(region)} bytes)"
         )
+    if not build:
+        return []
     if key_lens is None:
         keys = repeat(None, n)
     else:
@@ -738,5 +761,6 @@ __all__ = [
     "decode_batch",
     "decode_batches",
     "decode_records",
+    "check_records",
     "compression_code",
 ]

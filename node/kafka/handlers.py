@@ -398,7 +398,9 @@ class KafkaApis:
                 req = _req(Api.PRODUCE, ctx, {"acks": acks,
                                               "timeout_ms": max(body["timeout_ms"], 0),
                                               "transactional_id": body["transactional_id"],
-                                              "parts": parts}, data)
+                                              "parts": parts,
+                                              # (to_raftlog checked every record)
+                                              "records_checked": True}, data)
             except ApiError as e:  # denied: nothing appended
                 errors.update({(t, p): (e.code, e.message) for t, p, _ in parts})
                 parts = []

@@ -148,6 +148,35 @@ def test_corrupt_batch_is_rejected_and_nothing_is_appended(node):
     _still_serves(node.bootstrap)
 
 
+def test_a_batch_whose_records_do_not_parse_is_refused_and_readers_go_on(node):
+    """A native client (hostile or buggy) sends batches with a valid CRC whose records
+    region does not parse: each is refused with CORRUPT_MESSAGE and nothing is
+    appended, so no consumer ever meets a batch it cannot decode."""
+    from raftlog.client import Consumer, TopicPartition
+
+    from ..raftlog.test_records import lying_batches
+
+    _create(node.bootstrap)
+    r = Raw(node.bootstrap)
+    for kind, batch in lying_batches().items():
+        f = r.call(Api.PRODUCE, {"acks": 1, "parts": [["t", 0, len(batch)]]}, batch)
+        code, message = f.header["parts"][0][2], f.header["parts"][0][5]
+        assert code == ErrorCode.CORRUPT_MESSAGE, (kind, f.header)
+        assert message, kind
+    f = r.call(Api.LIST_OFFSETS, {"parts": [["t", 0, -1]]})
+    assert f.header["parts"][0][3] == 0  # nothing appended
+    good = encode_batch([b"after"])
+    f = r.call(Api.PRODUCE, {"acks": 1, "parts": [["t", 0, len(good)]]}, good)
+    assert f.header["parts"][0][2] == 0
+    r.close()
+    c = Consumer(node.bootstrap, auto_offset_reset="earliest")
+    c.assign([TopicPartition("t", 0)])
+    try:
+        assert [rec.value for rec in c.poll(timeout_ms=10_000)] == [b"after"]
+    finally:
+        c.close()
+
+
 def test_bad_topic_names_and_configs(node):
     r = Raw(node.bootstrap)
     f = r.call(

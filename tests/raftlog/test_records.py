@@ -159,9 +159,9 @@ def test_round_trip_property(recs, codec):
     keys = [r[1] for r in recs]
     ts = [r[2] for r in recs]
     headers = [r[3] for r in recs]
-    out = decode_batch(
-        encode_batch(values, keys, timestamps=ts, headers=headers, compression=codec)
-    )
+    data = encode_batch(values, keys, timestamps=ts, headers=headers, compression=codec)
+    R.check_records(memoryview(data), 0, read_header(data))  # (what a leader asks)
+    out = decode_batch(data)
     assert [(r.value, r.key, r.timestamp, list(r.headers)) for r in out] == list(
         zip(values, keys, ts, headers)
     )
@@ -219,6 +219,61 @@ def test_fuzz_mutated_valid_batches(recs, codec, data):
         decode_batch(bytes(b))
     except CorruptRecordError:
         pass
+    _check_agrees_with_decode(bytes(b))
+
+
+def _check_agrees_with_decode(buf: bytes) -> None:
+    """The leader's check of a batch (``check_records``, on a view) refuses exactly the
+    batches a consumer could not decode."""
+    try:
+        batches = list(iter_batches(buf, verify=True, allow_partial=True))
+    except CorruptRecordError:
+        return
+    for pos, h in batches:
+        try:
+            R.decode_records(buf, pos, h)
+            decodes = True
+        except CorruptRecordError:
+            decodes = False
+        try:
+            R.check_records(memoryview(buf), pos, h)
+            passes = True
+        except CorruptRecordError:
+            passes = False
+        assert passes == decodes, (h, buf.hex())
+
+
+def _recrc(b: bytearray) -> bytes:
+    struct.pack_into("<I", b, R.CRC_OFFSET, R.batch_crc(b, 0, read_header(b)))
+    return bytes(b)
+
+
+def lying_batches() -> dict:
+    """Batches with a valid CRC whose records region does not parse, by kind."""
+    plain = bytearray(encode_batch([b"abc", b"de"]))
+    lengths = bytearray(plain)
+    struct.pack_into("<i", lengths, len(lengths) - 5 - 8, 40)  # a value length past the end
+    headers = bytearray(encode_batch([b"v"], headers=[[("h", b"x")]]))
+    headers[R.RECORDS_OFFSET + 8] = 0xFF  # (value length, blob length, then CBOR garbage)
+    compressed = bytearray(encode_batch([b"v" * 50], compression=R.LZ4))
+    compressed[R.RECORDS_OFFSET + 4:] = bytes(len(compressed) - R.RECORDS_OFFSET - 4)
+    kafka = bytearray(plain)
+    struct.pack_into("<h", kafka, R.ATTRIBUTES_OFFSET,
+                     read_header(kafka).attributes | R.ATTR_KAFKA_RECORDS)
+    return {k: _recrc(v) for k, v in
+            {"lengths": lengths, "headers": headers, "lz4": compressed,
+             "kafka-records": kafka}.items()}
+
+
+@pytest.mark.parametrize("kind", ["lengths", "headers", "lz4", "kafka-records"])
+def test_check_records_refuses_a_region_that_does_not_parse(kind):
+    data = lying_batches()[kind]
+    h = read_header(data)
+    R.verify_crc(data, 0, h)  # (the CRC holds: only the region lies)
+    with pytest.raises(CorruptRecordError):
+        R.decode_records(data, 0, h)
+    with pytest.raises(CorruptRecordError):
+        R.check_records(memoryview(data), 0, h)
 
 
 def test_restamp_producer_moves_a_batch_to_another_producer_id_with_a_valid_crc():
