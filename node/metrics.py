@@ -87,6 +87,11 @@ METRICS: dict[str, tuple[str, str]] = {
                "loop) since the previous scrape."),
     "raftlog_event_loop_slow_steps_total": (
         COUNTER, "Event-loop task steps longer than 50 ms since the node started."),
+    "raftlog_log_syncs_total": (
+        COUNTER, "fdatasyncs of durable logs' group commits (write.caching=false), by "
+                 "where they ran: mode=inline (on the event loop) or threaded."),
+    "raftlog_log_sync_mean_seconds": (
+        GAUGE, "Running mean of those syncs' durations (what decides inline or threaded)."),
     "raftlog_log_size_bytes": (GAUGE, "Bytes of a partition's log segments on disk."),
     "raftlog_log_segments": (GAUGE, "Segments of a partition's log."),
     "raftlog_log_end_offset": (GAUGE, "A partition's log end offset."),
@@ -369,6 +374,10 @@ def _controller(out: Exposition, store) -> None:
 
 
 def _logs(out: Exposition, replicas) -> None:
+    policy = replicas.logs.syncs.policy
+    out.sample("raftlog_log_syncs_total", policy.inline, {"mode": "inline"})
+    out.sample("raftlog_log_syncs_total", policy.threaded, {"mode": "threaded"})
+    out.sample("raftlog_log_sync_mean_seconds", round(policy.mean_s, 6))
     for name in ("raftlog_log_size_bytes", "raftlog_log_segments", "raftlog_log_end_offset",
                  "raftlog_high_watermark"):
         out.declare(name)
