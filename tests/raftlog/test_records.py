@@ -285,3 +285,17 @@ def test_restamp_producer_moves_a_batch_to_another_producer_id_with_a_valid_crc(
     assert [r.value for r in R.decode_batch(out)] == [b"a", b"b"]
     with pytest.raises(CorruptRecordError):
         R.restamp_producer(data + data, 9, 0, 11)  # exactly one batch
+
+
+@pytest.mark.parametrize("codec", [0, 1, 3, 4])
+def test_check_records_accepts_kafka_format_batches_on_a_view(codec):
+    """A batch in Kafka's records format (what the Kafka listener stores; a native
+    client may send one too) passes the leader's check, compressed or not."""
+    from raftlog.kafka import batch as kb
+
+    data, _n = kb.to_raftlog(kb.encode_batch([b"v1", None], timestamps=[1, 2],
+                                             compression=codec))
+    h = read_header(data)
+    assert h.attributes & R.ATTR_KAFKA_RECORDS
+    R.check_records(memoryview(data), 0, h)
+    assert [r.value for r in decode_batches(data)] == [b"v1", None]
