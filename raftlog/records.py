@@ -48,9 +48,10 @@ from operator import add, ge
 import cbor2
 import crc32c as _crc32c
 
+from raftlog.decompress import DecompressedTooLarge
 from raftlog.decompress import decompress as bounded_decompress
 from raftlog.errors import CorruptRecordError
-from raftlog.limits import RECORDS_PER_BATCH_MAX
+from raftlog.limits import DECOMPRESSED_BATCH_BYTES_MAX, RECORDS_PER_BATCH_MAX
 
 MAGIC = 1
 
@@ -345,12 +346,12 @@ def _compress(codec: int, data: bytes) -> bytes:
     raise ValueError(f"unknown compression codec {codec}")
 
 
-def _decompress(codec: int, data) -> bytes:
-    """The records region decompressed, at most DECOMPRESSED_BATCH_BYTES_MAX bytes
-    (raftlog/decompress.py: a bomb stops there)."""
+def _decompress(codec: int, data, limit: int | None = None) -> bytes:
+    """The records region decompressed, at most ``limit`` (DECOMPRESSED_BATCH_BYTES_MAX)
+    bytes (raftlog/decompress.py: a bomb stops there)."""
     if codec not in (LZ4, ZSTD, GZIP):
         raise CorruptRecordError(f"unknown compression codec {codec}")
-    return bounded_decompress(codec, data)
+    return bounded_decompress(codec, data, limit or DECOMPRESSED_BATCH_BYTES_MAX)
 
 
 def compression_code(name: str | int | None) -> int:
@@ -530,22 +531,49 @@ def decode_records(
     return _parse_records(buf, pos, header, topic, partition, True)
 
 
-def check_records(buf, pos: int, header: BatchHeader) -> None:
+#: What the leader's check may decompress of one batch: this much per compressed byte,
+#: plus CHECK_DECOMPRESSED_MIN (so an SDK batch, 256 KiB by default, always fits). A
+#: 2.5 KB zstd "bomb" cost the event loop 57 ms at the full 64 MiB limit (gzip: 194 ms
+#: for an 80 KB one); bounded so, a batch costs at most ~15-50 ns per byte it carries.
+CHECK_EXPANSION_MAX = 16
+CHECK_DECOMPRESSED_MIN = 1 << 20
+
+
+def check_records(buf, pos: int, header: BatchHeader) -> bool:
     """Check that the records region of the batch at ``buf[pos:]`` (CRC already
     verified) parses as :func:`decode_records` would parse it, without building the
     records: what a leader asks of a client's batch before it appends it, so that no
     consumer ever meets a batch it cannot decode. A few C calls per batch for the SDK's
-    batches (lengths arrays); a compressed one is decompressed (bounded), one with
-    headers or in Kafka's records format is parsed record by record.
+    batches (lengths arrays); a compressed one is decompressed, one with headers or in
+    Kafka's records format is parsed record by record.
 
+    A compressed batch that expands past ``CHECK_EXPANSION_MAX`` times its size (and
+    ``CHECK_DECOMPRESSED_MIN``) is not decompressed further here: such a batch may be
+    valid (highly repetitive data in a big batch), so it is let through unchecked --
+    False -- and a consumer's own bound (limits.DECOMPRESSED_BATCH_BYTES_MAX) decides;
+    the check never costs the leader more than a bounded multiple of the bytes sent.
+
+    Returns:
+        True when checked whole, False when let through unchecked (above).
     Raises:
         CorruptRecordError: the records region does not parse.
     """
-    _parse_records(buf, pos, header, "", 0, False)
+    budget = None
+    if header.attributes & COMPRESSION_MASK:
+        size = header.size - RECORDS_OFFSET
+        budget = min(DECOMPRESSED_BATCH_BYTES_MAX,
+                     max(CHECK_DECOMPRESSED_MIN, CHECK_EXPANSION_MAX * size))
+    try:
+        _parse_records(buf, pos, header, "", 0, False, budget)
+    except DecompressedTooLarge as e:
+        if budget is not None and e.limit == budget < DECOMPRESSED_BATCH_BYTES_MAX:
+            return False
+        raise
+    return True
 
 
 def _parse_records(buf, pos: int, header: BatchHeader, topic: str, partition: int,
-                   build: bool) -> list[Record]:
+                   build: bool, decompressed_max: int | None = None) -> list[Record]:
     n = header.record_count
     if n > RECORDS_PER_BATCH_MAX:  # (a Python object per record: bounded before any)
         raise CorruptRecordError(f"batch at offset {header.base_offset} holds {n} records, "
@@ -557,9 +585,10 @@ def _parse_records(buf, pos: int, header: BatchHeader, topic: str, partition: in
     if attrs & ATTR_KAFKA_RECORDS:
         from raftlog.kafka import batch as kafka_batch  # (it imports this module)
 
-        return kafka_batch.section_records(region, header, topic, partition)
+        return kafka_batch.section_records(region, header, topic, partition,
+                                           decompressed_max)
     if attrs & COMPRESSION_MASK:
-        region = _decompress(attrs & COMPRESSION_MASK, region)
+        region = _decompress(attrs & COMPRESSION_MASK, region, decompressed_max)
     elif not isinstance(region, bytes) and (build or attrs & ATTR_HEADERS):
         region = bytes(region)  # (a check reads a view's arrays in place)
     # Each record needs at least a 4-byte value length: a lying count fails here,

@@ -46,7 +46,11 @@ from raftlog import records as rl
 from raftlog.decompress import XERIAL_MAGIC as _XERIAL
 from raftlog.decompress import decompress as bounded_decompress
 from raftlog.errors import CorruptRecordError
-from raftlog.limits import HEADERS_PER_RECORD_MAX, RECORDS_PER_BATCH_MAX
+from raftlog.limits import (
+    DECOMPRESSED_BATCH_BYTES_MAX,
+    HEADERS_PER_RECORD_MAX,
+    RECORDS_PER_BATCH_MAX,
+)
 
 MAGIC = 2
 HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -145,10 +149,10 @@ def _read_varint(data, pos: int) -> tuple[int, int]:
 # --------------------------------------------------------------------------- compression
 
 
-def _decompress(codec: int, data) -> bytes:
+def _decompress(codec: int, data, limit: int | None = None) -> bytes:
     """The records section decompressed into a bounded buffer (raftlog/decompress.py):
-    at most DECOMPRESSED_BATCH_BYTES_MAX bytes, a bomb stops there."""
-    return bounded_decompress(codec, data)
+    at most ``limit`` (DECOMPRESSED_BATCH_BYTES_MAX) bytes, a bomb stops there."""
+    return bounded_decompress(codec, data, limit or DECOMPRESSED_BATCH_BYTES_MAX)
 
 
 def _compress(codec: int, data: bytes) -> bytes:
@@ -659,10 +663,12 @@ def _converted(buf, pos: int, h: KafkaBatchHeader, r: KafkaRecords,
         raise CorruptRecordError(f"batch at {pos} does not fit a raftlog batch: {e}") from None
 
 
-def section_records(region, header, topic: str = "", partition: int = 0) -> list:
+def section_records(region, header, topic: str = "", partition: int = 0,
+                    decompressed_max: int | None = None) -> list:
     """The records of a raftlog batch whose region is a verbatim Kafka records section
     (``records.ATTR_KAFKA_RECORDS``; its compression bits are Kafka's codec numbers).
-    ``records.decode_records`` calls this for such batches.
+    ``records.decode_records`` calls this for such batches (``records.check_records``
+    with its own ``decompressed_max``).
 
     Raises:
         CorruptRecordError: the section does not parse.
@@ -672,7 +678,7 @@ def section_records(region, header, topic: str = "", partition: int = 0) -> list
     if n > RECORDS_PER_BATCH_MAX:
         raise CorruptRecordError(f"batch of {n} records: more than the limit of "
                                  f"{RECORDS_PER_BATCH_MAX} (raftlog/limits.py)")
-    data = _decompress(codec, region) if codec else bytes(region)
+    data = _decompress(codec, region, decompressed_max) if codec else bytes(region)
     if n * 7 > len(data):
         raise CorruptRecordError(f"record count {n} does not fit {len(data)} bytes")
     try:

@@ -299,3 +299,34 @@ def test_check_records_accepts_kafka_format_batches_on_a_view(codec):
     assert h.attributes & R.ATTR_KAFKA_RECORDS
     R.check_records(memoryview(data), 0, h)
     assert [r.value for r in decode_batches(data)] == [b"v1", None]
+
+
+def _native_compressed(codec: int, region: bytes, n: int) -> bytes:
+    """A native batch of ``n`` records whose (compressed) records region is ``region``."""
+    b = bytearray(encode_batch([b""] * n, compression=codec))
+    b[R.RECORDS_OFFSET:] = region
+    struct.pack_into("<i", b, R.LENGTH_OFFSET, len(b) - R.LENGTH_OFFSET - 4)
+    return _recrc(b)
+
+
+def test_check_records_decompresses_a_bounded_multiple_of_the_batch():
+    """The leader's check never expands a batch past CHECK_EXPANSION_MAX times its size
+    (plus CHECK_DECOMPRESSED_MIN): a zstd bomb and a valid but very repetitive big batch
+    are both let through unchecked (False: a consumer's own bound decides), an ordinary
+    compressed batch is checked (True), and a broken frame is refused."""
+    import zstandard
+
+    ordinary = encode_batch([b"%d" % i * 20 for i in range(2000)], compression=R.ZSTD)
+    assert R.check_records(memoryview(ordinary), 0, read_header(ordinary)) is True
+    repetitive = encode_batch([b"x" * 1000] * 3000, compression=R.ZSTD)  # 3 MB -> KBs
+    assert len(repetitive) * R.CHECK_EXPANSION_MAX < 3_000_000
+    assert R.check_records(memoryview(repetitive), 0, read_header(repetitive)) is False
+    assert len(decode_batches(repetitive)) == 3000  # (valid: a consumer reads it)
+    bomb = _native_compressed(R.ZSTD, zstandard.ZstdCompressor().compress(bytes(80 << 20)), 1)
+    assert len(bomb) < 10_000
+    assert R.check_records(memoryview(bomb), 0, read_header(bomb)) is False
+    with pytest.raises(CorruptRecordError):
+        decode_batches(bomb)  # (the consumer's bound: DECOMPRESSED_BATCH_BYTES_MAX)
+    broken = _native_compressed(R.ZSTD, b"\x28\xb5\x2f\xfd" + bytes(64), 1)
+    with pytest.raises(CorruptRecordError):
+        R.check_records(memoryview(broken), 0, read_header(broken))
