@@ -330,3 +330,15 @@ def test_check_records_decompresses_a_bounded_multiple_of_the_batch():
     broken = _native_compressed(R.ZSTD, b"\x28\xb5\x2f\xfd" + bytes(64), 1)
     with pytest.raises(CorruptRecordError):
         R.check_records(memoryview(broken), 0, read_header(broken))
+
+
+def test_check_records_lets_a_big_kafka_format_batch_through_unchecked():
+    """Kafka-format batches parse record by record (~1 us each in Python): the check
+    takes at most CHECK_KAFKA_RECORDS_MAX of them, a bigger one goes unchecked."""
+    from raftlog.kafka import batch as kb
+
+    n = R.CHECK_KAFKA_RECORDS_MAX + 1
+    data, _n = kb.to_raftlog(kb.encode_batch([b"v"] * n, timestamps=[1] * n))
+    assert R.check_records(memoryview(data), 0, read_header(data)) is False
+    small, _n = kb.to_raftlog(kb.encode_batch([b"v"] * 10, timestamps=[1] * 10))
+    assert R.check_records(memoryview(small), 0, read_header(small)) is True
