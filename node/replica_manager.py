@@ -71,6 +71,17 @@ PLANTED_BUGS = frozenset({
 })
 
 
+class ReplicationPending(ApiError):
+    """An append of this node's own (:meth:`ReplicaManager.append_acks_all`) is in the
+    leader's log but was not replicated in time: its fate is unknown, not failed. While
+    this node stays leader at that epoch it commits once the ISR takes it (or shrinks);
+    ``waits`` is what :meth:`ReplicaManager.await_replicated` waits on for that."""
+
+    def __init__(self, message: str, waits: list):
+        super().__init__(ErrorCode.REQUEST_TIMED_OUT, message)
+        self.waits = waits
+
+
 class ReplicaManager:
     """The partitions this node hosts, their roles, and appends and reads over them.
 
@@ -545,7 +556,9 @@ class ReplicaManager:
     async def append_acks_all(self, topic: str, partition: int, batches) -> None:
         """Append ``batches`` as this node's own producer (the group and transaction
         coordinators' state) and wait until the ISR has them (acks=all); raises the
-        ApiError of a refused append or of a replication that failed."""
+        ApiError of a refused append or of a replication that failed, and
+        :class:`ReplicationPending` when the batches are in this leader's log but the
+        ISR did not take them within ``request.timeout.ms``: they may still commit."""
         waits: list = []
         for data in batches:
             r = self.produce_one(topic, partition, data, -1, waits)
@@ -555,6 +568,8 @@ class ReplicaManager:
             deadline = trio.current_time() + self.config.request_timeout_ms / 1000
             failed = await self.await_replicated(waits, deadline)
             for err in failed.values():
+                if err.code is ErrorCode.REQUEST_TIMED_OUT:
+                    raise ReplicationPending(err.message, waits)
                 raise err
 
     async def await_replicated(self, waits, deadline) -> dict:

@@ -9,8 +9,11 @@ No I/O and no clock, like :mod:`~raftlog.node.groups`: every operation takes
 * ``write`` -- a :class:`Write`: append its record to ``__transaction_state``-
   ``partition`` (acks=all) and only then call :meth:`TransactionCoordinator.persisted`,
   which applies the transition and returns the response and the effects that follow
-  from it (:class:`SendMarkers`); on a failed append call
-  :meth:`TransactionCoordinator.write_failed`. While a write of a transactional id is
+  from it (:class:`SendMarkers`); on an append refused (nothing appended) call
+  :meth:`TransactionCoordinator.write_failed`. An append in the log but not replicated
+  in time is neither: the write stays outstanding until the ISR takes it (then
+  ``persisted``) or leadership moves (``unload``) -- reverting it would let a second,
+  contrary decision follow it into the log. While a write of a transactional id is
   outstanding, other requests for that id get CONCURRENT_TRANSACTIONS (Kafka's
   ``pendingState``), so transitions of one id are applied strictly in log order.
 
@@ -383,8 +386,10 @@ class TransactionCoordinator:
         return Outcome(response={})  # complete, expire
 
     def write_failed(self, write: Write, error: ErrorCode = ErrorCode.NOT_COORDINATOR) -> Outcome:
-        """The append of ``write`` failed: nothing changes. Returns the error for the
-        waiting request (Kafka: NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE)."""
+        """The append of ``write`` was refused (nothing of it is in the log) or its
+        leadership moved: nothing changes. Returns the error for the waiting request
+        (Kafka: NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE). Never for an append that
+        is in the log and may still commit: that write stays outstanding."""
         if self.pending.get(write.transactional_id) is write:
             del self.pending[write.transactional_id]
         return Outcome(error=error)

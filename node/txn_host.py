@@ -11,7 +11,10 @@ this module gives it the node.
   transactions caught between Prepare* and Complete* are finished (markers re-sent);
   one it no longer leads is dropped;
 * every :class:`~raftlog.node.transactions.Write` is appended to its partition with
-  acks=all (the ISR holds it, min.insync.replicas applies) before ``persisted``;
+  acks=all (the ISR holds it, min.insync.replicas applies) before ``persisted``; one
+  appended but not replicated within ``request.timeout.ms`` stays outstanding (the
+  request is answered COORDINATOR_NOT_AVAILABLE, the id's next ones
+  CONCURRENT_TRANSACTIONS) until the ISR takes it or this node stops leading;
 * markers (:class:`~raftlog.node.transactions.SendMarkers`) go to the partitions'
   leaders as WRITE_TXN_MARKERS (appended here when this node leads), retried with a
   backoff while this node still coordinates the transaction at that epoch, then
@@ -48,6 +51,7 @@ from .clock import SteadyWallClock
 from .coordinator import _read_all
 from .groups import OFFSETS_TOPIC
 from .internal_topics import create_internal_topic
+from .replica_manager import ReplicationPending
 from .transactions import (
     TRANSACTION_STATE_TOPIC,
     CorruptTxnRecordError,
@@ -76,6 +80,9 @@ TICK_MIN_S = 0.02
 #: not at the client's next backoff step. (Below every Kafka client's request timeout:
 #: 30 s and more.)
 CONCURRENT_WAIT_S = 5.0
+#: A write in doubt (appended, not replicated in time) is looked at this often while it
+#: waits for the ISR: whether it is still this coordinator's to settle.
+SETTLE_CHECK_S = 1.0
 
 
 class TxnHost:
@@ -280,13 +287,51 @@ class TxnHost:
                     w.coordinator_epoch, tuple(sorted(m.partitions))))
             try:
                 await self._persist(w)
-            except ApiError as e:
+            except ReplicationPending as e:
+                # The record is in this leader's log and may yet commit: the id keeps its
+                # write pending (its requests get CONCURRENT_TRANSACTIONS) until its fate
+                # is known. Reverting now would let a fence or a timeout write a second,
+                # contrary decision for the same transaction behind the first.
+                self.events.warning("txn_write_in_doubt", transactional_id=w.transactional_id,
+                                    kind=w.kind, partition=w.partition, error=e.message)
+                self.nursery.start_soon(self._settle, w, e.waits)
+                raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                               f"{TRANSACTION_STATE_TOPIC}-{w.partition}: {e.message}; the "
+                               "state change is in the log and may still commit: retry") from None
+            except ApiError as e:  # refused: nothing was appended
                 code = (ErrorCode.NOT_COORDINATOR
                         if e.code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NOT_COORDINATOR)
                         else ErrorCode.COORDINATOR_NOT_AVAILABLE)
                 self.coordinator.write_failed(w, code)
                 raise ApiError(code, f"{TRANSACTION_STATE_TOPIC}-{w.partition}: {e.message}") from None
             outcome = self.coordinator.persisted(w)
+        return self._apply(outcome)
+
+    async def _settle(self, write, waits) -> None:
+        """A write in doubt (:class:`ReplicationPending`): wait, however long, until the
+        ISR has it -- then it is persisted and its effects follow, as if it had been in
+        time -- or this node's leadership of its partition ends (the next leader replays
+        the log, whatever it holds)."""
+        tid = write.transactional_id
+        while True:
+            if self.coordinator.pending.get(tid) is not write:
+                return  # (unloaded: whoever loads the partition next replays it)
+            failed = await self.replicas.await_replicated(
+                waits, trio.current_time() + SETTLE_CHECK_S)
+            if not failed:
+                break
+            if any(e.code is not ErrorCode.REQUEST_TIMED_OUT for e in failed.values()):
+                self.coordinator.write_failed(write)  # leadership moved
+                return
+        self.events.info("txn_write_settled", transactional_id=write.transactional_id,
+                         kind=write.kind)
+        try:
+            self._apply(self.coordinator.persisted(write))
+        except ApiError:  # (the request that asked for it was answered already)
+            pass
+
+    def _apply(self, outcome: Outcome) -> dict:
+        """A persisted outcome's effects started; its response (raises its error)."""
         for e in outcome.effects:
             if isinstance(e, SendMarkers):
                 self._completing.setdefault(e.transactional_id, trio.Event())
