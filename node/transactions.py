@@ -286,6 +286,8 @@ class TransactionCoordinator:
         self.partitions: dict[int, tuple[int, bool]] = {}
         #: transactional id -> its outstanding write
         self.pending: dict[str, Write] = {}
+        #: transactional id -> no timer write before this time (ms): the last one failed
+        self.timer_held: dict[str, int] = {}
 
     def partition_for(self, transactional_id: str) -> int:
         return partition_for(transactional_id, self.config.partitions)
@@ -341,6 +343,8 @@ class TransactionCoordinator:
             del self.txns[tid]
         for tid in [t for t in self.pending if self.partition_for(t) == partition]:
             del self.pending[tid]
+        for tid in [t for t in self.timer_held if self.partition_for(t) == partition]:
+            del self.timer_held[tid]
 
     # ------------------------------------------------------------------ writes
 
@@ -613,6 +617,10 @@ class TransactionCoordinator:
             owned = self.partitions.get(p)
             if tid in self.pending or owned is None or not owned[1]:
                 continue
+            if tid in self.timer_held:
+                if now_ms < self.timer_held[tid]:
+                    continue
+                del self.timer_held[tid]
             if m.state is _S.ONGOING and now_ms > m.start_ms + m.timeout_ms:
                 try:
                     target = self._prepare(m, _S.PREPARE_ABORT, now_ms)
@@ -624,11 +632,17 @@ class TransactionCoordinator:
                 out.append(self._write("expire", p, owned[0], None, tid).write)
         return out
 
+    def hold_timer(self, tid: str, until_ms: int) -> None:
+        """The timer's write for ``tid`` failed (refused: e.g. too few in-sync replicas
+        of its partition): :meth:`tick` tries it again at ``until_ms``, not before."""
+        self.timer_held[tid] = until_ms
+
     def next_deadline_ms(self) -> int | None:
-        times = [m.start_ms + m.timeout_ms + 1 for m in self.txns.values()
-                 if m.state is _S.ONGOING]
-        times += [m.update_ms + self.config.id_expiration_ms + 1 for m in self.txns.values()
-                  if m.state is _S.EMPTY or m.state in _COMPLETE]
+        held = self.timer_held
+        times = [max(m.start_ms + m.timeout_ms + 1, held.get(t, 0))
+                 for t, m in self.txns.items() if m.state is _S.ONGOING]
+        times += [max(m.update_ms + self.config.id_expiration_ms + 1, held.get(t, 0))
+                  for t, m in self.txns.items() if m.state is _S.EMPTY or m.state in _COMPLETE]
         return min(times) if times else None
 
     # ------------------------------------------------------------------ admin

@@ -80,6 +80,8 @@ TICK_MIN_S = 0.02
 #: not at the client's next backoff step. (Below every Kafka client's request timeout:
 #: 30 s and more.)
 CONCURRENT_WAIT_S = 5.0
+#: A timeout abort or expiry whose write failed is tried again after this long.
+TIMER_RETRY_S = 1.0
 #: A write in doubt (appended, not replicated in time) is looked at this often while it
 #: waits for the ISR: whether it is still this coordinator's to settle.
 SETTLE_CHECK_S = 1.0
@@ -165,8 +167,12 @@ class TxnHost:
         try:
             await self._finish(Outcome(write=write))
         except ApiError as e:
+            # (not again at the next tick: a partition short of in-sync replicas refuses
+            # every write until it heals, and the timer would retry every TICK_MIN_S)
+            self.coordinator.hold_timer(write.transactional_id,
+                                        self.now_ms() + int(TIMER_RETRY_S * 1000))
             self.events.warning("txn_timer_write_failed", transactional_id=write.transactional_id,
-                                kind=write.kind, error=e.message)
+                                kind=write.kind, error=e.message, retry_s=TIMER_RETRY_S)
 
     # ------------------------------------------------------------------ topic
 

@@ -198,6 +198,21 @@ def test_timeout_aborts_with_the_epoch_bumped_and_the_producer_may_abort_and_go_
     h.run(h.c.add_partitions("t", pid, e0 + 1, TP[:1], T0))
 
 
+def test_a_refused_timeout_abort_waits_its_hold_before_the_timer_tries_again():
+    h = Harness()
+    pid, e0 = _init(h, timeout=1000)
+    h.run(h.c.add_partitions("t", pid, e0, TP, T0))
+    [w] = h.c.tick(T0 + 1001)
+    h.c.write_failed(w)  # (e.g. its partition has too few in-sync replicas)
+    h.c.hold_timer("t", T0 + 2001)
+    assert h.c.next_deadline_ms() == T0 + 2001  # the timer sleeps until then
+    assert h.c.tick(T0 + 1002) == [] and h.c.tick(T0 + 2000) == []
+    [w] = h.c.tick(T0 + 2001)
+    assert w.kind == "timeout" and "t" not in h.c.timer_held
+    h.c.persisted(w)
+    assert h.c.txns["t"].state is TxnState.PREPARE_ABORT
+
+
 def test_idle_transactional_ids_expire_as_tombstones():
     h = Harness(TxnConfig(partitions=3, id_expiration_ms=10_000))
     _init(h)
