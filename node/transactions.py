@@ -27,6 +27,8 @@ States (Kafka's TransactionState)::
       │                                   │    InitProducerId (fence)──▶ PrepareAbort ──markers──▶ CompleteAbort
       └──────── InitProducerId ◀──────────┴─────────────────────────── (from Empty / Complete*) ─┘
     Empty / Complete* ──idle transactional.id.expiration.ms──▶ Dead (a tombstone)
+    Prepare* ──markers, and the producer's next AddPartitions waiting──▶ Ongoing (one
+        write for the Complete* and the add: ``complete_and_add``)
 
 Epochs (KIP-890, "transactions V2"): every EndTxn, timeout abort and fence bumps the
 producer epoch, and the markers carry the bumped epoch, so a delayed produce or
@@ -107,7 +109,9 @@ _S = TxnState
 #: Allowed transitions: new state -> states it may follow (Kafka's validPreviousStates).
 VALID_PREVIOUS = {
     _S.EMPTY: {_S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT},
-    _S.ONGOING: {_S.ONGOING, _S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT},
+    # (from Prepare*: complete_and_add, once every marker is written)
+    _S.ONGOING: {_S.ONGOING, _S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT,
+                 _S.PREPARE_COMMIT, _S.PREPARE_ABORT},
     _S.PREPARE_COMMIT: {_S.ONGOING},
     _S.PREPARE_ABORT: {_S.ONGOING},
     _S.COMPLETE_COMMIT: {_S.PREPARE_COMMIT},
@@ -169,7 +173,7 @@ class Write:
     key: bytes
     value: bytes | None
     target: TxnMetadata | None  # the state once durable (None: the id is gone)
-    kind: str  # init | fence | add | end | complete | timeout | expire
+    kind: str  # init | fence | add | end | complete | complete_add | timeout | expire
 
 
 @dataclass(frozen=True, slots=True)
@@ -603,6 +607,41 @@ class TransactionCoordinator:
                          partitions=frozenset(), start_ms=-1, update_ms=now_ms,
                          next_producer_id=NO_PRODUCER_ID)
         return self._write("complete", partition, cepoch, target, tid)
+
+    def complete_and_add(self, tid: str, coordinator_epoch: int, now_ms: int,
+                         producer_id: int, producer_epoch: int,
+                         partitions: Iterable[tuple[str, int]], *,
+                         transaction_version: int = 2) -> Outcome:
+        """Every marker of the decided transaction is written and an AddPartitionsToTxn
+        of the producer's next transaction waits for that: one write goes from
+        Prepare* straight to the next Ongoing, the Complete* record skipped (a
+        coordinator replaying it finds the new transaction open; the old one needs
+        nothing more, its markers are in the partitions). The waiting add, asked again,
+        then finds its partitions added and writes nothing. Anything else -- another
+        producer (a fence, a zombie's add), bad partitions -- is :meth:`complete` alone.
+
+        Raises:
+            ApiError: as :meth:`complete`.
+        """
+        partition, cepoch = self._owned(tid)
+        if cepoch != coordinator_epoch:
+            raise ApiError(ErrorCode.NOT_COORDINATOR,
+                           f"markers of coordinator epoch {coordinator_epoch}, now {cepoch}")
+        self._check_pending(tid)
+        m = self.txns.get(tid)
+        new = frozenset(partitions)
+        if (m is None or m.state not in _PREPARE or m.fenced
+                or transaction_version not in TRANSACTION_VERSIONS
+                or (producer_id, producer_epoch) != self._after_end(m)
+                or not new or not all(isinstance(t, str) and t and type(p) is int
+                                      and p >= 0 for t, p in new)):
+            return self.complete(tid, coordinator_epoch, now_ms)
+        target = replace(m, producer_id=producer_id, producer_epoch=producer_epoch,
+                         state=_S.ONGOING, partitions=new, start_ms=now_ms, update_ms=now_ms,
+                         marker_producer_id=NO_PRODUCER_ID, marker_epoch=-1,
+                         next_producer_id=NO_PRODUCER_ID, fenced=False,
+                         transaction_version=transaction_version)
+        return self._write("complete_add", partition, cepoch, target, tid)
 
     # ------------------------------------------------------------------ timers
 

@@ -50,6 +50,7 @@ from raftlog.txn_markers import ControlType
 from .clock import SteadyWallClock
 from .coordinator import _read_all
 from .groups import OFFSETS_TOPIC
+from .groups import partition_for as group_partition_for
 from .internal_topics import create_internal_topic
 from .replica_manager import ReplicationPending
 from .transactions import (
@@ -122,6 +123,10 @@ class TxnHost:
         #: transactional id -> set when its markers' delivery (and the Complete* write)
         #: ends, however it ends: what a CONCURRENT_TRANSACTIONS request waits for
         self._completing: dict[str, trio.Event] = {}
+        #: transactional id -> (producer id, epoch, transaction version, {partitions}) of
+        #: the AddPartitions waiting for its last transaction's markers: written with
+        #: that transaction's completion (``complete_and_add``); one entry per id
+        self._adds_waiting: dict[str, tuple] = {}
         #: the group coordinator's host (node/coordinator.py): told of the markers
         #: appended to ``__consumer_offsets`` (transactional offset commits)
         self.groups = None
@@ -355,6 +360,7 @@ class TxnHost:
         try:
             await self._deliver_markers(m)
         finally:
+            self._adds_waiting.pop(m.transactional_id, None)  # (asked again: they write)
             ev = self._completing.pop(m.transactional_id, None)
             if ev is not None:
                 ev.set()
@@ -389,8 +395,16 @@ class TxnHost:
                 backoff = min(backoff * 2, MARKER_BACKOFF_S[1])
         while True:
             try:
-                await self._finish(self.coordinator.complete(m.transactional_id,
-                                                             m.coordinator_epoch, self.now_ms()))
+                want = self._adds_waiting.pop(m.transactional_id, None)
+                if want is None:
+                    outcome = self.coordinator.complete(m.transactional_id,
+                                                        m.coordinator_epoch, self.now_ms())
+                else:  # the next transaction's add waits: one write for both
+                    pid, epoch, version, tps = want
+                    outcome = self.coordinator.complete_and_add(
+                        m.transactional_id, m.coordinator_epoch, self.now_ms(), pid, epoch,
+                        tps, transaction_version=version)
+                await self._finish(outcome)
                 return
             except ApiError as e:
                 if e.code is not ErrorCode.CONCURRENT_TRANSACTIONS and e.code is not ErrorCode.COORDINATOR_NOT_AVAILABLE:
@@ -544,10 +558,12 @@ class TxnHost:
 
     # ------------------------------------------------------------------ requests
 
-    async def _waiting(self, tid: str, step) -> dict:
+    async def _waiting(self, tid: str, step, add: tuple | None = None) -> dict:
         """``await step()`` (a coordinator call and its outcome); while it answers
         CONCURRENT_TRANSACTIONS and ``tid``'s last transaction is completing here, wait
-        (CONCURRENT_WAIT_S in all at most) for that to end and ask again."""
+        (CONCURRENT_WAIT_S in all at most) for that to end and ask again. ``add``
+        (producer id, epoch, version, partitions): the call is an AddPartitions, which
+        the completion writes with it (then asked again, it finds them added)."""
         deadline = trio.current_time() + CONCURRENT_WAIT_S
         while True:
             try:
@@ -557,8 +573,20 @@ class TxnHost:
                 if (e.code is not ErrorCode.CONCURRENT_TRANSACTIONS or ev is None
                         or trio.current_time() >= deadline):
                     raise
+                if add is not None:
+                    self._want_added(tid, add)
                 with trio.move_on_at(deadline):
                     await ev.wait()
+
+    def _want_added(self, tid: str, add: tuple) -> None:
+        """Note an AddPartitions waiting for ``tid``'s completion; the adds of one
+        producer, epoch and version share the write (another's waits its turn)."""
+        pid, epoch, version, tps = add
+        have = self._adds_waiting.get(tid)
+        if have is None:
+            self._adds_waiting[tid] = (pid, epoch, version, frozenset(tps))
+        elif have[:3] == (pid, epoch, version):
+            self._adds_waiting[tid] = (*have[:3], have[3] | frozenset(tps))
 
     async def init_producer_id(self, fields: dict) -> dict:
         tid = fields["transactional_id"]
@@ -579,9 +607,10 @@ class TxnHost:
             if t not in self.store.topics or p >= len(self.store.topics[t].partitions):
                 raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                f"unknown partition {t}-{p}: nothing was added")
+        version = fields.get("transaction_version", 2)
         await self._waiting(tid, lambda: self._finish(self.coordinator.add_partitions(
-            tid, pid, epoch, tps, self.now_ms(),
-            transaction_version=fields.get("transaction_version", 2))))
+            tid, pid, epoch, tps, self.now_ms(), transaction_version=version)),
+            add=(pid, epoch, version, tps))
         return {"parts": [PartitionResult(t, p, 0, "") for t, p in tps]}
 
     async def add_offsets(self, fields: dict) -> dict:
@@ -589,11 +618,13 @@ class TxnHost:
             n = self.groups.coordinator.config.offsets_partitions
             if self.coordinator.config.offsets_partitions != n:
                 self.coordinator.config = replace(self.coordinator.config, offsets_partitions=n)
-        tid = fields["transactional_id"]
+        tid, pid, epoch = fields["transactional_id"], fields["producer_id"], fields["producer_epoch"]
+        version = fields.get("transaction_version", 2)
+        tp = (OFFSETS_TOPIC, group_partition_for(fields["group"],
+                                                 self.coordinator.config.offsets_partitions))
         await self._waiting(tid, lambda: self._finish(self.coordinator.add_offsets(
-            tid, fields["producer_id"], fields["producer_epoch"],
-            fields["group"], self.now_ms(),
-            transaction_version=fields.get("transaction_version", 2))))
+            tid, pid, epoch, fields["group"], self.now_ms(), transaction_version=version)),
+            add=(pid, epoch, version, [tp]))
         return {}
 
     async def end_txn(self, fields: dict) -> dict:

@@ -198,6 +198,65 @@ def test_timeout_aborts_with_the_epoch_bumped_and_the_producer_may_abort_and_go_
     h.run(h.c.add_partitions("t", pid, e0 + 1, TP[:1], T0))
 
 
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_next_add_is_written_with_the_last_transactions_completion(version):
+    h = Harness()
+    pid, e0 = _init(h)
+    h.run(h.c.add_partitions("t", pid, e0, TP[:2], T0, transaction_version=version))
+    o = h.run(h.c.end_txn("t", pid, e0, True, T0, transaction_version=version))
+    [m] = o.effects
+    e1 = o.response["producer_epoch"]
+    assert e1 == (e0 + 1 if version == 2 else e0)
+    # the next transaction's add meets the markers in flight (CONCURRENT_TRANSACTIONS)
+    assert _code(h.c.add_partitions, "t", pid, e1, TP[2:], T0,
+                 transaction_version=version) is ErrorCode.CONCURRENT_TRANSACTIONS
+    # every marker written: one record from PrepareCommit to the next Ongoing
+    n = len(h.log)
+    out = h.c.complete_and_add("t", m.coordinator_epoch, T0 + 5, pid, e1, TP[2:],
+                               transaction_version=version)
+    assert out.write.kind == "complete_add"
+    assert _code(h.c.add_partitions, "t", pid, e1, TP[2:], T0,
+                 transaction_version=version) is ErrorCode.CONCURRENT_TRANSACTIONS
+    h.run(out)
+    assert len(h.log) == n + 1
+    live = h.c.txns["t"]
+    assert (live.state, live.partitions, live.producer_epoch) == (
+        TxnState.ONGOING, frozenset(TP[2:]), e1)
+    assert (live.start_ms, live.marker_producer_id) == (T0 + 5, -1)
+    # the add asked again finds its partition added: no write
+    assert h.c.add_partitions("t", pid, e1, TP[2:], T0, transaction_version=version).write is None
+    assert h.c.verify_partitions("t", pid, e1, TP) == {
+        TP[0]: ErrorCode.INVALID_TXN_STATE, TP[1]: ErrorCode.INVALID_TXN_STATE,
+        TP[2]: ErrorCode.NONE}
+    # a new coordinator replays the open transaction; nothing of the old one to finish
+    assert h.failover() == []
+    assert h.c.txns["t"] == live
+    [m2] = h.run(h.c.end_txn("t", pid, e1, False, T0, transaction_version=version)).effects
+    assert (m2.result, m2.partitions) == (ControlType.ABORT, tuple(TP[2:]))
+
+
+def test_complete_and_add_of_another_producer_or_a_fenced_transaction_only_completes():
+    h = Harness()
+    pid, e0 = _init(h)
+    h.run(h.c.add_partitions("t", pid, e0, TP[:1], T0))
+    [m] = h.run(h.c.end_txn("t", pid, e0, True, T0)).effects
+    # a zombie's add (the epoch before the bump), or bad partitions: Complete* alone
+    for args in [(pid, e0, TP[1:2]), (pid + 1, e0 + 1, TP[1:2]), (pid, e0 + 1, [])]:
+        out = h.c.complete_and_add("t", m.coordinator_epoch, T0, *args)
+        assert out.write.kind == "complete"
+        h.c.write_failed(out.write)
+    h.run(h.c.complete_and_add("t", m.coordinator_epoch, T0, pid, e0, TP[1:2]))
+    assert h.c.txns["t"].state is TxnState.COMPLETE_COMMIT
+    # a fence's abort: the new instance's InitProducerId is no add
+    e1 = e0 + 1
+    h.run(h.c.add_partitions("t", pid, e1, TP[:1], T0))
+    [m] = h.run(h.c.init_producer_id("t", 60_000, T0)).effects
+    out = h.c.complete_and_add("t", m.coordinator_epoch, T0, pid, e1 + 1, TP[1:2])
+    assert out.write.kind == "complete"
+    assert _code(h.c.complete_and_add, "t", m.coordinator_epoch + 1, T0, pid, e1 + 1,
+                 TP) is ErrorCode.NOT_COORDINATOR
+
+
 def test_a_refused_timeout_abort_waits_its_hold_before_the_timer_tries_again():
     h = Harness()
     pid, e0 = _init(h, timeout=1000)
@@ -651,7 +710,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self._durable(w)
         o = self.h.c.persisted(w)
         tid = w.transactional_id
-        if o.error is ErrorCode.NONE and w.kind == "add":
+        if o.error is ErrorCode.NONE and w.kind in ("add", "complete_add"):
             parts, _began = self.add_requests[id(w)]
             self.added.setdefault((tid, self.txn_no[tid]), set()).update(parts)
         if o.error is ErrorCode.NONE and w.kind == "end":
@@ -662,7 +721,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
     def _durable(self, w):
         """``w`` is in the log: an AddPartitions that began a transaction numbers it."""
         self.h.log.append((w.partition, w.key, w.value))
-        if w.kind == "add" and self.add_requests[id(w)][1]:
+        if w.kind in ("add", "complete_add") and self.add_requests[id(w)][1]:
             self.txn_no[w.transactional_id] += 1
 
     def _markers(self, effects):
@@ -678,8 +737,17 @@ class CoordinatorMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def markers_written(self, data):
         m = self.markers.pop(data.draw(st.integers(0, len(self.markers) - 1)))
+        tid = m.transactional_id
         try:
-            o = self.h.c.complete(m.transactional_id, m.coordinator_epoch, self.now)
+            if data.draw(st.booleans()):  # the next transaction's add waits for them
+                pid, e = self._producer(tid, data)
+                parts = data.draw(st.lists(st.sampled_from(TP), min_size=1, max_size=3))
+                o = self.h.c.complete_and_add(tid, m.coordinator_epoch, self.now, pid, e,
+                                              parts, transaction_version=_tv(tid))
+                if o.write.kind == "complete_add":
+                    self.add_requests[id(o.write)] = (parts, True)
+            else:
+                o = self.h.c.complete(tid, m.coordinator_epoch, self.now)
         except ApiError as e:
             assert e.code in (ErrorCode.NOT_COORDINATOR, ErrorCode.CONCURRENT_TRANSACTIONS,
                               ErrorCode.INVALID_TXN_STATE)
