@@ -14,6 +14,8 @@ Benches (``--bench``):
   throughput     bench/throughput.py of each revision (its own bench code), args as given
                  (e.g. ``--rate 1000 --secs 10``); ``--json`` is added
   latency_floor  bench/latency_floor.py of each revision; ``--json`` is added
+  transactions   bench/transactions.py of each revision (issue #33's targets: e.g.
+                 ``--phases 100 --skip-read``); ``--json`` is added
   peers          ../shared/peers/run.py ``--peers raftlog-r1,raftlog-r3`` (the peer
                  harness's raftlog rows, RAFTLOG_BIN and the python of each revision's
                  venv), its results JSON read back
@@ -200,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("rev_a")
     ap.add_argument("rev_b")
     ap.add_argument("--pairs", type=int, default=PAIRS_MIN)
-    ap.add_argument("--bench", choices=["throughput", "latency_floor", "peers"],
+    ap.add_argument("--bench", choices=["throughput", "latency_floor", "transactions", "peers"],
                     default="throughput")
     ap.add_argument("--json", action="store_true", help="print the summary as JSON")
     ap.add_argument("--keep", action="store_true", help="keep the worktrees and venvs")
