@@ -261,6 +261,12 @@ def _version(v) -> int:
     return v
 
 
+def _valid_partitions(tps: frozenset) -> bool:
+    """At least one (topic, partition >= 0)."""
+    return bool(tps) and all(isinstance(t, str) and t and type(p) is int and p >= 0
+                             for t, p in tps)
+
+
 def partition_for(transactional_id: str, partitions: int) -> int:
     """The ``__transaction_state`` partition of a transactional id (stable)."""
     return zlib.crc32(transactional_id.encode()) % partitions
@@ -507,8 +513,7 @@ class TransactionCoordinator:
             raise ApiError(ErrorCode.CONCURRENT_TRANSACTIONS,
                            f"transaction of {tid!r} is completing: retry")
         new = frozenset(partitions)
-        if not new or not all(isinstance(t, str) and t and type(p) is int and p >= 0
-                              for t, p in new):
+        if not _valid_partitions(new):
             raise ApiError(ErrorCode.INVALID_REQUEST,
                            "AddPartitionsToTxn names at least one (topic, partition >= 0)")
         if (m.state is _S.ONGOING and new <= m.partitions
@@ -584,13 +589,9 @@ class TransactionCoordinator:
         return self._write("end", partition, cepoch,
                            replace(target, transaction_version=transaction_version), tid)
 
-    def complete(self, tid: str, coordinator_epoch: int, now_ms: int) -> Outcome:
-        """Every marker of the decided transaction is written: CompleteCommit/Abort.
-
-        Raises:
-            ApiError: NOT_COORDINATOR (the markers were of another coordinator epoch),
-                CONCURRENT_TRANSACTIONS, INVALID_TXN_STATE (nothing to complete).
-        """
+    def _decided(self, tid: str, coordinator_epoch: int) -> tuple[int, int, TxnMetadata]:
+        """(partition, coordinator epoch, metadata) of ``tid``'s decided transaction,
+        whose markers (of ``coordinator_epoch``) are written."""
         partition, cepoch = self._owned(tid)
         if cepoch != coordinator_epoch:
             raise ApiError(ErrorCode.NOT_COORDINATOR,
@@ -600,6 +601,16 @@ class TransactionCoordinator:
         if m is None or m.state not in _PREPARE:
             raise ApiError(ErrorCode.INVALID_TXN_STATE,
                            f"transactional id {tid!r} has no transaction to complete")
+        return partition, cepoch, m
+
+    def complete(self, tid: str, coordinator_epoch: int, now_ms: int) -> Outcome:
+        """Every marker of the decided transaction is written: CompleteCommit/Abort.
+
+        Raises:
+            ApiError: NOT_COORDINATOR (the markers were of another coordinator epoch),
+                CONCURRENT_TRANSACTIONS, INVALID_TXN_STATE (nothing to complete).
+        """
+        partition, cepoch, m = self._decided(tid, coordinator_epoch)
         pid, epoch = self._after_end(m)
         target = replace(m, producer_id=pid, producer_epoch=epoch,
                          state=(_S.COMPLETE_COMMIT if m.state is _S.PREPARE_COMMIT
@@ -623,18 +634,11 @@ class TransactionCoordinator:
         Raises:
             ApiError: as :meth:`complete`.
         """
-        partition, cepoch = self._owned(tid)
-        if cepoch != coordinator_epoch:
-            raise ApiError(ErrorCode.NOT_COORDINATOR,
-                           f"markers of coordinator epoch {coordinator_epoch}, now {cepoch}")
-        self._check_pending(tid)
-        m = self.txns.get(tid)
+        partition, cepoch, m = self._decided(tid, coordinator_epoch)
         new = frozenset(partitions)
-        if (m is None or m.state not in _PREPARE or m.fenced
-                or transaction_version not in TRANSACTION_VERSIONS
+        if (m.fenced or transaction_version not in TRANSACTION_VERSIONS
                 or (producer_id, producer_epoch) != self._after_end(m)
-                or not new or not all(isinstance(t, str) and t and type(p) is int
-                                      and p >= 0 for t, p in new)):
+                or not _valid_partitions(new)):
             return self.complete(tid, coordinator_epoch, now_ms)
         target = replace(m, producer_id=producer_id, producer_epoch=producer_epoch,
                          state=_S.ONGOING, partitions=new, start_ms=now_ms, update_ms=now_ms,
