@@ -526,11 +526,15 @@ class TransactionCoordinator:
                          transaction_version=transaction_version)
         return self._write("add", partition, cepoch, target, tid)
 
+    def offsets_partition(self, group_id: str) -> tuple[str, int]:
+        """The ``__consumer_offsets`` partition AddOffsetsToTxn adds for ``group_id``."""
+        return OFFSETS_TOPIC, group_partition_for(group_id, self.config.offsets_partitions)
+
     def add_offsets(self, tid: str, producer_id: int, producer_epoch: int, group_id: str,
                     now_ms: int, *, transaction_version: int = 2) -> Outcome:
         """AddOffsetsToTxn: the group's ``__consumer_offsets`` partition joins."""
-        tp = (OFFSETS_TOPIC, group_partition_for(group_id, self.config.offsets_partitions))
-        return self.add_partitions(tid, producer_id, producer_epoch, [tp], now_ms,
+        return self.add_partitions(tid, producer_id, producer_epoch,
+                                   [self.offsets_partition(group_id)], now_ms,
                                    transaction_version=transaction_version)
 
     def verify_partitions(self, tid: str, producer_id: int, producer_epoch: int,

@@ -50,7 +50,6 @@ from raftlog.txn_markers import ControlType
 from .clock import SteadyWallClock
 from .coordinator import _read_all
 from .groups import OFFSETS_TOPIC
-from .groups import partition_for as group_partition_for
 from .internal_topics import create_internal_topic
 from .replica_manager import ReplicationPending
 from .transactions import (
@@ -620,8 +619,7 @@ class TxnHost:
                 self.coordinator.config = replace(self.coordinator.config, offsets_partitions=n)
         tid, pid, epoch = fields["transactional_id"], fields["producer_id"], fields["producer_epoch"]
         version = fields.get("transaction_version", 2)
-        tp = (OFFSETS_TOPIC, group_partition_for(fields["group"],
-                                                 self.coordinator.config.offsets_partitions))
+        tp = self.coordinator.offsets_partition(fields["group"])
         await self._waiting(tid, lambda: self._finish(self.coordinator.add_offsets(
             tid, pid, epoch, fields["group"], self.now_ms(), transaction_version=version)),
             add=(pid, epoch, version, [tp]))
