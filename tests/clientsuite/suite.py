@@ -18,6 +18,7 @@ without Kafka installed).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -144,15 +145,54 @@ def outcomes(junit_xml: str) -> dict[str, str]:
     return result
 
 
-def trace(trace_dir: str, tid: str, max_chars: int = 8000) -> str:
+def trace(trace_dir: str, tid: str, max_chars: int | None = 8000) -> str:
     """The end of the client trace kafka_trace.py wrote for failed test ``tid`` ("" if
-    none): its last ``max_chars`` characters."""
+    none): its last ``max_chars`` characters (all of it for None)."""
     try:
         with open(os.path.join(trace_dir, kafka_trace.file_name(tid)),
                   encoding="utf-8", errors="replace") as f:
-            return f.read()[-max_chars:]
+            text = f.read()
+        return text if max_chars is None else text[-max_chars:]
     except FileNotFoundError:
         return ""
+
+
+#: kafka-python 3.0.12's race (kafka/cluster.py): ``update_metadata`` clears the update flag
+#: that a subscription set while an older MetadataRequest was in flight, so the consumer
+#: sleeps ``metadata_max_age_ms`` (300 s) before it asks for its topic, with any broker.
+_SENT = "Sending metadata request MetadataRequest("
+_SUBSCRIBED = "Updating subscribed topics to:"
+_ANSWERED = "Metadata refresh: success"
+_SLEEPING = re.compile(r"Sleeping (\d+(?:\.\d+)?) for next Metadata refresh")
+
+
+def lost_subscription(trace_text: str, long_sleep_s: float = 60.0) -> bool:
+    """Whether a client trace shows kafka-python's own race: the last subscription was made
+    while a MetadataRequest was in flight, that request's answer was the last metadata the
+    client asked for, and the client then slept ``long_sleep_s`` or more before its next
+    one. Such a test fails for want of metadata the client never requested, whatever the
+    broker; any other failure does not match."""
+    events = []
+    for line in trace_text.splitlines():
+        if _SENT in line:
+            events.append(("sent", line))
+        elif _SUBSCRIBED in line:
+            events.append(("subscribed", line))
+        elif _ANSWERED in line:
+            events.append(("answered", line))
+        elif (m := _SLEEPING.search(line)):
+            events.append(("sleeping", float(m.group(1))))
+    subs = [i for i, (kind, _) in enumerate(events) if kind == "subscribed"]
+    if not subs:
+        return False
+    before, after = events[:subs[-1]], events[subs[-1] + 1:]
+    in_flight = bool(before) and any(k == "sent" for k, _ in before) and \
+        [k for k, _ in before if k in ("sent", "answered")][-1] == "sent"
+    if not in_flight or any(k == "sent" for k, _ in after):
+        return False
+    answered = [i for i, (k, _) in enumerate(after) if k == "answered"]
+    return bool(answered) and any(k == "sleeping" and v >= long_sleep_s
+                                  for k, v in after[answered[0] + 1:])
 
 
 def node_lines(log_paths: list[str], tid: str, max_lines: int = 30) -> str:

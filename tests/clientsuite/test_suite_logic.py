@@ -133,3 +133,36 @@ def test_a_kept_record_holds_no_client_object():
     text = kafka_trace.format_record(kept, kept.created)
     assert "Response 7 from node 2: FetchResponse(records=b'xxx" in text
     assert len(text) < kafka_trace.MAX_MESSAGE + 200
+
+
+# The lines that matter of a real trace (test_idempotent_producer_max_in_flight[1], a
+# fresh-clone CI run of 2026-12-07), threads and objects shortened.
+_RACE = """\
+15:39:34.640 +7.1ms kafka-io-p kafka.cluster DEBUG Sending metadata request MetadataRequest(topics=['pmYbp']) to node 0
+15:39:34.641 +8.0ms kafka-io-p kafka.cluster DEBUG Metadata refresh: success (node_id=0)
+15:39:34.642 +8.1ms kafka-io-p kafka.cluster DEBUG Sleeping 299.99 for next Metadata refresh
+15:39:35.007 +373.8ms kafka-io-c kafka.cluster DEBUG Sending metadata request MetadataRequest(topics=[], allow_auto_topic_creation=True) to node bootstrap-0
+15:39:35.007 +374.1ms MainThread kafka.consumer.subscription_state INFO Updating subscribed topics to: ['pmYbp']
+15:39:35.008 +375.0ms kafka-io-c kafka.cluster DEBUG Metadata refresh: success (node_id=bootstrap-0)
+15:39:35.008 +375.1ms kafka-io-c kafka.consumer.subscription_state INFO Updated partition assignment: []
+15:39:35.009 +375.7ms kafka-io-c kafka.cluster DEBUG Sleeping 299.99934551899975 for next Metadata refresh
+15:40:05.009 +30375.8ms MainThread kafka.consumer.group DEBUG Closing the KafkaConsumer.
+"""
+
+
+def test_lost_subscription_is_told_by_the_trace():
+    assert suite.lost_subscription(_RACE)
+    lines = _RACE.splitlines(keepends=True)
+    # subscribed after the bootstrap's answer: the client asks again, no race
+    after = lines[:3] + [lines[3], lines[5], lines[4]] + lines[6:]
+    assert not suite.lost_subscription("".join(after))
+    # a later MetadataRequest (the client did ask for the topic): another cause
+    asked = lines[:6] + [lines[3].replace("topics=[]", "topics=['pmYbp']")] + lines[6:]
+    assert not suite.lost_subscription("".join(asked))
+    # a short sleep after the answer: the client was about to ask
+    short = lines[:7] + [lines[7].replace("299.99934551899975", "0.1")] + lines[8:]
+    assert not suite.lost_subscription("".join(short))
+    # no subscription, or no answer
+    assert not suite.lost_subscription("".join(lines[:4] + lines[5:]))
+    assert not suite.lost_subscription("".join(lines[:5]))
+    assert not suite.lost_subscription("")
