@@ -424,6 +424,8 @@ class Producer:
         """Send everything queued and wait until every record is acknowledged or failed.
 
         Raises TimeoutError if that takes longer than ``timeout`` seconds."""
+        if self._txn is not None:
+            self._txn.flushing()
         self._acc.seal_all()
         self._acc.wait_empty(timeout, self._thread.is_alive)
 
@@ -554,7 +556,7 @@ class _ProducerIO:
         lock = self.p._io_lock
         while True:
             with lock:
-                if self.txn is not None and self.txn.pending:
+                if self.txn is not None and self.txn.add_due(time.monotonic()) == 0:
                     self.txn.add_pending()  # (this thread only: send() never waits on it)
                 linger_left = self.send_ready()
                 if not self.pending and not self._any_in_flight() and self.p._acc.finished():
@@ -606,8 +608,8 @@ class _ProducerIO:
         """How long the I/O thread may block: until a linger or a retry backoff ends,
         and never long while requests are in flight (their timeouts need checking)."""
         waits = [IDLE_POLL_S] if linger_left is None else [linger_left, IDLE_POLL_S]
-        if self.txn is not None and self.txn.pending:
-            waits.append(0.0)  # (noted while this thread was busy: add them now)
+        if self.txn is not None and (due := self.txn.add_due(now)) is not None:
+            waits.append(due)  # (noted partitions: added when flushed or lingered)
         if self.pending:
             # Batches still pending after send_ready wait for something: a retry
             # backoff (a timer), the producer id's backoff (a timer), or a window that
