@@ -12,7 +12,10 @@ idempotent with acks=all; a consumer reads read_committed unless told):
    and each ``commit_transaction`` call's latency;
 2. **paced**: ``--rate`` transactions/s for ``--secs`` s: commit latency p50/p99/max
    (the call to its return) at a steady rate;
-3. **read_committed vs read_uncommitted**: a consumer reads a topic of plain
+3. **floor** and **chain**: one acks=all record sent and awaited (the cost of one durable
+   write here), and what the chain of durable writes a transaction is (CHAIN_WRITES)
+   allows at that cost: the least commit latency and the most rec/s of one producer;
+4. **read_committed vs read_uncommitted**: a consumer reads a topic of plain
    (non-transactional) records both ways, then a topic where 10% of the transactions
    were aborted (each topic first read once untimed -- the first read of a topic after it
    was written ran ~25% slower -- then ``--read-pairs`` (4) times each way, alternating
@@ -105,6 +108,25 @@ def floor(bootstrap: str, topic: str, n: int = 200) -> dict:
         lat.append((time.perf_counter() - t) * 1000)
     p.close()
     return _pct(lat)
+
+
+#: Durable writes (each acks=all on 3 replicas) one after another in a transaction: its
+#: AddPartitionsToTxn (Ongoing), its data, EndTxn's PrepareCommit -- and, back to back, the
+#: previous transaction's markers before the next add (written with its CompleteCommit).
+#: KIP-890's order: each waits for the one before, so none can overlap.
+CHAIN_WRITES = {"commit": 3, "back_to_back": 4}
+
+
+def chain_bounds(floor_p50_ms: float, size: int) -> dict:
+    """What the chain of durable writes allows when each costs ``floor_p50_ms`` (one
+    acks=all record sent and awaited, measured in the same run): the least commit
+    latency, and the most committed records a second of one producer whose
+    transactions of ``size`` records follow each other."""
+    if floor_p50_ms <= 0 or size <= 0:
+        raise ValueError("chain_bounds needs a positive floor and size")
+    return {"commit_floor_ms": round(CHAIN_WRITES["commit"] * floor_p50_ms, 2),
+            "back_to_back_ceiling_rec_s": round(
+                size * 1000 / (CHAIN_WRITES["back_to_back"] * floor_p50_ms))}
 
 
 def _scrape(ports: list) -> dict:
@@ -267,6 +289,12 @@ def run(args) -> dict:
         out["commit_p50_over_floor"] = {
             k: round(out[k]["commit"]["p50_ms"] / out["floor"]["p50_ms"], 2)
             for k in ("flood", "paced")}
+        chain = chain_bounds(out["floor"]["p50_ms"], args.size)
+        chain["flood_over_ceiling"] = round(
+            out["flood"]["rec_s"] / chain["back_to_back_ceiling_rec_s"], 2)
+        chain["paced_commit_p50_over_floor"] = round(
+            out["paced"]["commit"]["p50_ms"] / chain["commit_floor_ms"], 2)
+        out["chain"] = chain
         if args.phases:
             out["phases"] = phases(bootstrap, "txn-flood", args.phases, args.size,
                                    args.partitions, mports)
@@ -340,6 +368,11 @@ def main() -> None:
     print(f"floor (one acks=all record, sent and awaited): p50 {fl['p50_ms']} ms, p99 "
           f"{fl['p99_ms']} ms; commit p50 / floor: flood "
           f"{out['commit_p50_over_floor']['flood']}, paced {out['commit_p50_over_floor']['paced']}")
+    ch = out["chain"]
+    print(f"chain of durable writes at that floor: commit >= {ch['commit_floor_ms']} ms "
+          f"(paced p50 is {ch['paced_commit_p50_over_floor']}x), one producer <= "
+          f"{ch['back_to_back_ceiling_rec_s']} rec/s back to back (the flood reached "
+          f"{ch['flood_over_ceiling']}x)")
     if "phases" in out:
         ph = out["phases"]
         print(f"phases of {ph['txns']} transactions, p50 ms: " + ", ".join(

@@ -269,3 +269,12 @@ def test_ab_refuses_node_sets_for_benches_that_start_their_own_nodes(capsys):
     with pytest.raises(SystemExit):
         ab.main(["HEAD", "HEAD", "--bench", "throughput", "--node-set", "b:k=v"])
     assert "--node-set works with --bench peers only" in capsys.readouterr().err
+
+
+def test_the_transaction_chain_bounds_follow_the_floor():
+    import transactions
+
+    b = transactions.chain_bounds(2.5, 100)
+    assert b == {"commit_floor_ms": 7.5, "back_to_back_ceiling_rec_s": 10_000}
+    with pytest.raises(ValueError):
+        transactions.chain_bounds(0, 100)
