@@ -478,7 +478,9 @@ class TransactionCoordinator:
         if not 0 < timeout_ms <= self.config.max_timeout_ms:
             raise ApiError(ErrorCode.INVALID_TRANSACTION_TIMEOUT,
                            f"transaction.timeout.ms {timeout_ms} is not in 1.."
-                           f"{self.config.max_timeout_ms} (transaction.max.timeout.ms)")
+                           f"{self.config.max_timeout_ms}: give the producer a timeout of "
+                           f"at most {self.config.max_timeout_ms} ms, or raise the nodes' "
+                           f"transaction.max.timeout.ms")
         self._check_pending(tid)
         m = self.txns.get(tid)
         if m is None:
