@@ -172,27 +172,18 @@ def lost_subscription(trace_text: str, long_sleep_s: float = 60.0) -> bool:
     client asked for, and the client then slept ``long_sleep_s`` or more before its next
     one. Such a test fails for want of metadata the client never requested, whatever the
     broker; any other failure does not match."""
-    events = []
+    in_flight = False  # a MetadataRequest sent, not answered yet
+    raced = answered = slept = False  # (of the last subscription)
     for line in trace_text.splitlines():
         if _SENT in line:
-            events.append(("sent", line))
+            in_flight, raced = True, False  # (asked after it: the client did not lose it)
         elif _SUBSCRIBED in line:
-            events.append(("subscribed", line))
+            raced, answered, slept = in_flight, False, False
         elif _ANSWERED in line:
-            events.append(("answered", line))
-        elif (m := _SLEEPING.search(line)):
-            events.append(("sleeping", float(m.group(1))))
-    subs = [i for i, (kind, _) in enumerate(events) if kind == "subscribed"]
-    if not subs:
-        return False
-    before, after = events[:subs[-1]], events[subs[-1] + 1:]
-    in_flight = bool(before) and any(k == "sent" for k, _ in before) and \
-        [k for k, _ in before if k in ("sent", "answered")][-1] == "sent"
-    if not in_flight or any(k == "sent" for k, _ in after):
-        return False
-    answered = [i for i, (k, _) in enumerate(after) if k == "answered"]
-    return bool(answered) and any(k == "sleeping" and v >= long_sleep_s
-                                  for k, v in after[answered[0] + 1:])
+            in_flight, answered = False, answered or raced
+        elif answered and (m := _SLEEPING.search(line)) and float(m.group(1)) >= long_sleep_s:
+            slept = True
+    return raced and answered and slept
 
 
 def node_lines(log_paths: list[str], tid: str, max_lines: int = 30) -> str:
