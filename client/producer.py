@@ -516,6 +516,31 @@ class Producer:
         self._acc.complete(b, base_offset, error)
 
 
+def next_request(batches: list, limit: int, one_per_partition: bool) -> tuple[list, list]:
+    """Split ``batches`` (for one node) into the next request's and the rest. Pure.
+
+    With ``one_per_partition`` (idempotence: in-order sends) a request carries at most
+    one batch of each partition, as Kafka's producer does. There a partition's window
+    is counted in batches, so a send_many that splits into as many batches as the
+    window (five) went out as one request, and nothing more could go until its answer:
+    the node's append, sync and answer and the producer's encoding of the next batches
+    took turns. One batch a request lets them overlap (the next batch is on the wire
+    while the node appends the last). Without idempotence the window is the
+    connection's requests, and a request carries up to ``limit`` batches in order.
+    """
+    if not one_per_partition:
+        return batches[:limit], batches[limit:]
+    seen, chunk, rest = set(), [], []
+    for b in batches:
+        key = (b.topic, b.partition)
+        if key in seen or len(chunk) >= limit:
+            rest.append(b)
+        else:
+            seen.add(key)
+            chunk.append(b)
+    return chunk, rest
+
+
 class _ProducerIO:
     """The I/O thread's state: ready batches per node, in-flight requests."""
 
@@ -699,7 +724,7 @@ class _ProducerIO:
             if len(q) >= self.p.max_in_flight:
                 self._requeue(batches)
                 return
-            chunk, batches = batches[:MAX_BATCHES_PER_REQUEST], batches[MAX_BATCHES_PER_REQUEST:]
+            chunk, batches = next_request(batches, MAX_BATCHES_PER_REQUEST, self.in_order)
             datas = [self._encode_or_fail(b) for b in chunk]
             if None in datas:  # (records that do not encode: their batches failed)
                 chunk = [b for b, d in zip(chunk, datas) if d is not None]

@@ -19,6 +19,7 @@ from raftlog.client.accumulator import (
     RecordAccumulator,
     select_sendable,
 )
+from raftlog.client.producer import next_request
 from raftlog.client.consumer import TopicPartition, _decode_fetch
 from raftlog.errors import ErrorCode, OffsetOutOfRangeError
 from raftlog.protocol import Api, Frame, parse_response
@@ -162,6 +163,25 @@ def test_select_sendable_in_order_fills_each_partitions_window_in_sequence_order
                                   lambda key: 5)
     assert send == [a[0], a[1], a[2], b0]  # 2 already in flight + 3 = the window of 5
     assert list(keep) == a[3:]
+
+
+def test_next_request_in_order_takes_one_batch_of_each_partition_in_order():
+    a = [_batch("a", 0, i) for i in range(3)]
+    b0, c0 = _batch("b", 0, 3), _batch("c", 0, 4)
+    chunk, rest = next_request([a[0], a[1], b0, a[2], c0], 1000, True)
+    assert chunk == [a[0], b0, c0] and rest == [a[1], a[2]]
+    chunk, rest = next_request(rest, 1000, True)
+    assert chunk == [a[1]] and rest == [a[2]]
+    chunk, rest = next_request([a[0], b0, c0], 2, True)  # and at most `limit`
+    assert chunk == [a[0], b0] and rest == [c0]
+
+
+def test_next_request_without_idempotence_takes_up_to_the_limit_in_order():
+    a = [_batch("a", 0, i) for i in range(3)]
+    chunk, rest = next_request(a, 1000, False)
+    assert chunk == a and rest == []
+    chunk, rest = next_request(a, 2, False)
+    assert chunk == a[:2] and rest == a[2:]
 
 
 def test_select_sendable_backoff_holds_back_later_batches_of_the_partition():

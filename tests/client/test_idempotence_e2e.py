@@ -123,6 +123,26 @@ def test_retries_after_a_lost_connection_with_batches_in_flight_append_once_in_o
     assert [r.value for r in got] == [b"%05d" % i for i in range(n)]
 
 
+def test_a_send_many_of_several_batches_is_pipelined_one_batch_a_request(node):
+    """A send_many larger than batch_size splits into batches; with idempotence a
+    partition's window is five batches, so the producer sends each batch in a request
+    of its own (as Kafka's does) rather than all five in one request that nothing can
+    follow until it is answered. The records land once, in order."""
+    Admin(node.bootstrap).create_topic("pipelined")
+    values = [b"%05d" % i for i in range(5000)]
+    with Producer(node.bootstrap, batch_size=13 * 1000) as p:  # 13 B a record: 5 batches
+        assert p.enable_idempotence
+        p.send("pipelined", b"first", partition=0).result(10)  # (the partition acked once)
+        before = p._io.produce_requests
+        futures = p.send_many("pipelined", values, partition=0)
+        assert len(futures) == 5
+        offsets = [f.result(30).base_offset for f in futures]
+        assert p._io.produce_requests - before == 5
+    assert offsets == [1 + 1000 * i for i in range(5)]
+    got = _read_all(node.bootstrap, "pipelined", 5001)
+    assert [r.value for r in got] == [b"first", *values]
+
+
 def test_a_retry_after_a_lost_response_is_appended_once(proxied_node):
     node, proxy_port, proxy = proxied_node
     Admin(node.bootstrap).create_topic("once")
