@@ -19,8 +19,8 @@ from raftlog.client.accumulator import (
     RecordAccumulator,
     select_sendable,
 )
-from raftlog.client.producer import next_request
 from raftlog.client.consumer import TopicPartition, _decode_fetch
+from raftlog.client.producer import next_request
 from raftlog.errors import ErrorCode, OffsetOutOfRangeError
 from raftlog.protocol import Api, Frame, parse_response
 
