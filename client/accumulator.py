@@ -7,7 +7,8 @@ drains it: an open batch that has waited ``linger_s`` is *ready*, and the sender
 drains it only while its partition can take another request (Kafka's rule). So
 while a partition waits for acknowledgements, its records keep joining one open
 batch instead of queueing as many one-record batches: a producer sending faster
-than round trips return sends bigger batches, never a growing backlog. The I/O
+than round trips return sends bigger batches, never a growing backlog. A send_many
+chunk that fits joins the open batch the same way (its records consecutive in it). The I/O
 thread encodes each batch with one ``encode_batch`` call and completes all of a
 batch's futures in one step.
 
@@ -196,26 +197,55 @@ class RecordAccumulator:
     def append_batch(
         self, topic: str, partition: int, values: list, keys, headers, timestamp_ms, size: int
     ) -> BatchFuture:
-        """Queue a whole batch as one sealed unit (the bulk path), after the open one."""
+        """Queue the records of one send_many chunk as consecutive records of one batch
+        (the bulk path). When they fit in the partition's open batch (``batch_size``)
+        and carry no timestamp of their own they join it, as send()'s records do: while
+        the partition's window is full, small send_many calls grow one batch instead of
+        queueing one small batch each (the window counts batches: five of ten records
+        each went out per round trip). Otherwise the open batch is sealed first (order
+        kept) and the records start a batch of their own, sealed at once when it is
+        full."""
         with self.lock:
             if self.closed:
                 raise ProducerClosedError("send_many() after close()")
             self._wait_for_room(size)
-            prev = self.open.get((topic, partition))
+            key = (topic, partition)
+            prev = self.open.get(key)
+            if prev is not None and timestamp_ms is None and prev.size + size <= self.batch_size:
+                return self._join(prev, values, keys, headers, size)
             if prev is not None:
                 self._seal(prev)  # keep per-partition order
             ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
-            b = ProducerBatch(
-                topic, partition, _now() + self.delivery_timeout_s, ts, next(self._seq)
-            )
-            b.values, b.keys = values, keys
-            b.headers = [list(h) if h else None for h in headers] if headers else None
-            b.size = size
-            self.buffered += size
+            b = ProducerBatch(topic, partition, _now() + self.delivery_timeout_s, ts,
+                              next(self._seq))
+            self.open[key] = b
             self.incomplete += 1
-            self.ready.append(b)
-            self._wake()
-            return BatchFuture(b.result, len(values))
+            fut = self._join(b, values, keys, headers, size)
+            if self.open.get(key) is b:  # (sealed when full: _seal woke the sender)
+                self._wake()
+            return fut
+
+    def _join(self, b: ProducerBatch, values: list, keys, headers, size: int) -> BatchFuture:
+        """Add a send_many chunk's records to ``b`` (under the lock); seal it when full."""
+        i = len(b.values)
+        n = len(values)
+        b.values.extend(values)
+        if keys is not None or b.keys is not None:
+            if b.keys is None:
+                b.keys = [None] * i
+            b.keys.extend(keys if keys is not None else [None] * n)
+        if headers or b.headers is not None:
+            if b.headers is None:
+                b.headers = [None] * i
+            b.headers.extend([list(h) if h else None for h in headers] if headers
+                             else [None] * n)
+        if b.timestamps is not None:
+            b.timestamps.extend([b.result.timestamp] * n)
+        b.size += size
+        self.buffered += size
+        if b.size >= self.batch_size:
+            self._seal(b)
+        return BatchFuture(b.result, n, i)
 
     def wake_io(self) -> None:
         """Wake the I/O thread if it may be asleep."""

@@ -157,17 +157,22 @@ class RecordFuture(_FutureBase):
 
 
 class BatchFuture(_FutureBase):
-    """Future of one ``send_many`` batch; ``result()`` is a :class:`BatchMetadata`."""
+    """Future of one ``send_many`` batch; ``result()`` is a :class:`BatchMetadata`.
 
-    __slots__ = ("_count",)
+    Its records are ``count`` consecutive records of one batch from index ``start``
+    (a small send_many joins its partition's open batch)."""
 
-    def __init__(self, batch: BatchResult, count: int):
+    __slots__ = ("_count", "_start")
+
+    def __init__(self, batch: BatchResult, count: int, start: int = 0):
         self._batch = batch
         self._count = count
+        self._start = start
 
     def _value(self) -> BatchMetadata:
         b = self._batch
-        return BatchMetadata(b.topic, b.partition, b.base_offset, self._count, b.timestamp)
+        base = b.base_offset + self._start if b.base_offset >= 0 else -1
+        return BatchMetadata(b.topic, b.partition, base, self._count, b.timestamp)
 
 
 __all__ = [

@@ -276,7 +276,10 @@ class Producer:
         headers: list | None = None,
         timestamp_ms: int | None = None,
     ):
-        """Bulk path: the records go out as one batch (encoded with one call).
+        """Bulk path: the records go out as consecutive records of one batch (encoded
+        with one call); when they fit in the partition's open batch (and
+        ``timestamp_ms`` is not given) they join it, as send()'s records do, so many
+        small calls make full batches, not one small batch each.
 
         Returns one BatchFuture (result: BatchMetadata with ``.offsets``). When
         ``keys`` are given without ``partition`` the records are spread by key, and

@@ -101,14 +101,45 @@ def test_a_lingered_batch_of_a_busy_partition_stays_open_and_keeps_growing():
     assert [len(b) for b in batches] == [4] and not acc.open
 
 
-def test_append_batch_seals_the_open_batch_first_to_keep_order():
-    acc = _acc()
+def test_append_batch_joins_the_open_batch_when_it_fits():
+    acc = _acc()  # batch_size 1000
     acc.append("t", 0, b"first", None, None, None)
-    f = acc.append_batch("t", 0, [b"b1", b"b2"], None, None, None, size=20)
-    assert [b.values for b in acc.ready] == [[b"first"], [b"b1", b"b2"]]
-    assert [b.seq for b in acc.ready] == sorted(b.seq for b in acc.ready)
-    acc.complete(acc.ready[1], base_offset=1)
+    f1 = acc.append_batch("t", 0, [b"b1", b"b2"], None, None, None, size=20)
+    f2 = acc.append_batch("t", 0, [b"c1"], [b"k"], [[("h", b"v")]], None, size=12)
+    assert not acc.ready
+    b = acc.open[("t", 0)]
+    assert b.values == [b"first", b"b1", b"b2", b"c1"]
+    assert b.keys == [None, None, None, b"k"] and b.headers == [None, None, None, [("h", b"v")]]
+    acc.complete(b, base_offset=7)
+    assert f1.result(0).offsets == range(8, 10) and f2.result(0).offsets == range(10, 11)
+
+
+def test_many_small_send_many_calls_fill_one_batch_and_seal_it():
+    acc = _acc(batch_size=100, buffer_memory=10_000)
+    futures = [acc.append_batch("t", 0, [b"x"] * 2, None, None, None, size=20)
+               for _ in range(5)]
+    assert [len(b) for b in acc.ready] == [10] and not acc.open  # full: sealed
+    acc.complete(acc.ready[0], base_offset=0)
+    assert [f.result(0).offsets for f in futures] == [range(i, i + 2) for i in range(0, 10, 2)]
+
+
+def test_append_batch_seals_the_open_batch_first_when_it_does_not_fit():
+    acc = _acc(batch_size=100)
+    acc.append("t", 0, b"first", None, None, None)
+    f = acc.append_batch("t", 0, [b"b1", b"b2"], None, None, None, size=96)
+    assert [b.values for b in acc.ready] == [[b"first"]]
+    assert acc.open[("t", 0)].values == [b"b1", b"b2"]  # open: it may grow
+    acc.complete(acc.open[("t", 0)], base_offset=1)
     assert f.result(0).offsets == range(1, 3)
+    # a timestamp of its own: a batch of its own (the batch's timestamp is the call's)
+    acc.append("t", 1, b"first", None, None, None)
+    g = acc.append_batch("t", 1, [b"z"], None, None, 1234, size=9)
+    assert [b.values for b in acc.ready][-1] == [b"first"]
+    b = acc.open[("t", 1)]
+    assert b.values == [b"z"] and b.result.timestamp == 1234
+    acc.complete(b, base_offset=5)
+    assert g.result(0).timestamp == 1234 and [b.seq for b in acc.ready] == sorted(
+        b.seq for b in acc.ready)
 
 
 def test_full_buffer_blocks_then_raises_and_completion_makes_room():

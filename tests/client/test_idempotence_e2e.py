@@ -143,6 +143,26 @@ def test_a_send_many_of_several_batches_is_pipelined_one_batch_a_request(node):
     assert [r.value for r in got] == [b"first", *values]
 
 
+def test_small_send_many_calls_join_one_batch(node):
+    """send_many calls smaller than batch_size join the partition's open batch, as
+    send()'s records do (each used to be a batch of its own, and a partition's window is
+    five batches: ten-record calls made ~15K records/s). One batch, one request, every
+    call's offsets consecutive and in order."""
+    Admin(node.bootstrap).create_topic("small")
+    with Producer(node.bootstrap, linger_ms=60_000) as p:  # (flush() seals the batch)
+        p.send("small", b"first", partition=0)
+        p.flush()
+        before = p._io.produce_requests
+        futures = [p.send_many("small", [b"%d-%d" % (c, i) for i in range(10)], partition=0)
+                   for c in range(200)]
+        p.flush()
+        assert p._io.produce_requests - before == 1
+        assert [f.result(10).offsets for f in futures] == [
+            range(1 + 10 * c, 11 + 10 * c) for c in range(200)]
+    got = _read_all(node.bootstrap, "small", 2001)
+    assert [r.value for r in got[1:]] == [b"%d-%d" % (c, i) for c in range(200) for i in range(10)]
+
+
 def test_a_retry_after_a_lost_response_is_appended_once(proxied_node):
     node, proxy_port, proxy = proxied_node
     Admin(node.bootstrap).create_topic("once")
