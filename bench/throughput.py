@@ -1,7 +1,8 @@
 """End-to-end benchmark: produce, consume and latency through real node and client processes.
 
     python bench/throughput.py [--bootstrap HOST:PORT] [--json] [--n 1000000] [--acks all]
-                               [--mode send_many|send] [--rate 1000[,5000,...]] [--secs 10]
+                               [--mode send_many|send] [--chunk 2000]
+                               [--rate 1000[,5000,...]] [--secs 10]
                                [--replication-factor 1] [--nodes 1]
                                [--client raftlog|confluent-kafka|both]
                                [--write-caching default|false|true|both]
@@ -156,14 +157,14 @@ NODE_PIDS: list[int] = []
 CLIENT_OPTIONS: dict = {}
 
 
-def produce(bootstrap: str, topic: str, n: int, acks, mode: str) -> dict:
+def produce(bootstrap: str, topic: str, n: int, acks, mode: str, chunk: int = CHUNK) -> dict:
     value = b"x" * VALUE_BYTES
     p = Producer(bootstrap, acks=acks, **CLIENT_OPTIONS)  # the SDK's defaults otherwise
     start = time.perf_counter()
     if mode == "send_many":
-        values = [value] * CHUNK
+        values = [value] * chunk
         futures = [
-            p.send_many(topic, values[: min(CHUNK, n - i)], partition=0) for i in range(0, n, CHUNK)
+            p.send_many(topic, values[: min(chunk, n - i)], partition=0) for i in range(0, n, chunk)
         ]
     else:
         futures = [p.send(topic, value, partition=0) for _ in range(n)]
@@ -343,6 +344,7 @@ def run_client(args, admin) -> dict:
         "n": args.n,
         "acks": args.acks,
         "mode": args.mode,
+        "chunk": args.chunk,
         "replication_factor": args.replication_factor,
         "client": args.client,
         "security_protocol": CLIENT_OPTIONS.get("security_protocol", "PLAINTEXT"),
@@ -355,7 +357,7 @@ def run_client(args, admin) -> dict:
         # CPU per record of the flood: this process (the producer, its I/O thread
         # included) and each node this run started
         node0, client0 = [cpu_seconds(p) for p in NODE_PIDS], time.process_time()
-        result.update(produce(args.bootstrap, topic, args.n, args.acks, args.mode))
+        result.update(produce(args.bootstrap, topic, args.n, args.acks, args.mode, args.chunk))
         client1, node1 = time.process_time(), [cpu_seconds(p) for p in NODE_PIDS]
         result["produce_client_cpu_us_per_rec"] = (client1 - client0) / args.n * 1e6
         if NODE_PIDS:
@@ -419,6 +421,8 @@ def main() -> None:
                     "that connection set-up and the first fetch do not dominate)")
     ap.add_argument("--acks", default="all", help='"all" (the SDK default), 1 or 0')
     ap.add_argument("--mode", choices=["send_many", "send"], default="send_many")
+    ap.add_argument("--chunk", type=int, default=CHUNK,
+                    help=f"records per send_many call (default {CHUNK}; 10: many small calls)")
     ap.add_argument("--rate", default="1000",
                     help="latency rate(s), records/s: 1000 or a list like 1000,5000,20000")
     ap.add_argument("--secs", type=float, default=10,
@@ -450,6 +454,8 @@ def main() -> None:
     ap.add_argument("--topic", help=argparse.SUPPRESS)
     ap.add_argument("--ready", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.chunk < 1:
+        ap.error(f"--chunk must be at least 1 (records per send_many call), not {args.chunk}")
     CLIENT_OPTIONS.update(json.loads(args.client_options_json))
     if args.role:
         _run_role(args)
