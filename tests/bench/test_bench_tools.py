@@ -135,6 +135,14 @@ def test_rates_parse_as_a_list():
         throughput.parse_rates("1000,-5")
 
 
+@pytest.mark.parametrize("chunk", ["0", "-5", "ten"])
+def test_throughput_refuses_a_chunk_that_is_not_a_positive_count(chunk):
+    """A bad --chunk is refused before any node starts, naming the flag."""
+    r = subprocess.run([sys.executable, os.path.join(BENCH, "throughput.py"), "--chunk", chunk],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--chunk" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_growth_compares_the_first_and_last_window():
     ns = 1_000_000_000
     steady = [(i * ns // 100, 1.0) for i in range(6000)]  # 60 s at 100/s, 1 ms each
