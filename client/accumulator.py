@@ -2,7 +2,8 @@
 
 Records of one partition collect in an *open* batch (plain Python lists; nothing
 is encoded on the caller's thread). A batch is *sealed* -- moved to the ready
-queue -- when it reaches ``batch_size`` bytes, on ``flush()``, or when the sender
+queue -- when it reaches ``batch_size`` bytes (a record that would take it past
+``batch_size`` starts the next batch), on ``flush()``, or when the sender
 drains it: an open batch that has waited ``linger_s`` is *ready*, and the sender
 drains it only while its partition can take another request (Kafka's rule). So
 while a partition waits for acknowledgements, its records keep joining one open
@@ -112,6 +113,41 @@ class ProducerBatch:
         return self.data
 
 
+def split_chunks(values: list, keys, batch_size: int) -> list[tuple[int, int, int]]:
+    """Cut a send_many call's records into chunks of at most ``batch_size`` bytes:
+    ``(start, end, size)`` each, in order. Records are split evenly by count, and a
+    chunk whose records are larger than the average (sizes vary) is halved until it
+    fits -- a record larger than ``batch_size`` goes alone. Raises TypeError for an
+    item with no length (the caller names it)."""
+    n = len(values)
+    try:
+        cum = list(itertools.accumulate(map(len, values), initial=0))
+    except TypeError:  # None (a tombstone) counts 0; anything else is the caller's
+        cum = list(itertools.accumulate((0 if v is None else len(v) for v in values), initial=0))
+    if keys is not None:
+        ck = list(itertools.accumulate((0 if k is None else len(k) for k in keys), initial=0))
+        cum = [a + b for a, b in zip(cum, ck)]
+
+    def size(start: int, end: int) -> int:
+        return cum[end] - cum[start] + RECORD_OVERHEAD * (end - start)
+
+    total = size(0, n)
+    chunks = max(1, -(-total // batch_size))
+    per = -(-n // chunks) if n else 1
+    out: list[tuple[int, int, int]] = []
+    todo = [(start, min(start + per, n)) for start in range(0, n, per)]
+    todo.reverse()
+    while todo:
+        start, end = todo.pop()
+        got = size(start, end)
+        if got > batch_size and end - start > 1:
+            mid = (start + end) // 2
+            todo += [(mid, end), (start, mid)]
+            continue
+        out.append((start, end, got))
+    return out
+
+
 def record_size(value, key) -> int:
     """Bytes a record counts toward batch_size and buffer_memory."""
     return (
@@ -170,6 +206,12 @@ class RecordAccumulator:
         size = record_size(value, key)
         with self.lock:
             b = self.open.get((topic, partition))
+            if b is not None and b.size + size > self.batch_size:
+                # (Kafka's rule: a record that would take the batch past batch_size
+                # starts the next one, so a batch stays within batch_size -- and under
+                # a topic's max.message.bytes -- unless one record alone exceeds it)
+                self._seal(b, wake)
+                b = None
             if b is None:
                 b = self._new_batch(topic, partition, size, wake)
             i = len(b.values)

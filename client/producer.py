@@ -28,7 +28,12 @@ from raftlog.producer_state import BATCHES_RETAINED, MAX_SEQUENCE
 from raftlog.protocol import Api
 from raftlog.trace import TraceLog
 
-from .accumulator import RECORD_OVERHEAD, ProducerBatch, RecordAccumulator, select_sendable
+from .accumulator import (
+    ProducerBatch,
+    RecordAccumulator,
+    select_sendable,
+    split_chunks,
+)
 from .conn import BrokerConnection, Cluster
 from .errors import (
     BrokerNotAvailableError,
@@ -82,7 +87,10 @@ class Producer:
         linger_ms: how long a batch may wait for more records before it may be
             sent (default 0: at once); a batch whose partition cannot send yet keeps
             growing regardless, so a fast producer sends bigger batches.
-        batch_size: bytes at which a batch is sealed.
+        batch_size: bytes at which a batch is sealed (default 1,000,000, librdkafka's:
+            a batch stays under a topic's default max.message.bytes, and five of them
+            in flight keep a partition busy while a durable node syncs); a record
+            that would take the open batch past it starts the next batch.
         compression_type: None, "lz4", "zstd" or "gzip".
         retries, retry_backoff_ms: retries of retriable errors per batch.
         request_timeout_ms: how long a request may go unanswered.
@@ -117,7 +125,7 @@ class Producer:
         *,
         acks="all",
         linger_ms: float = 0,
-        batch_size: int = 262_144,
+        batch_size: int = 1_000_000,
         compression_type: str | None = None,
         retries: int = 2_147_483_647,
         retry_backoff_ms: int = 100,
@@ -310,26 +318,22 @@ class Producer:
         if self._txn is not None:
             self._txn_add(topic, partition)
         try:
-            total = sum(map(len, filter(None, values))) + RECORD_OVERHEAD * len(values)
+            bounds = split_chunks(values, keys, self.batch_size)
         except TypeError:  # (an item with no length: each one looked at, named)
             values = as_bytes_list(values, "Producer.send_many: values", every=True)
-            total = sum(map(len, filter(None, values))) + RECORD_OVERHEAD * len(values)
-        chunks = max(1, -(-total // self.batch_size))
-        per = -(-len(values) // chunks)
-        futures = []
-        for start in range(0, len(values), per):
-            end = start + per
-            futures.append(
-                self._acc.append_batch(
-                    topic,
-                    partition,
-                    values[start:end],
-                    keys[start:end] if keys else None,
-                    headers[start:end] if headers else None,
-                    timestamp_ms,
-                    total * (end - start) // len(values),
-                )
+            bounds = split_chunks(values, keys, self.batch_size)
+        futures = [
+            self._acc.append_batch(
+                topic,
+                partition,
+                values[start:end],
+                keys[start:end] if keys else None,
+                headers[start:end] if headers else None,
+                timestamp_ms,
+                size,
             )
+            for start, end, size in bounds
+        ]
         return futures[0] if len(futures) == 1 else futures
 
     # ------------------------------------------------------------------ transactions

@@ -54,6 +54,19 @@ def test_append_groups_by_partition_and_seals_at_batch_size():
     assert acc.incomplete == 2 and acc.buffered == 100 + 1 + RECORD_OVERHEAD
 
 
+def test_a_record_that_would_overflow_the_batch_starts_the_next():
+    """Kafka's rule: a batch never grows past batch_size (a topic's max.message.bytes
+    sits just above the default), unless one record alone is larger."""
+    acc = _acc()  # batch_size 1000
+    for _ in range(3):
+        acc.append("t", 0, b"x" * (400 - RECORD_OVERHEAD), None, None, None)  # 400 bytes
+    assert [len(b) for b in acc.ready] == [2]  # 800 + 400 > 1000: the third starts a batch
+    assert [b.size for b in acc.ready] == [800]
+    acc.append("t", 0, b"y" * 5000, None, None, None)  # larger than batch_size alone
+    assert [len(b) for b in acc.ready] == [2, 1, 1]  # the open one sealed first, in order
+    assert acc.ready[2].values == [b"y" * 5000] and not acc.open
+
+
 def test_optional_columns_are_backfilled_and_encode_round_trips():
     acc = _acc()
     acc.append("t", 0, b"a", None, None, None)
@@ -280,3 +293,18 @@ def test_record_metadata_is_a_small_value():
     assert (m.topic, m.partition, m.offset, m.timestamp) == ("t", 1, 2, 3)
     with pytest.raises(AttributeError):
         m.offset = 5
+
+
+def test_split_chunks_even_when_sizes_match_and_halved_when_they_vary():
+    from raftlog.client.accumulator import split_chunks
+
+    even = [b"x" * (100 - RECORD_OVERHEAD)] * 25  # 100 bytes each, 2500 in all
+    assert split_chunks(even, None, 1000) == [(0, 9, 900), (9, 18, 900), (18, 25, 700)]
+    assert split_chunks(even, None, 5000) == [(0, 25, 2500)]
+    # the even split's first chunk would be 2 large records (1,800 B > 1,000): halved
+    varied = [b"L" * 892, b"L" * 892, b"s", b"s"]
+    got = split_chunks(varied, None, 1000)
+    assert [(a, b) for a, b, _ in got] == [(0, 1), (1, 2), (2, 4)]
+    assert all(size <= 1000 for _, _, size in got)
+    # None (a tombstone) counts as its overhead; keys count; one record over the limit alone
+    assert split_chunks([None, b"k" * 3000], [b"ab", None], 1000) == [(0, 1, 10), (1, 2, 3008)]

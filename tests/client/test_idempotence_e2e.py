@@ -163,6 +163,26 @@ def test_small_send_many_calls_join_one_batch(node):
     assert [r.value for r in got[1:]] == [b"%d-%d" % (c, i) for c in range(200) for i in range(10)]
 
 
+def test_large_records_never_make_a_batch_over_max_message_bytes(node):
+    """With the default batch_size (1,000,000) a record that would take the open batch
+    past it starts the next batch: records of 300 KB sent together (the window full, so
+    they accumulate) all land, none refused as MESSAGE_TOO_LARGE by the topic's default
+    max.message.bytes (1 MiB + 12)."""
+    Admin(node.bootstrap).create_topic("large")
+    values = [bytes([i]) * 300_000 for i in range(20)]
+    with Producer(node.bootstrap, linger_ms=100) as p:
+        futures = [p.send("large", v, partition=0) for v in values]
+        offsets = [f.result(30).offset for f in futures]
+        # a send_many whose large records bunch up at its start: an even split by count
+        # would put all four in its first chunk (1.2 MB)
+        mixed = [b"L" * 300_000] * 4 + [b"s"] * 500
+        metas = [f.result(30) for f in p.send_many("large", mixed, partition=0)]
+    assert offsets == list(range(20))
+    assert [o for m in metas for o in m.offsets] == list(range(20, 524))
+    got = _read_all(node.bootstrap, "large", 524)
+    assert [r.value for r in got] == values + mixed
+
+
 def test_a_retry_after_a_lost_response_is_appended_once(proxied_node):
     node, proxy_port, proxy = proxied_node
     Admin(node.bootstrap).create_topic("once")
