@@ -65,6 +65,15 @@ class SyncRunner:
             return flushed, self.clock() - t0
 
         async def sync() -> int:
+            # a sync due when the one before returned (appends arrived meanwhile): on
+            # the loop when that is where this log's append would have run it
+            if self.may_inline(part) and policy.allow(self.clock()):
+                t0 = self.clock()
+                flushed = log.sync(blocking=False)
+                if flushed is not None:
+                    t1 = self.clock()
+                    policy.ran_inline(t1 - t0, t1)
+                    return flushed
             policy.threaded += 1
             flushed, secs = await trio.to_thread.run_sync(timed_sync, limiter=self.limiter)
             policy.observe(secs, self.clock())
@@ -79,15 +88,23 @@ class SyncRunner:
         return GroupCommitter(sync, log.flushed_offset, on_flushed=part.on_flushed,
                               on_error=failed, nursery=self.nursery)
 
+    @staticmethod
+    def may_inline(part) -> bool:
+        """Whether ``part``'s syncs may run on the loop at all: a follower's, or a
+        leader's alone in its ISR (whose waiters wait for nothing else)."""
+        return not part.is_leader or part.hw_isr == (part.node_id,)
+
     def sync_now(self, part) -> bool:
         """Run the sync ``part``'s append just made due on the event loop, if the policy
         allows and no sync of its log is in flight. True if it ran (or failed and was
         reported); False: the caller starts it in a thread (GroupCommitter.appended)."""
         c = part.committer
+        clock = self.clock
+        now = clock()
+        self.policy.appended(now)
         if c is None or self.nursery is None or c.in_flight:
             return False
-        clock = self.clock
-        if not self.policy.allow(clock()):
+        if not self.policy.allow(now):
             return False
         log = part.log
         c.note(log.log_end_offset)

@@ -167,9 +167,15 @@ def test_inline_policy_needs_fast_sparse_syncs_and_a_bounded_share_of_the_loop()
     for i in range(30):
         p.observe(0.0001, end=1.1 + i * 0.01)
     assert p.allow(2.0)
-    # a sync that ended 0.2 ms ago: the node is busy (a flood), the next goes to a thread
-    p.observe(0.0001, end=2.0)
-    assert not p.allow(2.0002) and p.allow(2.0006)
+    # appends 0.2 ms apart: the node is busy (a flood), the next sync goes to a thread;
+    # 0.6 ms apart: sparse again. A sync that just ended does not count (a threaded
+    # sync returning while the appends are sparse: the next one may run inline)
+    p.appended(2.0)
+    p.appended(2.0002)
+    assert not p.allow(2.0002)
+    p.appended(2.0008)
+    p.observe(0.0001, end=2.0008)
+    assert p.allow(2.0008)
     # inline syncs of 0.2 ms, each 0.5 ms after the last ended (1,400 syncs/s, 28% of
     # the loop): each takes 0.06 ms more than its interval refills, so the 10 ms burst
     # lasts ~167 of them, then the share (20% of the loop's time) holds them back
