@@ -14,6 +14,9 @@ Benches (``--bench``):
   throughput     bench/throughput.py of each revision (its own bench code), args as given
                  (e.g. ``--rate 1000 --secs 10``); ``--json`` is added
   latency_floor  bench/latency_floor.py of each revision; ``--json`` is added
+  latency_budget bench/latency_budget.py of each revision (every hop of a record's path:
+                 ``runs.R.hops.H.step_p50_ms``, R and H in the bench's order, e.g.
+                 ``--rates 1000 --rf 1,3 --write-caching false``); ``--json`` is added
   transactions   bench/transactions.py of each revision (issue #33's targets: e.g.
                  ``--phases 100 --skip-read``); ``--json`` is added
   peers          ../shared/peers/run.py ``--peers raftlog-r1,raftlog-r3`` (the peer
@@ -202,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("rev_a")
     ap.add_argument("rev_b")
     ap.add_argument("--pairs", type=int, default=PAIRS_MIN)
-    ap.add_argument("--bench", choices=["throughput", "latency_floor", "transactions", "peers"],
+    ap.add_argument("--bench", choices=["throughput", "latency_floor", "latency_budget",
+                                        "transactions", "peers"],
                     default="throughput")
     ap.add_argument("--json", action="store_true", help="print the summary as JSON")
     ap.add_argument("--keep", action="store_true", help="keep the worktrees and venvs")
