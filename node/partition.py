@@ -308,7 +308,9 @@ class Partition:
         if len(data) > max_message_bytes:
             raise ApiError(
                 ErrorCode.MESSAGE_TOO_LARGE,
-                f"record set of {len(data)} bytes exceeds max.message.bytes {max_message_bytes}",
+                f"record set of {len(data)} bytes exceeds max.message.bytes {max_message_bytes} "
+                f"of topic {self.topic!r}: send smaller batches (the producer's batch_size) or "
+                "smaller records, or raise the topic's max.message.bytes",
             )
         self._written()
         if self.leader_state is not None:

@@ -183,6 +183,21 @@ def test_large_records_never_make_a_batch_over_max_message_bytes(node):
     assert [r.value for r in got] == values + mixed
 
 
+def test_a_batch_size_above_max_message_bytes_is_refused_saying_what_to_do(node):
+    """A user's mistake: batch_size raised above the topic's max.message.bytes. The batch
+    is refused (nothing written) with an error naming both settings."""
+    Admin(node.bootstrap).create_topic("toolarge")
+    with Producer(node.bootstrap, batch_size=4_000_000, linger_ms=200) as p:
+        futures = [p.send("toolarge", b"v" * 300_000, partition=0) for _ in range(8)]
+        with pytest.raises(ApiError, match="MESSAGE_TOO_LARGE") as e:
+            futures[0].result(30)
+    assert "batch_size" in e.value.message and "max.message.bytes" in e.value.message
+    assert "'toolarge'" in e.value.message
+    c = Consumer(node.bootstrap)
+    assert c.end_offsets([TopicPartition("toolarge", 0)]) == {TopicPartition("toolarge", 0): 0}
+    c.close()
+
+
 def test_a_retry_after_a_lost_response_is_appended_once(proxied_node):
     node, proxy_port, proxy = proxied_node
     Admin(node.bootstrap).create_topic("once")
