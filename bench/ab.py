@@ -4,8 +4,9 @@
 
 Each revision gets a throwaway git worktree and venv (``--system-site-packages``, the
 revision installed editable without dependencies), so each run uses that revision's
-node and client. The bench runs A B A B ... (``--pairs`` pairs, at least 3): a slow
-minute on this shared machine then hits both sides alike. Every numeric figure of the
+node and client. The bench runs A B, B A, A B ... (``--pairs`` pairs, at least 3): a slow
+minute on this shared machine then hits both sides alike, and each side runs second in
+half the pairs (the second run of a pair was measured slower). Every numeric figure of the
 bench's ``--json`` output is collected; the table shows, per figure, each revision's
 median and spread (min..max) and the ratio B/A of the medians, and flags (``*``) a
 difference larger than the spread of either side.
@@ -172,6 +173,14 @@ def _git(*args: str, check: bool = True) -> str:
     return r.stdout
 
 
+def pair_order(i: int) -> tuple[int, int]:
+    """The sides (0 = A, 1 = B) of pair ``i`` in the order they run: A B, then B A, ...
+    The second run of a pair is often slower on this machine (measured: the same code as B
+    after A read 20% slower on every hop of bench/latency_budget.py, and 6% slower the
+    other way round), so each side runs second in half the pairs."""
+    return (0, 1) if i % 2 == 0 else (1, 0)
+
+
 def run_once(rev: Revision, bench: str, extra: list[str], scratch: str,
              node_sets: list[str] = ()) -> dict[str, float]:
     """One run of ``bench`` on ``rev`` (its nodes given ``node_sets``): its figures."""
@@ -234,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
             rev.build()
         runs: list[list[dict]] = [[], []]
         for i in range(args.pairs):
-            for side, rev in enumerate(revs):
+            for side in pair_order(i):
+                rev = revs[side]
                 print(f"ab: pair {i + 1}/{args.pairs}: {rev.rev}", file=sys.stderr, flush=True)
                 runs[side].append(run_once(rev, args.bench, extra + side_args[side], root,
                                            node_sets["ab"[side]]))

@@ -286,3 +286,12 @@ def test_the_transaction_chain_bounds_follow_the_floor():
     assert b == {"commit_floor_ms": 7.5, "back_to_back_ceiling_rec_s": 10_000}
     with pytest.raises(ValueError):
         transactions.chain_bounds(0, 100)
+
+
+def test_ab_runs_each_side_second_in_half_the_pairs():
+    """The second run of a pair reads slower on this machine, so the order alternates."""
+    import ab
+
+    orders = [ab.pair_order(i) for i in range(4)]
+    assert orders == [(0, 1), (1, 0), (0, 1), (1, 0)]
+    assert sum(o[1] == 1 for o in orders) == sum(o[1] == 0 for o in orders)
