@@ -19,6 +19,7 @@ up to ``max_block_s`` for room, then raises BufferFullError).
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import operator
 import threading
@@ -116,8 +117,8 @@ class ProducerBatch:
 def split_chunks(values: list, keys, batch_size: int) -> list[tuple[int, int, int]]:
     """Cut a send_many call's records into chunks of at most ``batch_size`` bytes:
     ``(start, end, size)`` each, in order. Records are split evenly by count, and a
-    chunk whose records are larger than the average (sizes vary) is halved until it
-    fits -- a record larger than ``batch_size`` goes alone. Raises TypeError for an
+    chunk whose records are larger than the average (sizes vary) is cut again, each
+    piece as full as ``batch_size`` allows -- a record larger than it goes alone. Raises TypeError for an
     item with no length (the caller names it)."""
     n = len(values)
     try:
@@ -135,16 +136,20 @@ def split_chunks(values: list, keys, batch_size: int) -> list[tuple[int, int, in
     chunks = max(1, -(-total // batch_size))
     per = -(-n // chunks) if n else 1
     out: list[tuple[int, int, int]] = []
-    todo = [(start, min(start + per, n)) for start in range(0, n, per)]
-    todo.reverse()
-    while todo:
-        start, end = todo.pop()
+    ends = None  # bytes up to each record, overheads included (only when sizes vary)
+    for start in range(0, n, per):
+        end = min(start + per, n)
         got = size(start, end)
-        if got > batch_size and end - start > 1:
-            mid = (start + end) // 2
-            todo += [(mid, end), (start, mid)]
+        if got <= batch_size or end - start == 1:
+            out.append((start, end, got))
             continue
-        out.append((start, end, got))
+        if ends is None:
+            ends = [c + RECORD_OVERHEAD * i for i, c in enumerate(cum)]
+        pos = start
+        while pos < end:  # greedy: as many records as fit, a larger one alone
+            nxt = max(pos + 1, bisect.bisect_right(ends, ends[pos] + batch_size, pos, end + 1) - 1)
+            out.append((pos, nxt, size(pos, nxt)))
+            pos = nxt
     return out
 
 
@@ -177,7 +182,10 @@ class RecordAccumulator:
         wake: Callable[[], None] | None = None,
     ):
         if batch_size <= 0 or buffer_memory < batch_size:
-            raise ValueError("batch_size must be positive and not above buffer_memory")
+            raise ValueError(
+                f"batch_size must be positive and not above buffer_memory (batch_size "
+                f"{batch_size}, buffer_memory {buffer_memory}): lower batch_size or raise "
+                "buffer_memory")
         self.batch_size = batch_size
         self.linger_s = linger_s
         self.buffer_memory = buffer_memory

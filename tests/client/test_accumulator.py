@@ -301,10 +301,17 @@ def test_split_chunks_even_when_sizes_match_and_halved_when_they_vary():
     even = [b"x" * (100 - RECORD_OVERHEAD)] * 25  # 100 bytes each, 2500 in all
     assert split_chunks(even, None, 1000) == [(0, 9, 900), (9, 18, 900), (18, 25, 700)]
     assert split_chunks(even, None, 5000) == [(0, 25, 2500)]
-    # the even split's first chunk would be 2 large records (1,800 B > 1,000): halved
+    # the even split's first chunk would be 2 large records (1,800 B > 1,000): cut again
     varied = [b"L" * 892, b"L" * 892, b"s", b"s"]
     got = split_chunks(varied, None, 1000)
     assert [(a, b) for a, b, _ in got] == [(0, 1), (1, 2), (2, 4)]
     assert all(size <= 1000 for _, _, size in got)
+    # large records bunched at the start: each cut piece as full as it can be (not halved
+    # into many small batches)
+    bunched = [b"L" * 292] * 4 + [b"s"] * 100  # 4 x 300 B, then 100 x 9 B; 2,100 in all
+    got = split_chunks(bunched, None, 1000)
+    # (even thirds of 35 records; the first, 1,479 B, is cut into 3 large + the rest)
+    assert [(a, b) for a, b, _ in got] == [(0, 3), (3, 35), (35, 70), (70, 104)]
+    assert [size for _, _, size in got] == [900, 300 + 31 * 9, 35 * 9, 34 * 9]
     # None (a tombstone) counts as its overhead; keys count; one record over the limit alone
     assert split_chunks([None, b"k" * 3000], [b"ab", None], 1000) == [(0, 1, 10), (1, 2, 3008)]
