@@ -69,6 +69,36 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
             sk.close()
 
 
+def free_port_block(offsets=(0, 1, 2, 100, 101, 102), host: str = "127.0.0.1") -> int:
+    """A base port B with every ``B + offset`` free, from the same span as
+    :func:`free_ports` (below the ephemeral range, the worker's own span in the tests):
+    ``raftlog up --nodes 3 --port B`` listens on B..B+2 and its Raft ports on B+100..B+102.
+    A base picked in the ephemeral range could lose a port to an outgoing connection
+    before the node binds it (a test run failed so: "cannot listen on 127.0.0.1:36628")."""
+    lo, hi = _port_span()
+    top = hi - max(offsets)
+    rnd = random.Random()
+    if top - lo >= 10:
+        for _ in range(200):
+            base = rnd.randint(lo, top)
+            ports = [base + d for d in offsets]
+            if any(p in _RECENT or p in RESERVED_PORTS for p in ports):
+                continue
+            if all(_bindable(host, p) for p in ports):
+                _RECENT.extend(ports)
+                return base
+    raise RuntimeError(f"no free block of ports {list(offsets)} in {lo}-{hi}")
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket() as sk:
+        try:
+            sk.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 #: Ports never handed out: the README's literal ones in the span (its Kafka listener,
 #: ``--kafka-port 19092`` for up to nine nodes), which tests/docs/test_readme_blocks.py
 #: needs free while the other test worker starts nodes on ports from here.

@@ -9,7 +9,14 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from raftlog.localnode import free_port, free_ports, node_command, spawn, wait_listening
+from raftlog.localnode import (
+    free_port,
+    free_port_block,
+    free_ports,
+    node_command,
+    spawn,
+    wait_listening,
+)
 
 #: Each pytest-xdist worker picks ports from its own span (raftlog/localnode.py
 #: free_ports), below the kernel's ephemeral range: two workers never pick the same port
@@ -20,7 +27,7 @@ if _WORKER.startswith("gw") and _WORKER[2:].isdigit():
     os.environ.setdefault("RAFTLOG_PORT_SPAN", f"{_lo}-{_lo + 4999}")
 
 #: (free_port and free_ports are imported by the test modules from here)
-__all__ = ["free_port", "free_ports", "wait_for_port", "NodeProcess", "kafka_python_read",
+__all__ = ["free_port", "free_port_block", "free_ports", "wait_for_port", "NodeProcess", "kafka_python_read",
            "kafka_node"]
 
 

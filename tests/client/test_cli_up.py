@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -12,7 +11,7 @@ import pytest
 
 from raftlog.client import Admin, Producer
 
-from ..conftest import free_port, free_ports, wait_for_port
+from ..conftest import free_port, free_port_block, free_ports, wait_for_port
 
 
 def _up(data_dir: str, port: int, *more: str) -> subprocess.Popen:
@@ -132,10 +131,7 @@ def test_up_that_cannot_get_ready_in_time_says_why_and_stops(tmp_path):
 @pytest.mark.slow
 def test_up_with_three_nodes_is_up_only_when_a_replication_factor_3_topic_can_be_created(
         tmp_path):
-    for _ in range(5):  # node i listens on PORT+i-1 and PORT+100+i-1: find a free block
-        port = random.randint(20000, 40000)
-        if all(_free(port + d) for d in (0, 1, 2, 100, 101, 102)):
-            break
+    port = free_port_block()  # node i listens on PORT+i-1 and PORT+100+i-1
     proc = subprocess.Popen(_up_args(str(tmp_path / "d"), port, "--nodes", "3"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -146,17 +142,6 @@ def test_up_with_three_nodes_is_up_only_when_a_replication_factor_3_topic_can_be
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err.decode()[-2000:]
-
-
-def _free(port: int) -> bool:
-    import socket
-
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
 
 
 def test_up_set_gives_every_node_a_config_key_and_refuses_a_wrong_one(tmp_path):

@@ -5,7 +5,6 @@ Raft password out of every command line and log."""
 from __future__ import annotations
 
 import os
-import random
 import signal
 import socket
 import stat
@@ -17,7 +16,7 @@ import pytest
 
 from raftlog.client import Admin, Producer
 
-from ..conftest import free_port
+from ..conftest import free_port, free_port_block
 
 
 def _up_args(data_dir: str, port: int, *more: str) -> list[str]:
@@ -83,21 +82,6 @@ def test_up_refuses_a_port_out_of_range(tmp_path):
     assert r.returncode == 2 and b"--port must leave room" in r.stderr, r.stderr
 
 
-def _free_block() -> int:
-    for _ in range(50):  # node i listens on PORT+i-1 and PORT+100+i-1
-        port = random.randint(20000, 40000)
-        ok = True
-        for d in (0, 1, 2, 100, 101, 102):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port + d))
-                except OSError:
-                    ok = False
-        if ok:
-            return port
-    raise AssertionError("no free block of ports")
-
-
 def _cmdline(pid: int) -> bytes:
     with open(f"/proc/{pid}/cmdline", "rb") as f:
         return f.read()
@@ -105,7 +89,7 @@ def _cmdline(pid: int) -> bytes:
 
 @pytest.mark.slow
 def test_three_nodes_restart_serve_at_once_and_keep_the_password_secret(tmp_path):
-    data_dir, port = str(tmp_path / "d"), _free_block()
+    data_dir, port = str(tmp_path / "d"), free_port_block()
     bootstrap = f"127.0.0.1:{port}"
     for round_ in range(2):  # first start, then a restart on the same data
         proc = _start(data_dir, port, "--nodes", "3")
@@ -135,7 +119,7 @@ def test_three_nodes_restart_serve_at_once_and_keep_the_password_secret(tmp_path
 
 @pytest.mark.slow
 def test_one_node_of_up_restarts_alone_from_its_server_properties(tmp_path):
-    data_dir, port = str(tmp_path / "d"), _free_block()
+    data_dir, port = str(tmp_path / "d"), free_port_block()
     bootstrap = f"127.0.0.1:{port}"
     proc = _start(data_dir, port, "--nodes", "3")
     node2 = None

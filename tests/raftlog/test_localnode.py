@@ -54,3 +54,22 @@ def test_free_ports_never_hands_out_the_readmes_ports(monkeypatch):
     monkeypatch.setenv("RAFTLOG_PORT_SPAN", f"{lo}-{lo + len(RESERVED_PORTS)}")
     ports = {free_ports(1)[0] for _ in range(3)}
     assert not ports & RESERVED_PORTS
+
+
+def test_free_port_block_stays_below_the_ephemeral_range_and_its_ports_are_free(monkeypatch):
+    """`raftlog up --nodes 3` blocks (B..B+2, B+100..B+102) come from the span below the
+    kernel's ephemeral range, as free_ports do: a block picked inside it lost a port to an
+    outgoing connection once ("cannot listen on 127.0.0.1:36628")."""
+    from raftlog.localnode import free_port_block
+
+    monkeypatch.delenv("RAFTLOG_PORT_SPAN", raising=False)
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        ephemeral_lo = int(f.read().split()[0])
+    for _ in range(20):
+        base = free_port_block()
+        assert 10000 <= base and base + 102 < ephemeral_lo
+        for d in (0, 1, 2, 100, 101, 102):
+            with socket.socket() as sk:
+                sk.bind(("127.0.0.1", base + d))  # free: binds
+    monkeypatch.setenv("RAFTLOG_PORT_SPAN", "20000-20150")
+    assert 20000 <= free_port_block() <= 20048
