@@ -118,16 +118,12 @@ def split_chunks(values: list, keys, batch_size: int) -> list[tuple[int, int, in
     """Cut a send_many call's records into chunks of at most ``batch_size`` bytes:
     ``(start, end, size)`` each, in order. Records are split evenly by count, and a
     chunk whose records are larger than the average (sizes vary) is cut again, each
-    piece as full as ``batch_size`` allows -- a record larger than it goes alone. Raises TypeError for an
-    item with no length (the caller names it)."""
+    piece as full as ``batch_size`` allows -- a record larger than it goes alone.
+    Raises TypeError for an item with no length (the caller names it)."""
     n = len(values)
-    try:
-        cum = list(itertools.accumulate(map(len, values), initial=0))
-    except TypeError:  # None (a tombstone) counts 0; anything else is the caller's
-        cum = list(itertools.accumulate((0 if v is None else len(v) for v in values), initial=0))
+    cum = _cumulative_lengths(values)
     if keys is not None:
-        ck = list(itertools.accumulate((0 if k is None else len(k) for k in keys), initial=0))
-        cum = [a + b for a, b in zip(cum, ck)]
+        cum = list(map(operator.add, cum, _cumulative_lengths(keys)))
 
     def size(start: int, end: int) -> int:
         return cum[end] - cum[start] + RECORD_OVERHEAD * (end - start)
@@ -151,6 +147,15 @@ def split_chunks(values: list, keys, batch_size: int) -> list[tuple[int, int, in
             out.append((pos, nxt, size(pos, nxt)))
             pos = nxt
     return out
+
+
+def _cumulative_lengths(items: list) -> list[int]:
+    """[0, len(items[0]), len(items[0]) + len(items[1]), ...]; None counts 0."""
+    try:
+        return list(itertools.accumulate(map(len, items), initial=0))
+    except TypeError:  # (a None among them: the slower way; anything else raises again)
+        return list(itertools.accumulate((0 if x is None else len(x) for x in items),
+                                         initial=0))
 
 
 def record_size(value, key) -> int:

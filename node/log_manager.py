@@ -68,15 +68,12 @@ class SyncRunner:
             # a sync due when the one before returned (appends arrived meanwhile): on
             # the loop when that is where this log's append would have run it
             if self.may_inline(part) and policy.allow(self.clock()):
-                t0 = self.clock()
-                flushed = log.sync(blocking=False)
+                flushed = self._sync_inline(log)
                 if flushed is not None:
-                    t1 = self.clock()
-                    policy.ran_inline(t1 - t0, t1)
                     return flushed
             policy.threaded += 1
             flushed, secs = await trio.to_thread.run_sync(timed_sync, limiter=self.limiter)
-            policy.observe(secs, self.clock())
+            policy.observe(secs)
             return flushed
 
         def failed(e: Exception) -> None:
@@ -99,8 +96,7 @@ class SyncRunner:
         allows and no sync of its log is in flight. True if it ran (or failed and was
         reported); False: the caller starts it in a thread (GroupCommitter.appended)."""
         c = part.committer
-        clock = self.clock
-        now = clock()
+        now = self.clock()
         self.policy.appended(now)
         if c is None or self.nursery is None or c.in_flight:
             return False
@@ -108,13 +104,21 @@ class SyncRunner:
             return False
         log = part.log
         c.note(log.log_end_offset)
-        t0 = clock()
-        ran = c.sync_inline(lambda: log.sync(blocking=False))
-        if ran is None:
-            return False
-        t1 = clock()
-        self.policy.ran_inline(t1 - t0, t1)
-        return True
+        return c.sync_inline(lambda: self._sync_inline(log)) is not None
+
+    def _sync_inline(self, log) -> int | None:
+        """``log``'s sync on the event loop, its time (a failed one's too) spent from the
+        policy's share of the loop; None if it could not start at once (a flush holds
+        the log: the caller runs it in a thread)."""
+        t0 = self.clock()
+        try:
+            flushed = log.sync(blocking=False)
+        except Exception:
+            self.policy.ran_inline(self.clock() - t0)
+            raise
+        if flushed is not None:
+            self.policy.ran_inline(self.clock() - t0)
+        return flushed
 
     def after_flush(self, parts) -> None:
         """After the periodic flush (trio thread): the group commits of the durable

@@ -232,8 +232,8 @@ class InlineSyncPolicy:
     following sync went to a thread again: a chain of threaded syncs that never ended.
     """
 
-    __slots__ = ("mean_s", "tokens", "_at", "inline", "threaded", "last_end",
-                 "last_append", "append_gap")
+    __slots__ = ("mean_s", "tokens", "_at", "inline", "threaded", "last_append",
+                 "append_gap")
 
     def __init__(self, now: float):
         #: running mean of sync durations (0 until the first: the first one runs inline
@@ -243,8 +243,6 @@ class InlineSyncPolicy:
         self._at = now
         self.inline = 0
         self.threaded = 0
-        #: when the last sync (inline or threaded) ended
-        self.last_end = -1.0
         #: when the last append was noted, and its distance from the one before
         self.last_append = -1.0
         self.append_gap = float("inf")
@@ -254,10 +252,9 @@ class InlineSyncPolicy:
         self.append_gap = now - self.last_append
         self.last_append = now
 
-    def observe(self, secs: float, end: float) -> None:
-        """A sync (inline or threaded) took ``secs`` and ended at ``end``."""
+    def observe(self, secs: float) -> None:
+        """A sync (inline or threaded) took ``secs``."""
         self.mean_s += MEAN_WEIGHT * (secs - self.mean_s)
-        self.last_end = max(self.last_end, end)
 
     def allow(self, now: float) -> bool:
         """May the next sync run inline (at ``now``, monotonic seconds)?"""
@@ -267,8 +264,8 @@ class InlineSyncPolicy:
         return (self.mean_s <= INLINE_MAX_MEAN_S and self.tokens > 0
                 and self.append_gap >= INLINE_MIN_GAP_S)
 
-    def ran_inline(self, secs: float, end: float) -> None:
-        """An inline sync took ``secs`` of the loop's time, ending at ``end``."""
+    def ran_inline(self, secs: float) -> None:
+        """An inline sync took ``secs`` of the loop's time."""
         self.tokens -= secs
         self.inline += 1
-        self.observe(secs, end)
+        self.observe(secs)

@@ -161,11 +161,11 @@ def test_a_failed_inline_sync_is_reported_and_moves_nothing():
 def test_inline_policy_needs_fast_sparse_syncs_and_a_bounded_share_of_the_loop():
     p = InlineSyncPolicy(now=0.0)
     assert p.allow(0.0)  # nothing measured yet: the first runs inline and measures
-    for i in range(30):
-        p.observe(0.005, end=0.1 + i * 0.01)  # a slow disk (5 ms syncs)
+    for _ in range(30):
+        p.observe(0.005)  # a slow disk (5 ms syncs)
     assert not p.allow(1.0)
-    for i in range(30):
-        p.observe(0.0001, end=1.1 + i * 0.01)
+    for _ in range(30):
+        p.observe(0.0001)
     assert p.allow(2.0)
     # appends 0.2 ms apart: the node is busy (a flood), the next sync goes to a thread;
     # 0.6 ms apart: sparse again. A sync that just ended does not count (a threaded
@@ -174,14 +174,14 @@ def test_inline_policy_needs_fast_sparse_syncs_and_a_bounded_share_of_the_loop()
     p.appended(2.0002)
     assert not p.allow(2.0002)
     p.appended(2.0008)
-    p.observe(0.0001, end=2.0008)
+    p.observe(0.0001)
     assert p.allow(2.0008)
     # inline syncs of 0.2 ms, each 0.5 ms after the last ended (1,400 syncs/s, 28% of
     # the loop): each takes 0.06 ms more than its interval refills, so the 10 ms burst
     # lasts ~167 of them, then the share (20% of the loop's time) holds them back
     now, ran = 2.001, 0
     while ran < 1000 and p.allow(now):
-        p.ran_inline(0.0002, end=now + 0.0002)
+        p.ran_inline(0.0002)
         ran += 1
         now += 0.0007
     assert 150 <= ran <= 180, ran
