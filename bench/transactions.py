@@ -36,6 +36,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
+from reassign import cpu_seconds  # noqa: E402
 from throughput import _wait_full_isr, latency_summary, start_cluster  # noqa: E402
 
 from raftlog.client import Admin, Consumer, Producer, TopicPartition  # noqa: E402
@@ -77,9 +78,10 @@ def flood(bootstrap: str, topic: str, txns: int, size: int, partitions: int) -> 
 
 
 def paced(bootstrap: str, topic: str, rate: float, secs: float, size: int,
-          partitions: int) -> dict:
+          partitions: int, pids: tuple = ()) -> dict:
     p = Producer(bootstrap, transactional_id="bench-paced")
     p.init_transactions()
+    cpu0 = sum(cpu_seconds(pid) for pid in pids)
     commits, start, i, late = [], time.perf_counter(), 0, 0
     while time.perf_counter() - start < secs:
         due = start + i / rate
@@ -91,9 +93,13 @@ def paced(bootstrap: str, topic: str, rate: float, secs: float, size: int,
         commits.append(_txn(p, topic, partitions, size) * 1000)
         i += 1
     secs_run = time.perf_counter() - start
+    cpu = sum(cpu_seconds(pid) for pid in pids) - cpu0
     p.close()
-    return {"rate": rate, "txns": i, "achieved_rate": round(i / secs_run, 1),
-            "late_txns": late, "commit": _pct(commits)}
+    out = {"rate": rate, "txns": i, "achieved_rate": round(i / secs_run, 1),
+           "late_txns": late, "commit": _pct(commits)}
+    if pids:  # every node's CPU (user + system) over the run, per transaction
+        out["nodes_cpu_ms_per_txn"] = round(cpu * 1000 / max(i, 1), 2)
+    return out
 
 
 def floor(bootstrap: str, topic: str, n: int = 200) -> dict:
@@ -272,7 +278,9 @@ def _both(bootstrap: str, topic: str, partitions: int, committed: int, total: in
 
 def run(args) -> dict:
     mports = [free_port() for _ in range(args.nodes)] if args.phases else None
-    procs, bootstrap, d = start_cluster(args.nodes, metrics_ports=mports)
+    extra = ({"write.caching.default": args.write_caching}
+             if args.write_caching != "default" else None)
+    procs, bootstrap, d = start_cluster(args.nodes, metrics_ports=mports, extra=extra)
     rf = min(3, args.nodes)
     try:
         with Admin(bootstrap) as a:
@@ -284,7 +292,7 @@ def run(args) -> dict:
         # (a first transaction creates __transaction_state and finds its coordinator)
         out["flood"] = flood(bootstrap, "txn-flood", args.txns, args.size, args.partitions)
         out["paced"] = paced(bootstrap, "txn-paced", args.rate, args.secs, args.size,
-                             args.partitions)
+                             args.partitions, tuple(p.pid for p in procs))
         out["floor"] = floor(bootstrap, "floor")
         out["commit_p50_over_floor"] = {
             k: round(out[k]["commit"]["p50_ms"] / out["floor"]["p50_ms"], 2)
@@ -351,6 +359,9 @@ def main() -> None:
                          "their round trips (scrapes each node's /metrics)")
     ap.add_argument("--skip-read", action="store_true",
                     help="leave out the read_committed vs read_uncommitted figures")
+    ap.add_argument("--write-caching", choices=("default", "false", "true"), default="default",
+                    help="the nodes' write.caching.default (every topic of the run, "
+                         "__transaction_state included); default: the node's own (false)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     out = run(args)

@@ -197,7 +197,7 @@ class GroupCommitter:
 
 
 #: An inline sync is allowed while recent syncs took this long at most (mean).
-INLINE_MAX_MEAN_S = 0.0005
+INLINE_MAX_MEAN_S = 0.001
 #: ... and while inline syncs took at most this share of the event loop's time.
 INLINE_MAX_SHARE = 0.2
 #: The loop time inline syncs may spend in one burst (the token bucket's size).
