@@ -43,14 +43,8 @@ class SyncRunner:
     hand-offs and nothing overlaps with it. Such an append runs its sync at once, on the
     event loop (:meth:`sync_now`), while :class:`~raftlog.group_commit.InlineSyncPolicy`
     allows (fast and sparse syncs, a bounded share of the loop). A leader with followers
-    in its ISR must first send them the data (their fetch and sync overlap its own), so
-    its sync starts in the group commit's task, which runs after the appending turn
-    answered the followers' parked fetches (node/server.py's ``run_ready``); that task
-    too syncs on the loop while the policy allows, in a thread otherwise -- a flood's
-    appends come closer than the policy's gap, and go to threads (measured: syncing on
-    the loop under a flood halved RF3 throughput). On a 2-core machine a thread's
-    hand-offs cost ~0.25 ms of CPU a sync, twice the fdatasync's own (bench/transactions.py
-    ``nodes_cpu_ms_per_txn``: a transaction is ~27 syncs).
+    in its ISR syncs in a thread: its sync overlaps the followers' fetch and sync, which need the
+    loop (measured: inline there halved RF3 throughput).
     """
 
     def __init__(self, manager: LogManager):
@@ -71,9 +65,9 @@ class SyncRunner:
             return flushed, self.clock() - t0
 
         async def sync() -> int:
-            # a leader's with followers (its append's turn answered them first), or one
-            # due when the one before returned: on the loop while the policy allows
-            if policy.allow(self.clock()):
+            # a sync due when the one before returned (appends arrived meanwhile): on
+            # the loop when that is where this log's append would have run it
+            if self.may_inline(part) and policy.allow(self.clock()):
                 flushed = self._sync_inline(log)
                 if flushed is not None:
                     return flushed
@@ -93,21 +87,18 @@ class SyncRunner:
 
     @staticmethod
     def may_inline(part) -> bool:
-        """Whether ``part``'s append may run its sync at once, in the appending turn: a
-        follower's, or a leader's alone in its ISR (whose waiters wait for nothing
-        else); a leader with followers sends them the data first."""
+        """Whether ``part``'s syncs may run on the loop at all: a follower's, or a
+        leader's alone in its ISR (whose waiters wait for nothing else)."""
         return not part.is_leader or part.hw_isr == (part.node_id,)
 
     def sync_now(self, part) -> bool:
-        """Run the sync ``part``'s append just made due on the event loop, if it may run
-        there now (:meth:`may_inline`), the policy allows and no sync of its log is in
-        flight. True if it ran (or failed and was reported); False: the caller starts it
-        in the group commit's task (GroupCommitter.appended), which runs it after this
-        turn's answers, inline or in a thread as the policy says."""
+        """Run the sync ``part``'s append just made due on the event loop, if the policy
+        allows and no sync of its log is in flight. True if it ran (or failed and was
+        reported); False: the caller starts it in a thread (GroupCommitter.appended)."""
         c = part.committer
         now = self.clock()
         self.policy.appended(now)
-        if c is None or self.nursery is None or c.in_flight or not self.may_inline(part):
+        if c is None or self.nursery is None or c.in_flight:
             return False
         if not self.policy.allow(now):
             return False
