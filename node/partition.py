@@ -121,8 +121,7 @@ class Partition:
         if c is not None and c.nursery is not None:
             # a follower's round and a lone leader's acks wait for this sync and for
             # nothing else: it runs on the loop while fast (node/log_manager.py)
-            if (self._syncs is not None and self._syncs.may_inline(self)
-                    and self._syncs.sync_now(self)):
+            if self._syncs is not None and self._syncs.sync_now(self):
                 return
             c.appended(self.log.log_end_offset)
         else:  # (tools, unit tests, a node not running yet: no worker; sync now)

@@ -61,6 +61,15 @@ class GroupCommit:
         assert self.flushed <= self.appended, (self.flushed, self.appended)
         return self.appended > self.flushed
 
+    def progress(self, flushed: int) -> bool:
+        """The sync in flight, still running (it syncs again for the appends that came
+        while it ran), says ``flushed`` is on disk. True if the flushed offset moved."""
+        if self.in_flight is None:
+            return False  # (it ended meanwhile: its end said as much or more)
+        before = self.flushed
+        self.flushed = max(before, min(flushed, self.appended))
+        return self.flushed > before
+
     def failed(self) -> None:
         """The sync in flight failed: nothing more is on disk; the next append (or the
         periodic flush) tries again."""
@@ -143,6 +152,14 @@ class GroupCommitter:
     def truncated(self, end: int, flushed: int) -> None:
         self.state.truncated(end, flushed)
 
+    def progress(self, flushed: int) -> None:
+        """The sync in flight reached ``flushed`` and goes on (trio thread): its waiters
+        up to there are woken now, not when it ends."""
+        if self.state.progress(flushed):
+            self._wake()
+            if self._on_flushed is not None:
+                self._on_flushed(self.state.flushed)
+
     def kick(self) -> None:
         """Start a sync if one is due (after a failure, or once a nursery is set)."""
         if (self.nursery is not None and self.state.in_flight is None
@@ -208,7 +225,7 @@ INLINE_MAX_SHARE = 0.2
 INLINE_BURST_S = 0.01
 #: Weight of the newest duration in the running mean.
 MEAN_WEIGHT = 0.2
-#: ... and only when the node's last two appends (of logs that may sync inline) were at
+#: ... and only when the node's last two appends (of durable logs) were at
 #: least this far apart: appends closer together mean a busy node (a flood), where a
 #: sync in a thread overlaps the appends and covers many of them, and one on the loop
 #: would stop them.
@@ -234,6 +251,8 @@ class InlineSyncPolicy:
     -- at 1,000 records/s a threaded sync (its two hand-offs ~1 ms on a loaded 2-core
     machine, 3x the fdatasync) overlapped the next append most of the time, and each
     following sync went to a thread again: a chain of threaded syncs that never ended.
+    (The worker thread itself now syncs again at once when its log grew meanwhile:
+    node/log_manager.py, ``THREAD_CHAIN_MAX``.)
     """
 
     __slots__ = ("mean_s", "tokens", "_at", "inline", "threaded", "last_append",
@@ -252,7 +271,7 @@ class InlineSyncPolicy:
         self.append_gap = float("inf")
 
     def appended(self, now: float) -> None:
-        """An append that may sync inline (a follower's, a lone leader's) at ``now``."""
+        """An append of a durable log of this node at ``now``."""
         self.append_gap = now - self.last_append
         self.last_append = now
 

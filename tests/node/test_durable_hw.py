@@ -244,15 +244,16 @@ def test_syncs_run_inline_only_where_nothing_overlaps_them(tmp_path):
         p.close()
 
 
-def test_a_sync_due_when_a_threaded_one_returns_runs_inline_while_appends_are_sparse(
-        tmp_path):
+def test_a_sync_due_when_a_threaded_one_returns_runs_at_once_in_its_thread(tmp_path):
     """A threaded sync takes two hand-offs (~1 ms on a loaded 2-core machine at 1,000
-    records/s, 3x its fdatasync), so the next append usually arrives while it runs; the
-    sync due when it returns then ran in a thread too, and so on: every sync of a sparse
-    stream threaded (measured: 2,115 of 2,199). Now that next sync runs on the loop when
-    the appends are sparse (the policy's append gap), as the append's own would have."""
+    records/s, 2-3x its fdatasync), so the next append usually arrives while it runs;
+    the sync due when it returned then waited for a trip to the loop and back before it
+    began -- each record appended during a sync paid its own sync plus those hand-offs.
+    Now the worker thread syncs again at once when the log grew meanwhile, and the first
+    sync's waiters are woken as it ends, not when the chained one does."""
     import io
     import threading
+    import time
 
     import trio
 
@@ -269,17 +270,17 @@ def test_a_sync_due_when_a_threaded_one_returns_runs_inline_while_appends_are_sp
     partitions[part.key] = part
     part.update_metadata(1, 1, (1,), (1,), 0)
     policy = logs.syncs.policy
-    now = [1000.0]  # the policy's clock, moved by the test; the worker thread's sync
-    # measures 0 s on it (a fast disk, however long the test holds it)
-    loop_thread = threading.main_thread()
-    logs.syncs.clock = lambda: now[0] if threading.current_thread() is loop_thread else 0.0
-    release = threading.Event()
+    policy.mean_s = 0.01  # a slow disk: every sync in a worker thread
+    now = [1000.0]  # the policy's clock: moved by the test only
+    logs.syncs.clock = lambda: now[0]
+    gates = [threading.Event(), threading.Event()]
+    calls = []
     real_sync = part.log.sync
 
-    def held_sync(*a, **kw):  # the worker thread's sync returns when the test says
+    def held_sync(*a, **kw):  # the worker thread's syncs each wait for their gate
         flushed = real_sync(*a, **kw)
-        if threading.current_thread() is not threading.main_thread():
-            assert release.wait(10)
+        calls.append((threading.current_thread() is threading.main_thread(), flushed))
+        assert gates[len(calls) - 1].wait(10)
         return flushed
 
     part.log.sync = held_sync
@@ -287,18 +288,25 @@ def test_a_sync_due_when_a_threaded_one_returns_runs_inline_while_appends_are_sp
     async def main():
         async with trio.open_nursery() as nursery:
             logs.syncs.start(nursery)
-            part.append_as_leader(encode_batch([b"a"]), 1 << 20)  # inline
-            # the next append at once (a burst): its sync goes to a thread, held there
+            part.append_as_leader(encode_batch([b"a"]), 1 << 20)  # its sync: a thread
+            while not calls:
+                await trio.sleep(0.001)
+            # appended while that sync runs (10 ms later: sparse): due when it returns
+            now[0] += 0.01
             part.append_as_leader(encode_batch([b"b"]), 1 << 20)
-            await trio.sleep(0.05)
-            assert (policy.inline, policy.threaded) == (1, 1) and part.committer.in_flight
-            now[0] += 0.01  # 10 ms later (sparse): the next append, while it runs
-            part.append_as_leader(encode_batch([b"c"]), 1 << 20)
-            assert part.committer.flushed == 1  # (the held sync has not returned)
-            release.set()
-            assert await part.committer.wait_flushed(3)
-            assert part.high_watermark == 3
-            assert (policy.inline, policy.threaded) == (2, 1)
+            gates[0].set()
+            # the loop stays busy (a blocking wait): the second sync begins without it
+            deadline = time.monotonic() + 10
+            while len(calls) < 2 and time.monotonic() < deadline:
+                time.sleep(0.001)
+            assert calls == [(False, 1), (False, 2)]
+            assert await part.committer.wait_flushed(1)  # the first's end, told meanwhile
+            assert part.high_watermark >= 1 and part.committer.in_flight
+            assert part.committer.flushed == 1  # (the second has not returned)
+            gates[1].set()
+            assert await part.committer.wait_flushed(2)
+            assert part.high_watermark == 2 and not part.committer.in_flight
+            assert (policy.inline, policy.threaded) == (0, 2)
             nursery.cancel_scope.cancel()
 
     trio.run(main)

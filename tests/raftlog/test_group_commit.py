@@ -41,6 +41,45 @@ def test_pure_state_one_sync_in_flight_and_the_next_at_once():
     assert g.flushed == 2 and g.appended == 2 and not g.pending
 
 
+def test_pure_state_progress_of_a_sync_that_goes_on():
+    """A sync still running (it syncs again for appends that came meanwhile) reports
+    what is on disk so far: the flushed offset moves, never past what was appended,
+    never back; once the sync ended, a late report changes nothing."""
+    g = GroupCommit(0)
+    g.append(2)
+    assert g.begin() and g.in_flight == 2
+    g.append(5)
+    assert g.progress(2) is True and g.flushed == 2 and g.in_flight == 2
+    assert g.progress(1) is False and g.flushed == 2  # never back
+    assert g.progress(9) is True and g.flushed == 5  # never past the appends
+    g.truncated(4, 5)
+    assert g.progress(5) is False and g.flushed == 4
+    assert g.done(4) is False and g.in_flight is None
+    assert g.progress(4) is False  # (ended: its end said as much)
+
+
+def test_progress_wakes_the_waiters_it_covers_while_the_sync_goes_on():
+    log = FakeLog()
+    flushed_told = []
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            gc = GroupCommitter(log.sync, 0, on_flushed=flushed_told.append,
+                                nursery=nursery)
+            log.end = 1
+            gc.appended(1)
+            await trio.sleep(0.1)
+            log.end = 2
+            gc.appended(2)
+            gc.progress(1)  # (as the worker thread does: its first fdatasync ended)
+            assert await gc.wait_flushed(1)
+            assert trio.current_time() == 0.1 and gc.in_flight  # not at the sync's end
+            assert await gc.wait_flushed(2)
+
+    run(main)
+    assert flushed_told[0] == 1 and flushed_told[-1] == 2
+
+
 def test_one_sync_covers_many_appends():
     log = FakeLog()
 
