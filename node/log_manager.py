@@ -72,7 +72,7 @@ class SyncRunner:
             flushed = log.sync()
             secs = self.clock() - t0
             for _ in range(THREAD_CHAIN_MAX):
-                if log.log_end_offset <= flushed or policy.append_gap < INLINE_MIN_GAP_S:
+                if log.log_end_offset <= flushed or policy.any_gap < INLINE_MIN_GAP_S:
                     break  # (a flood: the trip to the loop lets more appends join the next)
                 progress(flushed, secs)
                 t0 = self.clock()
@@ -117,15 +117,16 @@ class SyncRunner:
         return not part.is_leader or part.hw_isr == (part.node_id,)
 
     def sync_now(self, part) -> bool:
-        """Note an append of a durable log (the policy's gap: every one of them, so a
-        flood on any log of this node counts), and run the sync it made due on the event
+        """Note an append of a durable log (the policy's gaps: a flood on any log of
+        this node keeps worker threads from chaining syncs), and run the sync it made due on the event
         loop if ``part`` may (:meth:`may_inline`), the policy allows and no sync of its
         log is in flight. True if it ran (or failed and was reported); False: the caller
         starts it in a thread (GroupCommitter.appended)."""
         c = part.committer
         now = self.clock()
-        self.policy.appended(now)
-        if c is None or self.nursery is None or c.in_flight or not self.may_inline(part):
+        may = self.may_inline(part)
+        self.policy.appended(now, may)
+        if c is None or self.nursery is None or c.in_flight or not may:
             return False
         if not self.policy.allow(now):
             return False

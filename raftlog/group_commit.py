@@ -225,7 +225,7 @@ INLINE_MAX_SHARE = 0.2
 INLINE_BURST_S = 0.01
 #: Weight of the newest duration in the running mean.
 MEAN_WEIGHT = 0.2
-#: ... and only when the node's last two appends (of durable logs) were at
+#: ... and only when the node's last two appends (of logs that may sync inline) were at
 #: least this far apart: appends closer together mean a busy node (a flood), where a
 #: sync in a thread overlaps the appends and covers many of them, and one on the loop
 #: would stop them.
@@ -256,7 +256,7 @@ class InlineSyncPolicy:
     """
 
     __slots__ = ("mean_s", "tokens", "_at", "inline", "threaded", "last_append",
-                 "append_gap")
+                 "append_gap", "last_any", "any_gap")
 
     def __init__(self, now: float):
         #: running mean of sync durations (0 until the first: the first one runs inline
@@ -269,11 +269,20 @@ class InlineSyncPolicy:
         #: when the last append was noted, and its distance from the one before
         self.last_append = -1.0
         self.append_gap = float("inf")
+        #: the same over every durable append of the node (leaders with followers
+        #: too): whether the node is flooded (node/log_manager.py's thread chain)
+        self.last_any = -1.0
+        self.any_gap = float("inf")
 
-    def appended(self, now: float) -> None:
-        """An append of a durable log of this node at ``now``."""
-        self.append_gap = now - self.last_append
-        self.last_append = now
+    def appended(self, now: float, may_inline: bool = True) -> None:
+        """An append of a durable log of this node at ``now``; ``may_inline``: of a log
+        that may sync inline (a follower's, a lone leader's), the appends the inline
+        rule's gap is measured between."""
+        self.any_gap = now - self.last_any
+        self.last_any = now
+        if may_inline:
+            self.append_gap = now - self.last_append
+            self.last_append = now
 
     def observe(self, secs: float) -> None:
         """A sync (inline or threaded) took ``secs``."""

@@ -197,6 +197,21 @@ def test_a_failed_inline_sync_is_reported_and_moves_nothing():
     run(main)
 
 
+def test_inline_policy_tells_a_flood_on_any_log_apart_from_the_inline_gap():
+    """Appends of a leader with followers (never inline) do not move the inline rule's
+    gap, but they do tell the node is flooded (``any_gap``: a worker thread then does
+    not chain syncs, node/log_manager.py)."""
+    p = InlineSyncPolicy(now=0.0)
+    p.appended(1.0)  # a follower's
+    gap = p.append_gap
+    p.appended(1.0001, may_inline=False)  # a leader's with followers, right after
+    assert p.append_gap == gap and abs(p.any_gap - 0.0001) < 1e-9
+    p.appended(1.01, may_inline=False)
+    assert p.any_gap > 0.0005 and p.append_gap == gap
+    p.appended(1.0101)  # a follower's, 0.1 ms after the last append of any log
+    assert abs(p.append_gap - 0.0101) < 1e-9 and p.any_gap < 0.0005
+
+
 def test_inline_policy_needs_fast_sparse_syncs_and_a_bounded_share_of_the_loop():
     p = InlineSyncPolicy(now=0.0)
     assert p.allow(0.0)  # nothing measured yet: the first runs inline and measures
