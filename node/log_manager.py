@@ -108,7 +108,7 @@ class SyncRunner:
 
         committer = GroupCommitter(sync, log.flushed_offset, on_flushed=part.on_flushed,
                                    on_error=failed, nursery=self.nursery)
-        return committer
+        return committer  # (named: ``progressed`` tells it of a chained sync's first)
 
     @staticmethod
     def may_inline(part) -> bool:
@@ -118,10 +118,10 @@ class SyncRunner:
 
     def sync_now(self, part) -> bool:
         """Note an append of a durable log (the policy's gaps: a flood on any log of
-        this node keeps worker threads from chaining syncs), and run the sync it made due on the event
-        loop if ``part`` may (:meth:`may_inline`), the policy allows and no sync of its
-        log is in flight. True if it ran (or failed and was reported); False: the caller
-        starts it in a thread (GroupCommitter.appended)."""
+        this node keeps worker threads from chaining syncs), and run the sync it made
+        due on the event loop if ``part`` may (:meth:`may_inline`), the policy allows
+        and no sync of its log is in flight. True if it ran (or failed and was
+        reported); False: the caller starts it in a thread (GroupCommitter.appended)."""
         c = part.committer
         now = self.clock()
         may = self.may_inline(part)

@@ -216,8 +216,9 @@ class GroupCommitter:
 #: An inline sync is allowed while recent syncs took this long at most (mean). A
 #: threaded sync's time includes its wait for the GIL and a core after the fdatasync:
 #: at 0.5 ms (fdatasync 0.3 ms here) a busy 2-core node measured its means at 0.56-0.83
-#: ms and sent every sync to a thread (~0.25 ms more CPU each: bench/transactions.py's
-#: nodes_cpu_ms_per_txn 41 -> 28). A slow disk (several ms) still goes to threads.
+#: ms and sent nearly every sync to a thread (~0.25 ms more CPU each; the three nodes'
+#: CPU per transaction of bench/transactions.py 36 -> 28-31 ms). A slow disk (several
+#: ms a sync) still goes to threads.
 INLINE_MAX_MEAN_S = 0.001
 #: ... and while inline syncs took at most this share of the event loop's time.
 INLINE_MAX_SHARE = 0.2
