@@ -68,17 +68,17 @@ class SyncRunner:
             # the loop), and the next sync skips the trip to the loop and back -- two
             # hand-offs, ~1 ms on a loaded 2-core machine, which each record appended
             # during a sync used to wait for on top of its own sync.
-            t0 = self.clock()
-            flushed = log.sync()
-            secs = self.clock() - t0
-            for _ in range(THREAD_CHAIN_MAX):
-                if log.log_end_offset <= flushed or policy.any_gap < INLINE_MIN_GAP_S:
-                    break  # (a flood: the trip to the loop lets more appends join the next)
-                progress(flushed, secs)
+            chained = 0
+            while True:
                 t0 = self.clock()
                 flushed = log.sync()
                 secs = self.clock() - t0
-            return flushed, secs
+                # (a flood: the trip to the loop lets more appends join the next sync)
+                if (chained == THREAD_CHAIN_MAX or log.log_end_offset <= flushed
+                        or policy.any_gap < INLINE_MIN_GAP_S):
+                    return flushed, secs
+                progress(flushed, secs)
+                chained += 1
 
         def progressed(flushed: int, secs: float) -> None:  # (trio thread)
             policy.observe(secs)

@@ -27,8 +27,8 @@ if _WORKER.startswith("gw") and _WORKER[2:].isdigit():
     os.environ.setdefault("RAFTLOG_PORT_SPAN", f"{_lo}-{_lo + 4999}")
 
 #: (free_port and free_ports are imported by the test modules from here)
-__all__ = ["free_port", "free_port_block", "free_ports", "wait_for_port", "NodeProcess", "kafka_python_read",
-           "kafka_node"]
+__all__ = ["free_port", "free_port_block", "free_ports", "wait_for_port", "NodeProcess",
+           "kafka_python_read", "kafka_node"]
 
 
 def kafka_node(directory: str, offsets_partitions: int = 4) -> NodeProcess:
