@@ -24,6 +24,7 @@ from .config import NodeConfig
 from .disk import DiskHealth
 from .logfmt import EventLog
 from .partition import partition_dir
+from .sync_threads import SyncThreads
 
 #: flush_all looks at every partition (not only the written ones) every this many calls.
 FULL_FLUSH_EVERY = 60
@@ -36,7 +37,8 @@ THREAD_CHAIN_MAX = 8
 
 class SyncRunner:
     """Runs the logs' group commits (raftlog/group_commit.py): each log's sync in a
-    worker thread, at most one per log and SYNC_THREADS node-wide at once -- or, when
+    worker thread (node/sync_threads.py), at most one per log and SYNC_THREADS node-wide
+    at once -- or, when
     nothing could overlap with it, on the event loop (below). Syncs start once
     :meth:`start` gave a nursery (appends before accumulate).
 
@@ -53,7 +55,7 @@ class SyncRunner:
     def __init__(self, manager: LogManager):
         self.manager = manager
         self.nursery = None
-        self.limiter: trio.CapacityLimiter | None = None
+        self.threads = SyncThreads(SYNC_THREADS)
         #: the policy's clock (monotonic seconds; tests replace it)
         self.clock = time.monotonic
         self.policy = InlineSyncPolicy(self.clock())
@@ -94,9 +96,8 @@ class SyncRunner:
                     return flushed
             policy.threaded += 1
             token = trio.lowlevel.current_trio_token()
-            flushed, secs = await trio.to_thread.run_sync(
-                timed_sync, lambda f, s: token.run_sync_soon(progressed, f, s),
-                limiter=self.limiter)
+            flushed, secs = await self.threads.run_sync(
+                timed_sync, lambda f, s: token.run_sync_soon(progressed, f, s))
             policy.observe(secs)
             return flushed
 
@@ -161,7 +162,6 @@ class SyncRunner:
 
     def start(self, nursery) -> None:
         """Syncs run in ``nursery`` from now on (trio thread)."""
-        self.limiter = trio.CapacityLimiter(SYNC_THREADS)
         self.nursery = nursery
         for part in list(self.manager.partitions.values()):
             c = part.committer
