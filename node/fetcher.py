@@ -486,6 +486,8 @@ class LeaderFetcher:
             if part.corrupt_from is not None:  # re-fetch what failed its check here
                 cut = min(cut, part.corrupt_from)
                 part.corrupt_from = None
+            if log.lost:  # a hole recovery found here (PartitionLog.lost): fetched again
+                cut = min(cut, log.lost_from(0))
             if self.replicas.bug_skip_truncation:  # planted bug (test.flags), replica_manager.py
                 cut = log.log_end_offset
             if cut < log.log_end_offset:

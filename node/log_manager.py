@@ -189,8 +189,22 @@ class LogManager:
         self.syncs = SyncRunner(self)
 
     def open_log(self, topic: str, partition: int, config: LogConfig) -> PartitionLog:
-        """Open (and recover) the log of one replica, created empty if new."""
-        return PartitionLog.open(partition_dir(self.data_dir, topic, partition), config)
+        """Open (and recover) the log of one replica, created empty if new. What
+        recovery cut is logged: a torn tail (a crash mid-write) as a warning; damage to
+        data once fsynced (a lost range, never served, fetched again from a replica) as
+        an error."""
+        log = PartitionLog.open(partition_dir(self.data_dir, topic, partition), config)
+        for path, cut, nbytes, lost_end in log.recovery_cuts:
+            if lost_end is None:
+                self.events.warning("log_recovered_torn_tail", topic=topic, partition=partition,
+                                    segment=path, from_offset=cut, bytes=nbytes)
+            else:
+                self.events.error(
+                    "log_recovered_lost_range", topic=topic, partition=partition, segment=path,
+                    from_offset=cut, to_offset=lost_end, bytes=nbytes,
+                    message="a segment below the recovery point was damaged: its offsets "
+                            "are never served and are fetched again from a replica")
+        return log
 
     def flush_all(self) -> list:
         """fsync every log with unflushed data; returns the partitions flushed. Runs in

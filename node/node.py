@@ -21,6 +21,10 @@ from .metrics import NodeMetrics
 from .replica_manager import ReplicaManager
 from .server import Server
 
+#: A leader that found bad data and had no other in-sync replica to hand the partition
+#: to tries again (on its next bad read) after this long.
+RESIGN_RETRY_S = 5.0
+
 
 class Node:
     """Owns the node's parts -- metadata store, replica manager, handlers, server --
@@ -272,7 +276,11 @@ class Node:
                                    self.config.node_id, self.store.quorum.term)
         if record is None:
             self.events.error("log_corrupt_no_replica", partition=part,
-                              message="no other in-sync replica: the partition stays unavailable")
+                              message="no other in-sync replica: the bad offsets are not "
+                                      f"served; tried again in {RESIGN_RETRY_S:g} s")
+            # (a replica may join the ISR meanwhile: the next bad read tries again)
+            await trio.sleep(RESIGN_RETRY_S)
+            part.corrupt_from = None
             return
         ok = False
         try:

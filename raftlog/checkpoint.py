@@ -118,6 +118,10 @@ class PartitionCheckpoint:
     high_watermark: int = 0
     #: leader-epoch cache: [(epoch, start_offset)], both strictly increasing.
     epochs: list = field(default_factory=list)
+    #: offset ranges [(start, end)] that recovery found damaged below the recovery
+    #: point (data once fsynced): gaps between segments, never served
+    #: (raftlog/log.py, ``PartitionLog.lost``); absent from older checkpoints
+    lost: list = field(default_factory=list)
 
     def encode(self) -> bytes:
         body = cbor2.dumps(
@@ -127,6 +131,7 @@ class PartitionCheckpoint:
                 "log_start_offset": self.log_start_offset,
                 "high_watermark": self.high_watermark,
                 "epochs": [list(e) for e in self.epochs],
+                **({"lost": [list(r) for r in self.lost]} if self.lost else {}),
             }
         )
         return body + _CRC.pack(crc32c.crc32c(body))
@@ -148,10 +153,13 @@ class PartitionCheckpoint:
                 int(d["log_start_offset"]),
                 int(d["high_watermark"]),
                 [(int(e), int(o)) for e, o in d["epochs"]],
+                [(int(a), int(b)) for a, b in d.get("lost", ())],
             )
         except Exception:
             return None
         if min(cp.recovery_point, cp.log_start_offset, cp.high_watermark) < 0:
+            return None
+        if any(not 0 <= a < b for a, b in cp.lost):
             return None
         return cp
 

@@ -122,6 +122,14 @@ class PartitionLog:
         self._high_watermark = 0
         self.recovery_point = 0
         self.epochs: list[tuple[int, int]] = []
+        #: offset ranges [(start, end)] lost to damage that recovery found below the
+        #: recovery point (data once fsynced, so perhaps acknowledged): gaps between
+        #: segments, kept in the checkpoint; a read in one raises CorruptRecordError
+        #: (the node then repairs it from a replica), the segments after it are kept
+        self.lost: list[tuple[int, int]] = []
+        #: what recovery cut at open: [(segment path, offset cut at, bytes cut,
+        #: offsets lost (end) or None for a torn tail dropped)]
+        self.recovery_cuts: list[tuple[str, int, int, int | None]] = []
         self._unflushed_messages = 0
         self._last_flush_ms = clock_ms()
         self._dir_dirty = False  # a segment file was created since the last flush
@@ -171,6 +179,7 @@ class PartitionLog:
         if cp is not None:
             self.log_start_offset, self._high_watermark = cp.log_start_offset, cp.high_watermark
             self.recovery_point, self.epochs = cp.recovery_point, list(cp.epochs)
+            self.lost = list(cp.lost)
         scanned = self._recover(clean)
         if cp is None:  # the epoch cache is lost: every segment was scanned, rebuild it
             self.epochs = _merge_epochs(seg.epoch_starts for seg in self.segments)
@@ -184,6 +193,7 @@ class PartitionLog:
         self._high_watermark = min(self._high_watermark, leo)
         self.recovery_point = min(self.recovery_point, leo)
         self.epochs = [(e, o) for e, o in self.epochs if o <= leo]
+        self._clip_lost()
         if scanned:
             self._sync_recovered(scanned)
         # what a clean shutdown left, what lies below the recovery point, and what
@@ -212,6 +222,18 @@ class PartitionLog:
                 scanned.append(seg)
             kept.append(seg)
             if truncated:
+                cut = seg.next_offset
+                if cut < self.recovery_point and i + 1 < len(self.segments):
+                    # damage to data once fsynced (a torn write is always above the
+                    # recovery point): not a tail to drop. The segments after it are
+                    # intact copies of what was acknowledged; keep them, and the hole
+                    # as a lost range that is never served and is refetched
+                    end = self.segments[i + 1].base_offset
+                    if (cut, end) not in self.lost:
+                        self.lost.append((cut, end))
+                    self.recovery_cuts.append((seg.path, cut, truncated, end))
+                    continue
+                self.recovery_cuts.append((seg.path, cut, truncated, None))
                 self._drop_from(i + 1, f"corrupt or torn tail in {seg.path}")
                 break
         self.segments = kept
@@ -225,6 +247,25 @@ class PartitionLog:
                 seg.flush()
         fsync_dir(self.path)
         self.recovery_point = self.log_end_offset
+
+    def _check_lost(self, offset: int) -> None:
+        for start, end in self.lost:
+            if start <= offset < end:
+                raise CorruptRecordError(
+                    f"offsets {start}..{end - 1} of {self.path} were lost to a damaged "
+                    f"segment (found at recovery): not served; a replica has them")
+
+    def lost_from(self, offset: int) -> int | None:
+        """The first offset lost (:attr:`lost`) at or after ``offset``; None if none."""
+        starts = [max(s, offset) for s, e in self.lost if e > offset]
+        return min(starts) if starts else None
+
+    def _clip_lost(self) -> None:
+        """Keep :attr:`lost` inside [log start, log end) (after truncation, retention)."""
+        if self.lost:
+            lo, hi = self.log_start_offset, self.log_end_offset
+            self.lost = [(max(s, lo), min(e, hi)) for s, e in self.lost
+                         if max(s, lo) < min(e, hi)]
 
     def _drop_from(self, i: int, why: str) -> None:
         """Delete segments[i:] (recovery found the log ends before them)."""
@@ -415,8 +456,9 @@ class PartitionLog:
         if self._txn is None or self._txn_stale:
             with self._lock:
                 self._txn_stale = False
-                _state, self._txn = rebuild_txn_state(self.path, list(self._bases),
-                                                      self.iter_batches(self.log_start_offset))
+                _state, self._txn = rebuild_txn_state(
+                    self.path, list(self._bases),
+                    self.iter_batches(self.log_start_offset, skip_lost=True))
                 self._txn.write_all()
         return self._txn
 
@@ -537,6 +579,8 @@ class PartitionLog:
             leo = self.log_end_offset
             if offset < self.log_start_offset or offset > leo:
                 raise OffsetOutOfRangeError(offset, self.log_start_offset, leo)
+            if self.lost:
+                self._check_lost(offset)
             i = bisect.bisect_right(self._bases, offset) - 1
             while 0 <= i < len(self.segments):
                 seg = self.segments[i]
@@ -557,9 +601,12 @@ class PartitionLog:
         )
 
     def iter_batches(self, start: int | None = None, end: int | None = None,
-                     chunk_bytes: int = SCAN_BYTES) -> Iterator[tuple[records.BatchHeader, bytes]]:
+                     chunk_bytes: int = SCAN_BYTES, skip_lost: bool = False,
+                     ) -> Iterator[tuple[records.BatchHeader, bytes]]:
         """Yield ``(header, batch bytes)`` of every batch holding offsets in
-        ``[start, end)`` (default: the whole log), read ``chunk_bytes`` at a time.
+        ``[start, end)`` (default: the whole log), read ``chunk_bytes`` at a time;
+        ``skip_lost``: step over the ranges lost to damage (:attr:`lost`) instead of
+        raising (a rebuild of what the log holds).
 
         Raises:
             OffsetOutOfRangeError: ``start`` is outside the log.
@@ -568,6 +615,12 @@ class PartitionLog:
         offset = self.log_start_offset if start is None else start
         end = self.log_end_offset if end is None else end
         while offset < end:
+            if skip_lost:
+                for s, e in self.lost:
+                    if s <= offset < e:
+                        offset = e
+                if offset >= end:
+                    return
             data = self.read(offset, chunk_bytes, max_offset=end).read_bytes()
             if not data:
                 return
@@ -627,11 +680,13 @@ class PartitionLog:
                         txn = None
                 if txn is None:  # every batch replayed; the indexes rebuilt with it
                     state, txn = rebuild_txn_state(self.path, list(self._bases),
-                                                   self.iter_batches(self.log_start_offset))
+                                                   self.iter_batches(self.log_start_offset,
+                                                                     skip_lost=True))
                     txn.write_all()
                 else:
                     start = state.end_offset
-                    for h, data in self.iter_batches(max(self.log_start_offset, start)):
+                    for h, data in self.iter_batches(max(self.log_start_offset, start),
+                                                     skip_lost=True):
                         if h.producer_id >= 0 and h.base_offset >= start:
                             done = replay_batch(state, h, data, 0)
                             if done is not None and done.aborted:
@@ -699,6 +754,7 @@ class PartitionLog:
             self._flushed = min(self._flushed, self.log_end_offset)
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
             self.epochs = [(e, o) for e, o in self.epochs if o < self.log_end_offset]
+            self._clip_lost()
             self.checkpoint()
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -714,6 +770,7 @@ class PartitionLog:
             self.log_start_offset = self._high_watermark = self.recovery_point = offset
             self._flushed = offset
             self.epochs = []
+            self.lost = []
             self._truncations += 1
             self._dir_dirty = True
             self.checkpoint()
@@ -867,7 +924,8 @@ class PartitionLog:
         """Write recovery point, log start offset, HW and epochs atomically (durable on return)."""
         with self._lock:
             cp = PartitionCheckpoint(
-                self.recovery_point, self.log_start_offset, self._high_watermark, list(self.epochs)
+                self.recovery_point, self.log_start_offset, self._high_watermark,
+                list(self.epochs), list(self.lost)
             )
         with self._checkpoint_lock:
             cp.write(os.path.join(self.path, CHECKPOINT_FILE))
@@ -904,6 +962,7 @@ class PartitionLog:
                 # (never back: DeleteRecords may have moved it into the next segment)
                 self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
             if deleted:
+                self._clip_lost()
                 self.checkpoint()
         return deleted
 
@@ -920,6 +979,7 @@ class PartitionLog:
             while len(self.segments) > 1 and self.segments[1].base_offset <= offset:
                 self.segments.pop(0).delete()
                 self._bases.pop(0)
+            self._clip_lost()
             self.checkpoint()
             return offset
 

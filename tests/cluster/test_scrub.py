@@ -10,6 +10,7 @@ import os
 
 import pytest
 
+from raftlog.checkpoint import PartitionCheckpoint
 from raftlog.client import Producer
 from raftlog.config import LogConfig
 from raftlog.log import PartitionLog
@@ -106,3 +107,56 @@ def test_scrubber_repairs_a_flipped_bit_on_a_follower_and_on_a_leader(tmp_path):
     for p in (0, 1):  # every replica's bytes equal (read with CRC checks)
         copies = [replica_bytes(cluster.node(n), "s", p) for n in (1, 2, 3)]
         assert copies[0] and copies[0] == copies[1] == copies[2], f"s-{p} replicas differ"
+
+
+def test_a_sole_in_sync_leader_whose_segment_was_damaged_keeps_what_it_acknowledged(tmp_path):
+    """The jepsen corrupt + kill schedule that lost acknowledged records (seed 58): the
+    only in-sync replica is killed, a closed segment of its log is cut short, and it is
+    elected again as it restarts. Recovery used to cut its log at the damage -- dropping
+    the intact segments after it, records only it held -- and the other replicas then
+    truncated to that. Now the hole is a lost range (never served), the segments after
+    it stay, the first read of the hole hands the partition to a replica that has it,
+    and the damaged copy fetches it back: every acknowledged record is read."""
+    cluster = LocalCluster(tmp_path, 5).start()  # (3 voters stay up: ISR changes commit)
+    try:
+        with cluster.admin() as a:
+            a.create_topic("g", partitions=1, replication_factor=3,
+                           config={"segment.bytes": 16 * 1024, "min.insync.replicas": 1})
+        replicas = set(until(lambda: cluster.partition("g", 0)).replicas)
+        cluster.wait_isr("g", 0, replicas)
+        acked = {}
+
+        def write(lo: int, hi: int) -> None:
+            with Producer(cluster.bootstrap, acks="all", linger_ms=1, batch_size=4096) as prod:
+                for i, f in [(i, prod.send("g", b"%05d" % i + b"z" * 300, partition=0))
+                             for i in range(lo, hi)]:
+                    acked[f.result(30).offset] = b"%05d" % i + b"z" * 300
+
+        write(0, 300)  # on every replica
+        lead = cluster.node(cluster.partition("g", 0).leader)
+        others = [cluster.node(i) for i in sorted(replicas) if i != lead.node_id]
+        for n in others:
+            n.stop()
+        cluster.wait_isr("g", 0, {lead.node_id}, via=lead)
+        write(300, 600)  # on the leader only (min.insync.replicas 1)
+        segs = closed_segments(lead, "g", 0)
+        assert len(segs) >= 3, (segs, os.listdir(lead.data_dir), acked and max(acked))
+        victim = segs[1]  # offsets the others hold as well
+        cp_path = os.path.join(lead.data_dir, "g-0", "partition.checkpoint")
+        until(lambda: PartitionCheckpoint.read(cp_path).recovery_point >= 600, timeout_s=30)
+        lead.kill()
+        os.truncate(victim, os.path.getsize(victim) // 2 + 100)  # (mid-batch)
+        for n in others:
+            n.start()
+        lead.start()
+        until(lambda: "event=log_recovered_lost_range" in lead.log_text(), timeout_s=30)
+        cluster.wait_isr("g", 0, replicas, timeout_s=60)
+
+        got = consume_all(cluster.bootstrap, "g", 0, len(acked), timeout_s=60)
+        assert {r.offset: r.value for r in got} == acked
+        until(lambda: "event=leadership_resigned" in lead.log_text(), timeout_s=30)
+        cluster.wait_isr("g", 0, replicas, timeout_s=60)
+    finally:
+        cluster.stop()
+    copies = [replica_bytes(cluster.node(n), "g", 0) for n in sorted(replicas)]
+    assert copies[0] and copies[0] == copies[1] == copies[2]

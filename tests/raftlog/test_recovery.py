@@ -151,3 +151,48 @@ def test_deleted_and_garbage_indexes_are_rebuilt(tmp_path):
     assert log.log_end_offset == end
     assert [(r.offset, r.value) for r in _serve_everything(log)] == expect
     assert log.offset_for_timestamp(0) == 0
+
+
+def test_damage_below_the_recovery_point_keeps_the_later_segments_as_a_lost_range(tmp_path):
+    """A closed segment cut short after its data was fsynced (a disk's damage, not a torn
+    write): the intact segments after it stay -- they hold acknowledged records a
+    replica elected on this copy must not drop -- and the hole is a lost range: never
+    served, kept across restarts, gone once truncation refetches it."""
+    path = str(tmp_path / "p")
+    log = _fill(path)
+    log.flush()  # everything below the log end is on disk: the recovery point
+    end, bases = log.log_end_offset, [s.base_offset for s in log.segments]
+    assert len(bases) >= 4
+    victim = log.segments[1].path
+    del log  # crash
+    os.truncate(victim, os.path.getsize(victim) // 2)
+
+    log = PartitionLog.open(path, CONFIG)
+    assert log.log_end_offset == end
+    [(cut, hole_end)] = log.lost
+    assert bases[1] < cut < bases[2] == hole_end
+    assert log.recovery_cuts[0][1:] == (cut, log.recovery_cuts[0][2], bases[2])
+    with pytest.raises(CorruptRecordError, match="not served"):
+        log.read(cut, 1024)
+    with pytest.raises(CorruptRecordError):
+        log.read(hole_end - 1, 1024)
+    after = decode_batches(log.read(bases[2], 1 << 20).read_bytes(), start_offset=bases[2])
+    assert after[0].offset == bases[2] and all(r.value == b"%d" % r.offset for r in after)
+    held = [h.base_offset for h, _ in log.iter_batches(skip_lost=True)]
+    assert held and not any(cut <= o < hole_end for o in held) and held[-1] < end
+    assert log.lost_from(0) == cut and log.lost_from(hole_end) is None
+    # the producer state rebuilds over the hole; a new append goes on at the end
+    first, _ = log.append(encode_batch([b"%d" % end], [b"k"]))
+    assert first == end
+    log.flush()
+    del log
+
+    log = PartitionLog.open(path, CONFIG)  # the hole survives a restart (the checkpoint)
+    assert log.lost == [(cut, hole_end)] and log.log_end_offset == end + 1
+    log.truncate_to(cut)  # a follower refetching it
+    assert log.lost == [] and log.log_end_offset == cut
+    log.close()
+    log = PartitionLog.open(path, CONFIG)
+    assert log.lost == [] and log.log_end_offset == cut
+    assert [r.offset for r in _serve_everything(log)] == list(range(cut))
+
