@@ -253,7 +253,10 @@ class PartitionLog:
             if start <= offset < end:
                 raise CorruptRecordError(
                     f"offsets {start}..{end - 1} of {self.path} were lost to a damaged "
-                    f"segment (found at recovery): not served; a replica has them")
+                    f"segment (found at recovery): not served. Another in-sync replica "
+                    f"serves them once this one hands it the partition; with no other "
+                    f"copy, skip them with DeleteRecords to offset {end} "
+                    f"(Admin.delete_records, kafka-delete-records.sh)")
 
     def lost_from(self, offset: int) -> int | None:
         """The first offset lost (:attr:`lost`) at or after ``offset``; None if none."""
