@@ -363,6 +363,12 @@ def cmd_consume(args) -> int:
             c.commit()
         if flag.interrupted:
             raise KeyboardInterrupt
+        failing = c.fetch_error
+        if failing is not None and (args.max_messages is None or seen < args.max_messages):
+            # (--timeout-ms ran out while the node kept refusing: say why, not just stop)
+            print(f"raftlog consume: stopped after {seen} records: fetching failed: "
+                  f"{failing}", file=sys.stderr, flush=True)
+            return 1
     except KeyboardInterrupt:
         _flush_quietly(out)
         if args.group is not None and c is not None:

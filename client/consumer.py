@@ -177,6 +177,8 @@ class Consumer:
         self._pending: list[Record] = []
         self._pending_tp: TopicPartition | None = None
         self._error: BaseException | None = None
+        #: the error of the last fetch while fetches keep failing (see fetch_error)
+        self._fetch_failing: BaseException | None = None
         self._closed = False
         self._thread: threading.Thread | None = None
 
@@ -356,6 +358,14 @@ class Consumer:
                 self._require_assigned(tp)
                 self._positions[tp] = offsets[tp][0]
             self._reset_fetch_locked()
+
+    @property
+    def fetch_error(self) -> BaseException | None:
+        """The error the last fetch met, while fetches keep failing; None once one
+        succeeds. poll() retries a retriable one (a leader moving, a node restarting, a
+        leader refusing to serve damaged data: KAFKA_STORAGE_ERROR) and returns no
+        records meanwhile, as Kafka's consumer does: this tells a caller why."""
+        return self._fetch_failing
 
     def position(self, tp: TopicPartition) -> int:
         """The offset of the next record poll() returns for ``tp``."""
@@ -768,6 +778,7 @@ class _Fetcher:
                            if p.length or p.error])
 
     def _on_error(self, e: Exception) -> None:
+        self.c._fetch_failing = e
         for conn, *_ in [*self.in_flight.values(), *self.stale.values()]:
             conn.close()
             self._unregister(conn)
@@ -940,6 +951,7 @@ class _Fetcher:
         if errors:  # hand out what did arrive (positions moved past it), then retry
             self._hand_out(gen, batches, skipped)
             raise errors[0]
+        c._fetch_failing = None
         for tp in resets:
             self._reset_out_of_range(tp, gen)
         # Catching up (a big response): ask for more before handing these out, so
