@@ -38,9 +38,8 @@ THREAD_CHAIN_MAX = 8
 class SyncRunner:
     """Runs the logs' group commits (raftlog/group_commit.py): each log's sync in a
     worker thread (node/sync_threads.py), at most one per log and SYNC_THREADS node-wide
-    at once -- or, when
-    nothing could overlap with it, on the event loop (below). Syncs start once
-    :meth:`start` gave a nursery (appends before accumulate).
+    at once -- or, when nothing could overlap with it, on the event loop (below). Syncs
+    start once :meth:`start` gave a nursery (appends before accumulate).
 
     Inline syncs: a follower's round (node/fetcher.py) waits for its syncs before its
     next fetch, and a leader alone in its ISR answers its acks only after its own sync:
