@@ -248,15 +248,20 @@ class PartitionLog:
         fsync_dir(self.path)
         self.recovery_point = self.log_end_offset
 
+    def _lost_at(self, offset: int) -> tuple[int, int] | None:
+        """The lost range (:attr:`lost`) holding ``offset``; None if none does."""
+        return next(((s, e) for s, e in self.lost if s <= offset < e), None)
+
     def _check_lost(self, offset: int) -> None:
-        for start, end in self.lost:
-            if start <= offset < end:
-                raise CorruptRecordError(
-                    f"offsets {start}..{end - 1} of {self.path} were lost to a damaged "
-                    f"segment (found at recovery): not served. Another in-sync replica "
-                    f"serves them once this one hands it the partition; with no other "
-                    f"copy, skip them with DeleteRecords to offset {end} "
-                    f"(Admin.delete_records, kafka-delete-records.sh)")
+        hole = self._lost_at(offset)
+        if hole is not None:
+            start, end = hole
+            raise CorruptRecordError(
+                f"offsets {start}..{end - 1} of {self.path} were lost to a damaged "
+                f"segment (found at recovery): not served. Another in-sync replica "
+                f"serves them once this one hands it the partition; with no other "
+                f"copy, skip them with DeleteRecords to offset {end} "
+                f"(Admin.delete_records, kafka-delete-records.sh)")
 
     def lost_from(self, offset: int) -> int | None:
         """The first offset lost (:attr:`lost`) at or after ``offset``; None if none."""
@@ -618,12 +623,10 @@ class PartitionLog:
         offset = self.log_start_offset if start is None else start
         end = self.log_end_offset if end is None else end
         while offset < end:
-            if skip_lost:
-                for s, e in self.lost:
-                    if s <= offset < e:
-                        offset = e
-                if offset >= end:
-                    return
+            hole = self._lost_at(offset) if skip_lost and self.lost else None
+            if hole is not None:
+                offset = hole[1]
+                continue
             data = self.read(offset, chunk_bytes, max_offset=end).read_bytes()
             if not data:
                 return
