@@ -60,6 +60,25 @@ def test_valid_crc_but_wrong_version_or_negative_is_refused():
     assert PartitionCheckpoint.decode(seal([1, 2])) is None
 
 
+def test_lost_ranges_round_trip_and_bad_ones_are_refused():
+    """``lost`` (recovery's damaged ranges): absent from older checkpoints (read as none),
+    kept when present, and a malformed or empty/negative range refuses the checkpoint."""
+    import cbor2
+    import crc32c
+
+    def seal(d):
+        body = cbor2.dumps(d)
+        return body + crc32c.crc32c(body).to_bytes(4, "little")
+
+    old = {"v": 1, "recovery_point": 9, "log_start_offset": 0, "high_watermark": 9, "epochs": []}
+    assert PartitionCheckpoint.decode(seal(old)).lost == []
+    cp = PartitionCheckpoint(9, 0, 9, [], [(3, 5)])
+    assert PartitionCheckpoint.decode(cp.encode()).lost == [(3, 5)]
+    assert "lost" not in cbor2.loads(PartitionCheckpoint(9, 0, 9, []).encode()[:-4])
+    for bad in ([[5, 3]], [[4, 4]], [[-1, 2]], [[1]], [["a", 2]], 7):
+        assert PartitionCheckpoint.decode(seal({**old, "lost": bad})) is None, bad
+
+
 def test_atomic_write_replaces_and_reports_errors(tmp_path):
     path = str(tmp_path / "f")
     atomic_write(path, b"one")
